@@ -1,0 +1,36 @@
+// BackendContext — the memory and stream services a plan needs from a backend (CPU or CUDA).
+#pragma once
+
+#include <memory>
+
+#include "vision/graph/op.h"
+
+namespace vision::graph {
+
+class BackendContext {
+ public:
+  virtual ~BackendContext() = default;
+  virtual Backend backend() const = 0;
+  core::Device device() const { return backend() == Backend::cpu ? core::Device::cpu : core::Device::cuda; }
+
+  // One allocation of bytes on this backend (64-byte aligned or better), freed with the returned owner.
+  virtual std::shared_ptr<void> allocate(size_t bytes) = 0;
+  // Copies between host memory and this backend's memory (or within it), ordered on the backend's stream.
+  virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // dst += src, same shape and dtype (gradient accumulation of multi-consumer tensors).
+  virtual void add_into(const Tensor& dst, const Tensor& src) = 0;
+  // Waits for all work queued on the backend.
+  virtual void synchronize() = 0;
+
+  // A device tensor with a copy of a host tensor, and back.
+  Tensor upload(const Tensor& host);
+  Tensor download(const Tensor& dev);
+};
+
+// The CPU backend's context (always available).
+std::shared_ptr<BackendContext> cpu_backend();
+
+}  // namespace vision::graph
