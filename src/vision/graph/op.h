@@ -123,6 +123,16 @@ class Op {
     return inputs.empty() ? DType::f32 : inputs.front();
   }
   virtual std::unique_ptr<RuntimeOp> lower(Backend backend, Mode mode) const = 0;
+
+  // Inference-time fusion. When this op's output feeds only `next`, an op may return one op computing
+  // next(this(x)) (conv → batchnorm folding, conv → SiLU epilogue), or nullptr. The fused op names its
+  // state relative to the two nodes' common scope: self_prefix / next_prefix are the nodes' names below
+  // that scope with a trailing dot ("conv.", "bn."), so its specs are e.g. "conv.weight", "bn.running_mean".
+  virtual std::shared_ptr<const Op> fuse_with(const Op& next, Mode mode, const std::string& self_prefix,
+                                              const std::string& next_prefix) const {
+    (void)next, (void)mode, (void)self_prefix, (void)next_prefix;
+    return nullptr;
+  }
 };
 
 // Helpers for param_init_data implementations.

@@ -1,0 +1,13 @@
+// The CLI's subcommands: each lives in its own cmd_<name>.cpp and registers itself on the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace vision::cli {
+
+void add_demo_command(CLI::App& app);
+#ifdef VISION_HAS_CUDA
+void add_kernels_command(CLI::App& app);
+#endif
+
+}  // namespace vision::cli
