@@ -33,7 +33,11 @@ std::string_view safetensors_dtype_name(DType t);
 // Returns false (and leaves *out unchanged) for a dtype the engine does not know.
 bool parse_safetensors_dtype(std::string_view name, DType* out);
 
-template <typename T> constexpr DType dtype_of();
+template <typename T>
+constexpr DType dtype_of() {
+  static_assert(sizeof(T) == 0, "no DType for this C++ type (f16/bf16 data is accessed as uint16_t)");
+  return DType::f32;
+}
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "vision/core/dtype.h"
@@ -48,8 +49,13 @@ class Tensor {
   void* raw() const { return data_; }
   template <typename T>
   T* data() const {
-    VISION_CHECK(dtype_of<T>() == dtype_, "tensor holds {}, accessed as {}", dtype_name(dtype_),
-                 dtype_name(dtype_of<T>()));
+    if constexpr (std::is_same_v<std::remove_const_t<T>, uint16_t>) {
+      VISION_CHECK(dtype_ == DType::f16 || dtype_ == DType::bf16, "tensor holds {}, accessed as 16-bit floats",
+                   dtype_name(dtype_));
+    } else {
+      VISION_CHECK(dtype_of<std::remove_const_t<T>>() == dtype_, "tensor holds {}, accessed as {}", dtype_name(dtype_),
+                   dtype_name(dtype_of<std::remove_const_t<T>>()));
+    }
     return static_cast<T*>(data_);
   }
 

@@ -1,0 +1,42 @@
+#include <cstdlib>
+#include <cstring>
+
+#include "vision/graph/backend.h"
+
+namespace vision::graph {
+
+namespace {
+
+class CpuBackendContext final : public BackendContext {
+ public:
+  Backend backend() const override { return Backend::cpu; }
+  std::shared_ptr<void> allocate(size_t bytes) override {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    VISION_CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
+    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void add_into(const Tensor& dst, const Tensor& src) override {
+    VISION_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.dtype() == DType::f32,
+                 "add_into: {} += {} (f32 tensors of one shape only on the CPU)", dst.str(), src.str());
+    float* d = dst.data<float>();
+    const float* s = src.data<float>();
+    const int64_t n = dst.numel();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  }
+  void synchronize() override {}
+};
+
+}  // namespace
+
+std::shared_ptr<BackendContext> cpu_backend() {
+  static std::shared_ptr<BackendContext> ctx = std::make_shared<CpuBackendContext>();
+  return ctx;
+}
+
+}  // namespace vision::graph

@@ -1,0 +1,60 @@
+#include "vision/graph/executor.h"
+
+namespace vision::graph {
+
+Executor::Executor(std::shared_ptr<const Graph> graph, std::shared_ptr<BackendContext> backend)
+    : graph_(std::move(graph)), backend_(std::move(backend)) {
+  VISION_CHECK(graph_ && backend_, "Executor needs a graph and a backend");
+}
+
+StateStore& Executor::state(const std::vector<Shape>& input_shapes) {
+  if (!state_) state_ = std::make_unique<StateStore>(*graph_, backend_, input_shapes);
+  return *state_;
+}
+
+StateStore& Executor::state() {
+  VISION_CHECK(state_ != nullptr, "the model's state does not exist yet: run forward or call state(input_shapes)");
+  return *state_;
+}
+
+Plan& Executor::plan(Mode mode, const std::vector<Shape>& input_shapes) {
+  std::vector<std::vector<int64_t>> dims;
+  for (auto& s : input_shapes) dims.push_back(s.dims());
+  auto key = std::make_pair(mode, dims);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  StateStore& st = state(input_shapes);
+  auto plan = std::make_unique<Plan>(*graph_, backend_, mode, input_shapes, st);
+  Plan& ref = *plan;
+  plans_.emplace(std::move(key), std::move(plan));
+  return ref;
+}
+
+std::vector<Shape> Executor::shapes_of(const std::vector<Tensor>& t) {
+  std::vector<Shape> s;
+  for (auto& x : t) {
+    VISION_CHECK(x.defined(), "an input tensor is undefined");
+    s.push_back(x.shape());
+  }
+  return s;
+}
+
+std::vector<Tensor> Executor::forward(const std::vector<Tensor>& inputs) {
+  Plan& p = plan(Mode::inference, shapes_of(inputs));
+  p.forward(inputs);
+  return p.outputs();
+}
+
+std::vector<Tensor> Executor::forward_train(const std::vector<Tensor>& inputs) {
+  Plan& p = plan(Mode::train, shapes_of(inputs));
+  p.forward(inputs);
+  last_train_ = &p;
+  return p.outputs();
+}
+
+void Executor::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
+  VISION_CHECK(last_train_ != nullptr, "backward called before forward_train");
+  last_train_->backward(grad_outputs, accumulate);
+}
+
+}  // namespace vision::graph

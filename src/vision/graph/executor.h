@@ -1,0 +1,49 @@
+// Executor — runs a graph on a backend: plans cached per (mode, input shapes), the model's state, backward.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "vision/graph/plan.h"
+
+namespace vision::graph {
+
+class Executor {
+ public:
+  Executor(std::shared_ptr<const Graph> graph, std::shared_ptr<BackendContext> backend);
+
+  const Graph& graph() const { return *graph_; }
+  BackendContext& backend() const { return *backend_; }
+  std::shared_ptr<BackendContext> backend_ptr() const { return backend_; }
+
+  // The model's parameters and buffers, created (and initialised) on first use for these input shapes.
+  StateStore& state(const std::vector<Shape>& input_shapes);
+  // The state, which must exist already (after a forward or state(shapes)).
+  StateStore& state();
+  bool has_state() const { return state_ != nullptr; }
+
+  // The plan for a mode and concrete input shapes, built on first use and cached.
+  Plan& plan(Mode mode, const std::vector<Shape>& input_shapes);
+  size_t cached_plans() const { return plans_.size(); }
+
+  // Inference: outputs are views into the plan's arena on the backend, valid until its next run.
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs);
+  // Training forward: keeps what backward needs (activations, saved tensors).
+  std::vector<Tensor> forward_train(const std::vector<Tensor>& inputs);
+  // Reverse pass of the last forward_train; parameter gradients land in state().flat_grads().
+  void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false);
+  Plan* last_train_plan() const { return last_train_; }
+
+ private:
+  static std::vector<Shape> shapes_of(const std::vector<Tensor>& t);
+
+  std::shared_ptr<const Graph> graph_;
+  std::shared_ptr<BackendContext> backend_;
+  std::unique_ptr<StateStore> state_;
+  std::map<std::pair<Mode, std::vector<std::vector<int64_t>>>, std::unique_ptr<Plan>> plans_;
+  Plan* last_train_ = nullptr;
+};
+
+}  // namespace vision::graph

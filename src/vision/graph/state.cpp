@@ -1,0 +1,152 @@
+#include "vision/graph/state.h"
+
+#include <cstring>
+#include <fmt/format.h>
+
+#include "vision/core/safetensors.h"
+#include "vision/graph/plan.h"
+
+namespace vision::graph {
+
+std::string state_key(const std::string& node_name, const std::string& local) {
+  if (node_name.empty()) return local;
+  return node_name + "." + local;
+}
+
+namespace {
+size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// Converts a host tensor of a floating dtype to f32 (the store's dtype for parameters).
+core::Tensor host_as(const core::Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  VISION_CHECK(core::is_floating(t.dtype()) && dtype == DType::f32, "cannot convert {} to {}",
+               core::dtype_name(t.dtype()), core::dtype_name(dtype));
+  return core::Tensor::from_vector(t.shape(), t.to_vector());
+}
+}  // namespace
+
+StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backend,
+                       const std::vector<Shape>& input_shapes)
+    : backend_(std::move(backend)) {
+  const std::vector<Shape> shapes = bind_shapes(graph, input_shapes);
+  struct Init {
+    size_t entry;
+    std::vector<std::byte> data;
+  };
+  std::vector<Init> inits;
+  size_t param_bytes = 0, buffer_bytes = 0;
+  for (const Node& n : graph.nodes()) {
+    auto rt = n.op->lower(Backend::cpu, Mode::inference);
+    std::vector<Shape> in;
+    for (int id : n.inputs) in.push_back(shapes[static_cast<size_t>(id)]);
+    const Shape& out = shapes[static_cast<size_t>(n.output)];
+    const auto specs = rt->param_specs(in, out);
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const ParamSpec& spec = specs[k];
+      if (spec.kind == StateKind::constant) continue;
+      const std::string key = state_key(n.name, spec.name);
+      VISION_CHECK(!index_.count(key), "two ops declare the state '{}': give the nodes distinct names", key);
+      VISION_CHECK(spec.kind == StateKind::buffer || spec.dtype == DType::f32,
+                   "op '{}': trainable parameter '{}' must be f32 (master weights), not {}", n.name, key,
+                   core::dtype_name(spec.dtype));
+      StateEntry e{key, spec.shape, spec.dtype, spec.kind, 0};
+      const size_t bytes = static_cast<size_t>(spec.shape.numel()) * core::dtype_size(spec.dtype);
+      if (spec.kind == StateKind::parameter) {
+        e.offset = param_bytes;
+        param_bytes += bytes;  // parameters are packed: the flat buffer is one f32 vector
+        n_params_ += spec.shape.numel();
+      } else {
+        e.offset = buffer_bytes;
+        buffer_bytes += align_up(bytes, 64);
+      }
+      std::vector<std::byte> data = rt->param_init_data(k, in, out, name_seed(key));
+      VISION_CHECK(data.size() == bytes, "op '{}' ({}): initial data of '{}' is {} bytes, its shape {} needs {}",
+                   n.name, n.op->name(), key, data.size(), spec.shape.str(), bytes);
+      index_[key] = entries_.size();
+      entries_.push_back(std::move(e));
+      inits.push_back({entries_.size() - 1, std::move(data)});
+    }
+  }
+  param_mem_ = backend_->allocate(std::max<size_t>(param_bytes, 4));
+  grad_mem_ = backend_->allocate(std::max<size_t>(param_bytes, 4));
+  buffer_mem_ = backend_->allocate(std::max<size_t>(buffer_bytes, 64));
+  backend_->fill_zero(grad_mem_.get(), std::max<size_t>(param_bytes, 4));
+  flat_params_ = Tensor::view(param_mem_.get(), Shape{n_params_}, DType::f32, backend_->device());
+  flat_grads_ = Tensor::view(grad_mem_.get(), Shape{n_params_}, DType::f32, backend_->device());
+  for (auto& init : inits) {
+    const Tensor t = tensor(entries_[init.entry].key);
+    backend_->copy_to_device(t.raw(), init.data.data(), init.data.size());
+  }
+}
+
+const StateEntry* StateStore::find(const std::string& key) const {
+  auto it = index_.find(key);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+Tensor StateStore::tensor(const std::string& key) const {
+  const StateEntry* e = find(key);
+  VISION_CHECK(e != nullptr, "the model has no parameter or buffer named '{}'", key);
+  auto* base = static_cast<std::byte*>(e->kind == StateKind::parameter ? param_mem_.get() : buffer_mem_.get());
+  return Tensor::view(base + e->offset, e->shape, e->dtype, backend_->device());
+}
+
+Tensor StateStore::grad(const std::string& key) const {
+  const StateEntry* e = find(key);
+  VISION_CHECK(e != nullptr && e->kind == StateKind::parameter, "'{}' is not a trainable parameter", key);
+  return Tensor::view(static_cast<std::byte*>(grad_mem_.get()) + e->offset, e->shape, e->dtype, backend_->device());
+}
+
+void StateStore::set_from_host(const std::string& key, const Tensor& host) {
+  const StateEntry* e = find(key);
+  VISION_CHECK(e != nullptr, "the model has no parameter or buffer named '{}'", key);
+  VISION_CHECK(host.shape() == e->shape, "'{}' has shape {} in the model, {} was given", key, e->shape.str(),
+               host.shape().str());
+  const Tensor src = host_as(host, e->dtype);
+  const Tensor dst = tensor(key);
+  backend_->copy_to_device(dst.raw(), src.raw(), dst.nbytes());
+}
+
+std::vector<std::pair<std::string, Tensor>> StateStore::to_host() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& e : entries_) out.emplace_back(e.key, backend_->download(tensor(e.key)));
+  return out;
+}
+
+void StateStore::load_safetensors(const std::filesystem::path& path) {
+  const core::SafetensorsFile file = core::read_safetensors(path);
+  std::vector<std::string> unexpected, missing, mismatched;
+  for (const auto& [name, t] : file.tensors) {
+    const StateEntry* e = find(name);
+    if (!e) {
+      unexpected.push_back(name);
+    } else if (t.shape() != e->shape && !(t.numel() == 1 && e->shape.numel() == 1)) {
+      mismatched.push_back(fmt::format("{} (file {}, model {})", name, t.shape().str(), e->shape.str()));
+    } else if (!(t.dtype() == e->dtype || (core::is_floating(t.dtype()) && e->dtype == DType::f32))) {
+      mismatched.push_back(fmt::format("{} (file dtype {}, model {})", name, core::dtype_name(t.dtype()),
+                                       core::dtype_name(e->dtype)));
+    }
+  }
+  for (const auto& e : entries_)
+    if (!file.find(e.key)) missing.push_back(e.key);
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
+    if (v.size() > 8) s += fmt::format(", … ({} in all)", v.size());
+    return s;
+  };
+  VISION_CHECK(mismatched.empty(), "{}: tensors with the wrong shape or dtype for this model: {}", path.string(),
+               list(mismatched));
+  VISION_CHECK(missing.empty(), "{}: missing tensors the model needs: {} (is this a checkpoint of another model or scale?)",
+               path.string(), list(missing));
+  VISION_CHECK(unexpected.empty(), "{}: tensors this model does not have: {} (is this a checkpoint of another model or scale?)",
+               path.string(), list(unexpected));
+  for (const auto& [name, t] : file.tensors) set_from_host(name, t.reshape(find(name)->shape));
+}
+
+void StateStore::save_safetensors(const std::filesystem::path& path,
+                                  const std::map<std::string, std::string>& metadata) const {
+  core::write_safetensors(path, to_host(), metadata);
+}
+
+}  // namespace vision::graph

@@ -1,0 +1,63 @@
+// StateStore — a model's trainable parameters (flat buffer + flat gradient buffer) and buffers, by checkpoint key.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vision/graph/backend.h"
+#include "vision/graph/graph.h"
+
+namespace vision::graph {
+
+struct StateEntry {
+  std::string key;  // "model.0.conv.weight"
+  Shape shape;
+  DType dtype = DType::f32;
+  StateKind kind = StateKind::parameter;  // parameter or buffer (constants live in plans)
+  size_t offset = 0;                      // bytes into the flat parameter buffer or the buffer region
+};
+
+class StateStore {
+ public:
+  // Lowers every node of the graph (no fusion) for the given concrete input shapes, collects the
+  // parameters and buffers they declare and initialises them with the ops' param_init_data.
+  StateStore(const Graph& graph, std::shared_ptr<BackendContext> backend, const std::vector<Shape>& input_shapes);
+
+  const std::vector<StateEntry>& entries() const { return entries_; }
+  const StateEntry* find(const std::string& key) const;
+  // The device tensor of a parameter or buffer; its gradient (parameters only).
+  Tensor tensor(const std::string& key) const;
+  Tensor grad(const std::string& key) const;
+
+  // Flat f32 buffers over every trainable parameter, in entry order (one optimizer launch).
+  Tensor flat_params() const { return flat_params_; }
+  Tensor flat_grads() const { return flat_grads_; }
+  int64_t parameter_count() const { return n_params_; }
+
+  // Replaces parameters and buffers with the tensors of a safetensors file. Strict: a missing, unexpected
+  // or mis-shaped tensor is an error naming it; f16/bf16 files are converted to the store's dtype.
+  void load_safetensors(const std::filesystem::path& path);
+  // Writes every parameter and buffer (atomically: nothing at path is lost if writing fails).
+  void save_safetensors(const std::filesystem::path& path, const std::map<std::string, std::string>& metadata = {}) const;
+  // Host copies of every parameter and buffer, by key.
+  std::vector<std::pair<std::string, Tensor>> to_host() const;
+  void set_from_host(const std::string& key, const Tensor& host);
+
+  BackendContext& backend() const { return *backend_; }
+
+ private:
+  std::shared_ptr<BackendContext> backend_;
+  std::vector<StateEntry> entries_;
+  std::map<std::string, size_t> index_;
+  std::shared_ptr<void> param_mem_, grad_mem_, buffer_mem_;
+  Tensor flat_params_, flat_grads_;
+  int64_t n_params_ = 0;
+};
+
+// Checkpoint key of state `local` of node `node_name` ("model.0.bn" + "weight").
+std::string state_key(const std::string& node_name, const std::string& local);
+
+}  // namespace vision::graph
