@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds and runs the whole test suite: the default (CUDA) build and the CPU-only build.
+# GPU tests skip cleanly without a usable GPU; VISION_REQUIRE_GPU=1 turns those skips into failures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+presets=(default cpu)
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "test: no CUDA toolkit found: testing the CPU-only build alone"
+  presets=(cpu)
+fi
+status=0
+for p in "${presets[@]}"; do
+  echo "=== preset $p"
+  cmake --preset "$p" >/dev/null
+  cmake --build --preset "$p"
+  ctest --preset "$p" -j2 || status=1
+done
+exit $status
