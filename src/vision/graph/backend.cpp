@@ -23,3 +23,36 @@ Tensor BackendContext::download(const Tensor& dev) {
 }
 
 }  // namespace vision::graph
+
+#ifdef VISION_HAS_CUDA
+#include "vision/cuda/device.h"
+#include "vision/graph/cuda/cuda_backend.h"
+#endif
+
+namespace vision::graph {
+
+DeviceChoice parse_device_choice(std::string_view s) {
+  if (s == "auto") return DeviceChoice::automatic;
+  if (s == "cpu") return DeviceChoice::cpu;
+  if (s == "cuda") return DeviceChoice::cuda;
+  fail("unknown device '{}' (expected auto, cpu or cuda)", s);
+}
+
+bool cuda_usable() {
+#ifdef VISION_HAS_CUDA
+  return cuda::gpu_available();
+#else
+  return false;
+#endif
+}
+
+std::shared_ptr<BackendContext> make_backend(DeviceChoice choice) {
+  if (choice == DeviceChoice::cpu || (choice == DeviceChoice::automatic && !cuda_usable())) return cpu_backend();
+#ifdef VISION_HAS_CUDA
+  return cuda_backend();
+#else
+  fail("this build of vision-cpp has no CUDA backend (configured with -DVISION_CUDA=OFF); use --device cpu");
+#endif
+}
+
+}  // namespace vision::graph

@@ -1,6 +1,7 @@
 // BackendContext — the memory and stream services a plan needs from a backend (CPU or CUDA).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "vision/graph/op.h"
@@ -25,6 +26,14 @@ class BackendContext {
   // Waits for all work queued on the backend.
   virtual void synchronize() = 0;
 
+  // Graph capture (CUDA graphs): records the work `work` queues and returns a handle to replay it.
+  virtual bool supports_graph_capture() const { return false; }
+  virtual std::shared_ptr<void> capture(const std::function<void()>& work) {
+    (void)work;
+    fail("backend {} has no graph capture", backend_name(backend()));
+  }
+  virtual void replay(void* captured) { (void)captured; }
+
   // A device tensor with a copy of a host tensor, and back.
   Tensor upload(const Tensor& host);
   Tensor download(const Tensor& dev);
@@ -32,5 +41,12 @@ class BackendContext {
 
 // The CPU backend's context (always available).
 std::shared_ptr<BackendContext> cpu_backend();
+
+enum class DeviceChoice { automatic, cpu, cuda };
+// "auto" (CUDA when a usable GPU is present, else the CPU), "cpu" or "cuda" (an error without a GPU).
+DeviceChoice parse_device_choice(std::string_view s);
+std::shared_ptr<BackendContext> make_backend(DeviceChoice choice);
+// Whether this build has the CUDA backend and a usable GPU is present (probed once).
+bool cuda_usable();
 
 }  // namespace vision::graph

@@ -354,6 +354,20 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
     else
       backend_->copy_on_device(dst.raw(), src.raw(), src.nbytes());
   }
+  const bool replayable = mode_ == Mode::inference && graph_replay_ && backend_->supports_graph_capture();
+  if (!replayable) {
+    run_steps();
+  } else if (runs_ == 0) {
+    run_steps();  // warm-up: kernels compiled and loaded, library algorithms chosen, before capture
+  } else {
+    if (!captured_) captured_ = backend_->capture([this] { run_steps(); });
+    backend_->replay(captured_.get());
+  }
+  ++runs_;
+  forward_done_ = true;
+}
+
+void Plan::run_steps() {
   for (PlanStep& s : steps_) {
     ForwardCtx ctx;
     ctx.backend = backend_.get();
@@ -369,7 +383,6 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
       fail("{}: {}", step_context(s), e.what());
     }
   }
-  forward_done_ = true;
 }
 
 std::vector<Tensor> Plan::outputs() const {

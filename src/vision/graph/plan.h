@@ -53,12 +53,18 @@ class Plan {
   Tensor value_grad(int value_id) const;
   Tensor value(int value_id) const { return values_.at(static_cast<size_t>(value_id)); }
 
-  std::string describe() const;  // one line per step: name, op, output shape
+  std::string describe() const;
+
+  // Inference on a backend with graph capture (CUDA): the first run is eager, the second captures the
+  // steps into a graph, later runs replay it. On by default.
+  void set_graph_replay(bool on) { graph_replay_ = on; }
+  bool graph_replayed() const { return captured_ != nullptr; }  // one line per step: name, op, output shape
 
  private:
   void build_steps(const Graph& graph, const std::vector<Shape>& shapes);
   void bind_state(StateStore& state, const std::vector<Shape>& shapes);
   void layout_memory(const Graph& graph, const std::vector<Shape>& shapes);
+  void run_steps();
 
   std::shared_ptr<BackendContext> backend_;
   Mode mode_;
@@ -75,6 +81,9 @@ class Plan {
   std::shared_ptr<void> constants_;
   size_t arena_bytes_ = 0;
   bool forward_done_ = false;
+  bool graph_replay_ = true;
+  int64_t runs_ = 0;
+  std::shared_ptr<void> captured_;
 };
 
 }  // namespace vision::graph

@@ -1,0 +1,64 @@
+#include "vision/graph/cuda/cuda_backend.h"
+
+#include "vision/cuda/check.h"
+#include "vision/cuda/device.h"
+
+namespace vision::graph {
+
+CudaBackendContext::CudaBackendContext() : stream_(), cudnn_(stream_.get()), cublas_(stream_.get()) {}
+
+std::shared_ptr<void> CudaBackendContext::allocate(size_t bytes) { return cuda::device_alloc(bytes); }
+
+void CudaBackendContext::copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  // The source may be pageable host memory that the caller frees right after: wait for the copy.
+  VISION_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+  VISION_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void CudaBackendContext::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  VISION_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  VISION_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void CudaBackendContext::copy_on_device(void* dst, const void* src, size_t bytes) {
+  if (!bytes || dst == src) return;
+  VISION_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+}
+
+void CudaBackendContext::fill_zero(void* dst, size_t bytes) {
+  if (bytes) VISION_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream()));
+}
+
+void CudaBackendContext::add_into(const Tensor& dst, const Tensor& src) {
+  VISION_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && core::is_floating(dst.dtype()),
+               "add_into: {} += {} (floating tensors of one shape only)", dst.str(), src.str());
+  const cudaDataType_t t = dst.dtype() == DType::f32 ? CUDA_R_32F : dst.dtype() == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+  const float one = 1.0f;
+  VISION_CHECK(dst.numel() <= INT32_MAX, "add_into: {} elements exceed cuBLAS's 32-bit count", dst.numel());
+  VISION_CUBLAS_CHECK(cublasAxpyEx(cublas(), static_cast<int>(dst.numel()), &one, CUDA_R_32F, src.raw(), t, 1,
+                                   dst.raw(), t, 1, CUDA_R_32F));
+}
+
+void CudaBackendContext::synchronize() { stream_.synchronize(); }
+
+std::shared_ptr<void> CudaBackendContext::capture(const std::function<void()>& work) {
+  return std::shared_ptr<cuda::CapturedGraph>(cuda::CapturedGraph::capture(stream(), work));
+}
+
+void CudaBackendContext::replay(void* captured) { static_cast<cuda::CapturedGraph*>(captured)->replay(stream()); }
+
+CudaBackendContext& CudaBackendContext::of(BackendContext* ctx) {
+  VISION_CHECK(ctx != nullptr && ctx->backend() == Backend::cuda, "a CUDA op ran without the CUDA backend");
+  return static_cast<CudaBackendContext&>(*ctx);
+}
+
+std::shared_ptr<BackendContext> cuda_backend() {
+  VISION_CHECK(cuda::gpu_available(), "the CUDA backend was asked for but no usable GPU is present: {}",
+               cuda::gpu_unavailable_reason());
+  static std::shared_ptr<BackendContext> ctx = std::make_shared<CudaBackendContext>();
+  return ctx;
+}
+
+}  // namespace vision::graph

@@ -1,0 +1,43 @@
+// CudaBackendContext — the CUDA backend's services: one stream, cuDNN/cuBLAS handles, device memory, graphs.
+#pragma once
+
+#include <memory>
+
+#include "vision/cuda/libraries.h"
+#include "vision/cuda/memory.h"
+#include "vision/graph/backend.h"
+
+namespace vision::graph {
+
+class CudaBackendContext final : public BackendContext {
+ public:
+  CudaBackendContext();
+  Backend backend() const override { return Backend::cuda; }
+  std::shared_ptr<void> allocate(size_t bytes) override;
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy_on_device(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  void add_into(const Tensor& dst, const Tensor& src) override;
+  void synchronize() override;
+  bool supports_graph_capture() const override { return true; }
+  std::shared_ptr<void> capture(const std::function<void()>& work) override;
+  void replay(void* captured) override;
+
+  cudaStream_t stream() const { return stream_.get(); }
+  cudnnHandle_t cudnn() const { return cudnn_.get(); }
+  cublasHandle_t cublas() const { return cublas_.get(); }
+
+  // The context of a ForwardCtx/BackwardCtx on the CUDA backend.
+  static CudaBackendContext& of(BackendContext* ctx);
+
+ private:
+  cuda::Stream stream_;
+  cuda::CudnnHandle cudnn_;
+  cuda::CublasHandle cublas_;
+};
+
+// The process-wide CUDA backend; throws vision::Error (with the probe's reason) when no GPU is usable.
+std::shared_ptr<BackendContext> cuda_backend();
+
+}  // namespace vision::graph
