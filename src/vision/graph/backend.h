@@ -21,8 +21,9 @@ class BackendContext {
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
-  // dst += src, same shape and dtype (gradient accumulation of multi-consumer tensors).
-  virtual void add_into(const Tensor& dst, const Tensor& src) = 0;
+  // dst += alpha · src, same shape and dtype (gradient accumulation, plain SGD steps).
+  virtual void axpy(const Tensor& dst, float alpha, const Tensor& src) = 0;
+  void add_into(const Tensor& dst, const Tensor& src) { axpy(dst, 1.0f, src); }
   // Waits for all work queued on the backend.
   virtual void synchronize() = 0;
 

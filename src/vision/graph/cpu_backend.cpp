@@ -20,14 +20,14 @@ class CpuBackendContext final : public BackendContext {
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
   void copy_on_device(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
   void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
-  void add_into(const Tensor& dst, const Tensor& src) override {
+  void axpy(const Tensor& dst, float alpha, const Tensor& src) override {
     VISION_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.dtype() == DType::f32,
-                 "add_into: {} += {} (f32 tensors of one shape only on the CPU)", dst.str(), src.str());
+                 "axpy: {} += α·{} (f32 tensors of one shape only on the CPU)", dst.str(), src.str());
     float* d = dst.data<float>();
     const float* s = src.data<float>();
     const int64_t n = dst.numel();
 #pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    for (int64_t i = 0; i < n; ++i) d[i] += alpha * s[i];
   }
   void synchronize() override {}
 };

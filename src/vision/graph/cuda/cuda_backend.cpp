@@ -31,13 +31,12 @@ void CudaBackendContext::fill_zero(void* dst, size_t bytes) {
   if (bytes) VISION_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream()));
 }
 
-void CudaBackendContext::add_into(const Tensor& dst, const Tensor& src) {
+void CudaBackendContext::axpy(const Tensor& dst, float alpha, const Tensor& src) {
   VISION_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && core::is_floating(dst.dtype()),
-               "add_into: {} += {} (floating tensors of one shape only)", dst.str(), src.str());
+               "axpy: {} += α·{} (floating tensors of one shape only)", dst.str(), src.str());
   const cudaDataType_t t = dst.dtype() == DType::f32 ? CUDA_R_32F : dst.dtype() == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
-  const float one = 1.0f;
-  VISION_CHECK(dst.numel() <= INT32_MAX, "add_into: {} elements exceed cuBLAS's 32-bit count", dst.numel());
-  VISION_CUBLAS_CHECK(cublasAxpyEx(cublas(), static_cast<int>(dst.numel()), &one, CUDA_R_32F, src.raw(), t, 1,
+  VISION_CHECK(dst.numel() <= INT32_MAX, "axpy: {} elements exceed cuBLAS's 32-bit count", dst.numel());
+  VISION_CUBLAS_CHECK(cublasAxpyEx(cublas(), static_cast<int>(dst.numel()), &alpha, CUDA_R_32F, src.raw(), t, 1,
                                    dst.raw(), t, 1, CUDA_R_32F));
 }
 

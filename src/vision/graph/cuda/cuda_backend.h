@@ -18,7 +18,7 @@ class CudaBackendContext final : public BackendContext {
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy_on_device(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
-  void add_into(const Tensor& dst, const Tensor& src) override;
+  void axpy(const Tensor& dst, float alpha, const Tensor& src) override;
   void synchronize() override;
   bool supports_graph_capture() const override { return true; }
   std::shared_ptr<void> capture(const std::function<void()>& work) override;
