@@ -1,3 +1,4 @@
+// The CPU backend context: aligned host memory, memcpy copies, OpenMP axpy.
 #include <cstdlib>
 #include <cstring>
 

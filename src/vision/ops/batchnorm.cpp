@@ -1,0 +1,178 @@
+#include "vision/ops/batchnorm.h"
+
+#include <optional>
+
+#include "vision/cpu/dnnl_context.h"
+#include "vision/ops/op_util.h"
+
+namespace vision::ops {
+
+using dnnl::memory;
+using dnnl::normalization_flags;
+
+std::vector<ParamSpec> batchnorm2d_state_specs(int64_t c) {
+  return {{"weight", Shape{c}, DType::f32, StateKind::parameter},
+          {"bias", Shape{c}, DType::f32, StateKind::parameter},
+          {"running_mean", Shape{c}, DType::f32, StateKind::buffer},
+          {"running_var", Shape{c}, DType::f32, StateKind::buffer},
+          {"num_batches_tracked", Shape{}, DType::i64, StateKind::buffer}};
+}
+
+std::vector<std::byte> batchnorm2d_state_init(size_t i, int64_t c) {
+  switch (i) {
+    case 0: return graph::filled_bytes(Shape{c}, 1.0f);
+    case 1: return graph::filled_bytes(Shape{c}, 0.0f);
+    case 2: return graph::filled_bytes(Shape{c}, 0.0f);
+    case 3: return graph::filled_bytes(Shape{c}, 1.0f);
+    case 4: return std::vector<std::byte>(sizeof(int64_t), std::byte{0});
+  }
+  fail("batchnorm2d has 5 state tensors, asked for #{}", i);
+}
+
+namespace {
+
+enum State { kWeight, kBias, kRunningMean, kRunningVar, kNumBatches };
+enum Saved { kBatchMean, kBatchVar };
+
+const auto kScaleShift = normalization_flags::use_scale | normalization_flags::use_shift;
+
+class BatchNorm2dRuntime final : public CpuRuntimeOp {
+ public:
+  BatchNorm2dRuntime(float eps, float momentum, Mode mode)
+      : CpuRuntimeOp("ops.batchnorm2d", 1), eps_(eps), momentum_(momentum), mode_(mode) {}
+
+  std::vector<ParamSpec> param_specs(const std::vector<Shape>& in, const Shape&) const override {
+    return batchnorm2d_state_specs(in.at(0)[1]);
+  }
+  std::vector<std::byte> param_init_data(size_t i, const std::vector<Shape>& in, const Shape&,
+                                         uint64_t) const override {
+    return batchnorm2d_state_init(i, in.at(0)[1]);
+  }
+  // The batch mean and biased variance, for backward.
+  std::vector<TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape&) const override {
+    if (mode_ != Mode::train) return {};
+    return {{Shape{in.at(0)[1]}, DType::f32}, {Shape{in.at(0)[1]}, DType::f32}};
+  }
+
+  void forward(ForwardCtx& ctx) override {
+    const Tensor& x = ctx.inputs[0];
+    prepare(x.shape());
+    const int64_t c = x.dim(1);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cpu::as_memory(data_, x)},
+                                         {DNNL_ARG_DST, cpu::as_memory(data_, ctx.output)},
+                                         {DNNL_ARG_SCALE, cpu::as_memory(stat_, ctx.params[kWeight])},
+                                         {DNNL_ARG_SHIFT, cpu::as_memory(stat_, ctx.params[kBias])}};
+    if (!ctx.training) {
+      args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.params[kRunningMean]));
+      args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.params[kRunningVar]));
+      cpu::execute(inference(), args, "batch normalization forward (inference)");
+      return;
+    }
+    const int64_t n = x.numel() / c;  // values per channel
+    VISION_CHECK(n > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
+    const bool keep = !ctx.saved.empty();
+    F32Scratch mean(keep ? ctx.saved[kBatchMean] : Tensor(), static_cast<size_t>(c));
+    F32Scratch var(keep ? ctx.saved[kBatchVar] : Tensor(), static_cast<size_t>(c));
+    args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, mean.data()));
+    args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, var.data()));
+    cpu::execute(training(), args, "batch normalization forward (training)");
+
+    float* rm = ctx.params[kRunningMean].data<float>();
+    float* rv = ctx.params[kRunningVar].data<float>();
+    const double m = momentum_, unbias = static_cast<double>(n) / static_cast<double>(n - 1);
+    for (int64_t i = 0; i < c; ++i) {
+      rm[i] = static_cast<float>((1 - m) * rm[i] + m * mean.data()[i]);
+      rv[i] = static_cast<float>((1 - m) * rv[i] + m * var.data()[i] * unbias);
+    }
+    ctx.params[kNumBatches].data<int64_t>()[0] += 1;
+  }
+
+  // Gradients through the batch statistics (the training-mode forward).
+  void backward(BackwardCtx& ctx) override {
+    const Tensor& x = ctx.inputs[0];
+    prepare(x.shape());
+    VISION_CHECK(ctx.saved.size() == 2, "batchnorm2d backward needs the batch statistics saved by a training forward");
+    if (!backward_) {
+      dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, data_, data_, eps_, kScaleShift);
+      backward_ = dnnl::batch_normalization_backward(
+          dnnl::batch_normalization_backward::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+    }
+    const size_t c = static_cast<size_t>(x.dim(1));
+    F32Scratch dx(ctx.grad_inputs[0], static_cast<size_t>(x.numel()));
+    F32Scratch dgamma(ctx.grad_params[kWeight], c), dbeta(ctx.grad_params[kBias], c);
+    cpu::execute(*backward_,
+                 {{DNNL_ARG_SRC, cpu::as_memory(data_, x)},
+                  {DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.saved[kBatchMean])},
+                  {DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.saved[kBatchVar])},
+                  {DNNL_ARG_DIFF_DST, cpu::as_memory(data_, ctx.grad_output)},
+                  {DNNL_ARG_SCALE, cpu::as_memory(stat_, ctx.params[kWeight])},
+                  {DNNL_ARG_DIFF_SRC, cpu::as_memory(data_, dx.data())},
+                  {DNNL_ARG_DIFF_SCALE, cpu::as_memory(stat_, dgamma.data())},
+                  {DNNL_ARG_DIFF_SHIFT, cpu::as_memory(stat_, dbeta.data())}},
+                 "batch normalization backward");
+  }
+
+ private:
+  void prepare(const Shape& x) {
+    if (x == x_shape_) return;
+    x_shape_ = x;
+    data_ = cpu::f32_desc(cpu::dims_of(x));
+    stat_ = cpu::f32_desc({x[1]});
+    inference_.reset();
+    training_pd_.reset();
+    training_.reset();
+    backward_.reset();
+  }
+
+  const dnnl::batch_normalization_forward::primitive_desc& training_pd() {
+    if (!training_pd_) {
+      dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, data_, eps_, kScaleShift);
+      training_pd_.emplace(d, cpu::dnnl_engine());
+    }
+    return *training_pd_;
+  }
+  const dnnl::batch_normalization_forward& training() {
+    if (!training_) training_.emplace(training_pd());
+    return *training_;
+  }
+  const dnnl::batch_normalization_forward& inference() {
+    if (!inference_) {
+      dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, data_, eps_,
+                                                kScaleShift | normalization_flags::use_global_stats);
+      inference_.emplace(dnnl::batch_normalization_forward::primitive_desc(d, cpu::dnnl_engine()));
+    }
+    return *inference_;
+  }
+
+  float eps_, momentum_;
+  Mode mode_;
+  Shape x_shape_;
+  memory::desc data_, stat_;
+  std::optional<dnnl::batch_normalization_forward> inference_;
+  std::optional<dnnl::batch_normalization_forward::primitive_desc> training_pd_;
+  std::optional<dnnl::batch_normalization_forward> training_;
+  std::optional<dnnl::batch_normalization_backward> backward_;
+};
+
+}  // namespace
+
+BatchNorm2dOp::BatchNorm2dOp(float eps, float momentum) : eps_(eps), momentum_(momentum) {
+  VISION_CHECK(eps > 0 && momentum >= 0 && momentum <= 1, "batchnorm2d needs eps > 0 and momentum in [0, 1], got {} {}",
+               eps, momentum);
+}
+
+Shape BatchNorm2dOp::infer_output_shape(const std::vector<Shape>& inputs) const {
+  expect_inputs(inputs, 1, 4, "batchnorm2d");
+  VISION_CHECK(inputs[0][1] > 0, "batchnorm2d needs a known channel count, the input is {}", inputs[0].str());
+  return inputs[0];
+}
+
+std::unique_ptr<RuntimeOp> BatchNorm2dOp::lower(Backend backend, Mode mode) const {
+  return lower_cpu<BatchNorm2dRuntime>(*this, backend, eps_, momentum_, mode);
+}
+
+SymTensor batchnorm2d(SymTensor x, float eps, float momentum, const std::string& name) {
+  return record<BatchNorm2dOp>({x}, name, eps, momentum);
+}
+
+}  // namespace vision::ops

@@ -1,0 +1,317 @@
+#include "vision/ops/conv2d.h"
+
+#include <cmath>
+#include <optional>
+
+#include "vision/cpu/dnnl_context.h"
+#include "vision/ops/batchnorm.h"
+#include "vision/ops/elementwise.h"
+#include "vision/ops/op_util.h"
+
+namespace vision::ops {
+
+using dnnl::algorithm;
+using dnnl::memory;
+
+void Conv2dAttrs::validate() const {
+  VISION_CHECK(in_channels > 0 && out_channels > 0, "conv2d needs positive channel counts, got in {} out {}",
+               in_channels, out_channels);
+  VISION_CHECK(kernel > 0 && stride > 0 && dilation > 0 && groups > 0,
+               "conv2d needs kernel, stride, dilation and groups > 0, got k {} s {} d {} g {}", kernel, stride,
+               dilation, groups);
+  VISION_CHECK(in_channels % groups == 0 && out_channels % groups == 0,
+               "conv2d: groups {} must divide in_channels {} and out_channels {}", groups, in_channels, out_channels);
+}
+
+Shape Conv2dAttrs::output_shape(const Shape& x) const {
+  validate();
+  VISION_CHECK(x.rank() == 4, "conv2d needs a rank-4 input (N, C, H, W), got {}", x.str());
+  VISION_CHECK(x[1] == in_channels, "conv2d expects {} input channels, the input {} has {}", in_channels, x.str(),
+               x[1] == Shape::kAny ? std::string("a symbolic count") : std::to_string(x[1]));
+  auto spatial = [&](int64_t n) -> int64_t {
+    if (n == Shape::kAny) return Shape::kAny;
+    const int64_t span = n + 2 * pad() - dilation * (kernel - 1) - 1;
+    VISION_CHECK(span >= 0, "conv2d: input {} is too small for kernel {} (dilation {}, padding {})", x.str(), kernel,
+                 dilation, pad());
+    return span / stride + 1;
+  };
+  return {x[0], out_channels, spatial(x[2]), spatial(x[3])};
+}
+
+std::vector<ParamSpec> conv2d_state_specs(const Conv2dAttrs& a) {
+  std::vector<ParamSpec> s{{"weight", a.weight_shape(), DType::f32, StateKind::parameter}};
+  if (a.bias) s.push_back({"bias", Shape{a.out_channels}, DType::f32, StateKind::parameter});
+  return s;
+}
+
+std::vector<std::byte> conv2d_state_init(const Conv2dAttrs& a, size_t i, uint64_t seed) {
+  const Shape ws = a.weight_shape();
+  const float bound = 1.0f / std::sqrt(static_cast<float>(ws[1] * ws[2] * ws[3]));
+  const Shape shape = i == 0 ? ws : Shape{a.out_channels};
+  return graph::bytes_of(graph::uniform_init(shape, bound, seed));
+}
+
+namespace {
+
+std::vector<ParamSpec> prefixed(std::vector<ParamSpec> specs, const std::string& prefix) {
+  for (auto& s : specs) s.name = prefix + s.name;
+  return specs;
+}
+
+// The oneDNN primitives of one convolution, created for the first input shape seen and re-created when it
+// changes. Weights are [Cout, Cin/g, k, k] row-major (oneDNN oihw, or goihw with groups: the same bytes).
+class ConvPrimitives {
+ public:
+  ConvPrimitives(const Conv2dAttrs& a, bool with_bias, bool silu, bool training)
+      : a_(a), with_bias_(with_bias), silu_(silu), training_(training) {}
+
+  // y = conv(x, w) (+ b) (then swish when silu); w and b point at f32 host memory.
+  void forward(const Tensor& x, const Tensor& y, const float* w, const float* b) {
+    prepare(x.shape(), y.shape());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cpu::as_memory(src_, x)},
+                                         {DNNL_ARG_WEIGHTS, cpu::as_memory(wei_, const_cast<float*>(w))},
+                                         {DNNL_ARG_DST, cpu::as_memory(dst_, y)}};
+    if (with_bias_) args.emplace(DNNL_ARG_BIAS, cpu::as_memory(bias_, const_cast<float*>(b)));
+    cpu::execute(fwd_, args, "convolution forward");
+  }
+
+  // dx = conv_transpose(dy, w).
+  void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) {
+    prepare(dx.shape(), dy.shape());
+    if (!bwd_data_) {
+      dnnl::convolution_backward_data::desc d(algorithm::convolution_direct, src_, wei_, dst_, strides(), dilates(),
+                                              padding(), padding());
+      bwd_data_.emplace(dnnl::convolution_backward_data::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+    }
+    cpu::execute(*bwd_data_,
+                 {{DNNL_ARG_DIFF_DST, cpu::as_memory(dst_, dy)},
+                  {DNNL_ARG_WEIGHTS, cpu::as_memory(wei_, w)},
+                  {DNNL_ARG_DIFF_SRC, cpu::as_memory(src_, dx)}},
+                 "convolution backward (data)");
+  }
+
+  // dw (and db when the convolution has a bias) from x and dy.
+  void backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw, float* db) {
+    prepare(x.shape(), dy.shape());
+    if (!bwd_weights_) {
+      using Bwd = dnnl::convolution_backward_weights;
+      auto d = with_bias_ ? Bwd::desc(algorithm::convolution_direct, src_, wei_, bias_, dst_, strides(), dilates(),
+                                      padding(), padding())
+                          : Bwd::desc(algorithm::convolution_direct, src_, wei_, dst_, strides(), dilates(),
+                                      padding(), padding());
+      bwd_weights_.emplace(Bwd::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cpu::as_memory(src_, x)},
+                                         {DNNL_ARG_DIFF_DST, cpu::as_memory(dst_, dy)},
+                                         {DNNL_ARG_DIFF_WEIGHTS, cpu::as_memory(wei_, dw)}};
+    if (with_bias_) args.emplace(DNNL_ARG_DIFF_BIAS, cpu::as_memory(bias_, db));
+    cpu::execute(*bwd_weights_, args, "convolution backward (weights)");
+  }
+
+ private:
+  memory::dims strides() const { return {a_.stride, a_.stride}; }
+  memory::dims dilates() const { return {a_.dilation - 1, a_.dilation - 1}; }  // oneDNN counts the gaps
+  memory::dims padding() const { return {a_.pad(), a_.pad()}; }
+
+  dnnl::convolution_forward::desc forward_desc(dnnl::prop_kind prop) const {
+    using Fwd = dnnl::convolution_forward;
+    return with_bias_ ? Fwd::desc(prop, algorithm::convolution_direct, src_, wei_, bias_, dst_, strides(), dilates(),
+                                  padding(), padding())
+                      : Fwd::desc(prop, algorithm::convolution_direct, src_, wei_, dst_, strides(), dilates(),
+                                  padding(), padding());
+  }
+
+  // The forward primitive descriptor the backward ones are created from.
+  const dnnl::convolution_forward::primitive_desc& training_pd() {
+    if (!train_pd_) train_pd_.emplace(forward_desc(dnnl::prop_kind::forward_training), cpu::dnnl_engine());
+    return *train_pd_;
+  }
+
+  void prepare(const Shape& x, const Shape& y) {
+    if (x == x_shape_ && fwd_) return;
+    x_shape_ = x;
+    const int64_t g = a_.groups;
+    src_ = cpu::f32_desc(cpu::dims_of(x));
+    dst_ = cpu::f32_desc(cpu::dims_of(y));
+    bias_ = cpu::f32_desc({a_.out_channels});
+    wei_ = g == 1 ? cpu::f32_desc(cpu::dims_of(a_.weight_shape()))
+                  : cpu::f32_desc({g, a_.out_channels / g, a_.in_channels / g, a_.kernel, a_.kernel});
+    dnnl::primitive_attr attr;
+    if (silu_) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.0f, algorithm::eltwise_swish, 1.0f, 0.0f);
+      attr.set_post_ops(po);
+    }
+    const auto prop = training_ ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+    try {
+      fwd_ = dnnl::convolution_forward(
+          dnnl::convolution_forward::primitive_desc(forward_desc(prop), attr, cpu::dnnl_engine()));
+    } catch (const dnnl::error& e) {
+      fail("oneDNN has no convolution for input {} (k {}, s {}, p {}, d {}, g {}): {}", x.str(), a_.kernel, a_.stride,
+           a_.pad(), a_.dilation, a_.groups, e.what());
+    }
+    train_pd_.reset();
+    bwd_data_.reset();
+    bwd_weights_.reset();
+  }
+
+  Conv2dAttrs a_;
+  bool with_bias_, silu_, training_;
+  Shape x_shape_;
+  memory::desc src_, wei_, bias_, dst_;
+  dnnl::convolution_forward fwd_;
+  std::optional<dnnl::convolution_forward::primitive_desc> train_pd_;
+  std::optional<dnnl::convolution_backward_data> bwd_data_;
+  std::optional<dnnl::convolution_backward_weights> bwd_weights_;
+};
+
+class Conv2dRuntime final : public CpuRuntimeOp {
+ public:
+  Conv2dRuntime(const Conv2dAttrs& a, Mode mode)
+      : CpuRuntimeOp("ops.conv2d", 1), a_(a), prims_(a, a.bias, false, mode == Mode::train) {}
+
+  std::vector<ParamSpec> param_specs(const std::vector<Shape>&, const Shape&) const override {
+    return conv2d_state_specs(a_);
+  }
+  std::vector<std::byte> param_init_data(size_t i, const std::vector<Shape>&, const Shape&,
+                                         uint64_t seed) const override {
+    return conv2d_state_init(a_, i, seed);
+  }
+
+  void forward(ForwardCtx& ctx) override {
+    prims_.forward(ctx.inputs[0], ctx.output, ctx.params[0].data<float>(),
+                   a_.bias ? ctx.params[1].data<float>() : nullptr);
+  }
+
+  void backward(BackwardCtx& ctx) override {
+    if (ctx.grad_inputs[0].defined()) prims_.backward_data(ctx.grad_output, ctx.params[0], ctx.grad_inputs[0]);
+    if (ctx.grad_params[0].defined()) {
+      F32Scratch db(a_.bias ? ctx.grad_params[1] : Tensor(), a_.bias ? static_cast<size_t>(a_.out_channels) : 0);
+      prims_.backward_weights(ctx.inputs[0], ctx.grad_output, ctx.grad_params[0], db.data());
+    } else if (a_.bias && ctx.grad_params[1].defined()) {
+      fail("conv2d backward: a bias gradient without a weight gradient is not supported");
+    }
+  }
+
+ private:
+  Conv2dAttrs a_;
+  ConvPrimitives prims_;
+};
+
+class FusedConv2dRuntime final : public CpuRuntimeOp {
+ public:
+  FusedConv2dRuntime(std::string name, const Conv2dAttrs& a, ConvFusion f)
+      : CpuRuntimeOp(std::move(name), 1), a_(a), f_(std::move(f)), prims_(a, a.bias || f_.batchnorm, f_.silu, false) {
+    n_conv_state_ = conv2d_state_specs(a_).size();
+  }
+
+  std::vector<ParamSpec> param_specs(const std::vector<Shape>&, const Shape&) const override {
+    auto specs = prefixed(conv2d_state_specs(a_), f_.conv_prefix);
+    if (f_.batchnorm)
+      for (auto& s : prefixed(batchnorm2d_state_specs(a_.out_channels), f_.bn_prefix)) specs.push_back(s);
+    return specs;
+  }
+  std::vector<std::byte> param_init_data(size_t i, const std::vector<Shape>&, const Shape&,
+                                         uint64_t seed) const override {
+    return i < n_conv_state_ ? conv2d_state_init(a_, i, seed)
+                             : batchnorm2d_state_init(i - n_conv_state_, a_.out_channels);
+  }
+  size_t workspace_bytes(const std::vector<Shape>&, const Shape&) const override {
+    return f_.batchnorm ? static_cast<size_t>(a_.weight_shape().numel() + a_.out_channels) * sizeof(float) : 0;
+  }
+  bool has_backward() const override { return false; }  // built for inference plans only
+
+  void forward(ForwardCtx& ctx) override {
+    const float* w = ctx.params[0].data<float>();
+    const float* b = a_.bias ? ctx.params[1].data<float>() : nullptr;
+    if (!f_.batchnorm) return prims_.forward(ctx.inputs[0], ctx.output, w, b);
+    VISION_CHECK(ctx.workspace.defined() && ctx.workspace.nbytes() >= workspace_bytes({}, {}),
+                 "{}: the workspace is smaller than workspace_bytes()", name());
+    float* wf = static_cast<float*>(ctx.workspace.raw());
+    float* bf = wf + a_.weight_shape().numel();
+    fold_batchnorm(ctx.params, w, b, wf, bf);
+    prims_.forward(ctx.inputs[0], ctx.output, wf, bf);
+  }
+
+ private:
+  // W' = W·γ/σ, b' = β + (b − μ)·γ/σ with σ = sqrt(running_var + eps), per output channel.
+  void fold_batchnorm(const std::vector<Tensor>& params, const float* w, const float* b, float* wf, float* bf) const {
+    const float* gamma = params[n_conv_state_ + 0].data<float>();
+    const float* beta = params[n_conv_state_ + 1].data<float>();
+    const float* mean = params[n_conv_state_ + 2].data<float>();
+    const float* var = params[n_conv_state_ + 3].data<float>();
+    const int64_t per_channel = a_.weight_shape().numel() / a_.out_channels;
+    for (int64_t c = 0; c < a_.out_channels; ++c) {
+      const double scale = gamma[c] / std::sqrt(static_cast<double>(var[c]) + f_.bn_eps);
+      for (int64_t j = 0; j < per_channel; ++j)
+        wf[c * per_channel + j] = static_cast<float>(w[c * per_channel + j] * scale);
+      bf[c] = static_cast<float>(beta[c] + ((b ? b[c] : 0.0) - mean[c]) * scale);
+    }
+  }
+
+  Conv2dAttrs a_;
+  ConvFusion f_;
+  ConvPrimitives prims_;
+  size_t n_conv_state_ = 0;
+};
+
+}  // namespace
+
+// ---- Conv2dOp
+
+Conv2dOp::Conv2dOp(const Conv2dAttrs& a) : attrs_(a) { attrs_.validate(); }
+
+Shape Conv2dOp::infer_output_shape(const std::vector<Shape>& inputs) const {
+  expect_inputs(inputs, 1, 4, "conv2d");
+  return attrs_.output_shape(inputs[0]);
+}
+
+std::unique_ptr<RuntimeOp> Conv2dOp::lower(Backend backend, Mode mode) const {
+  return lower_cpu<Conv2dRuntime>(*this, backend, attrs_, mode);
+}
+
+std::shared_ptr<const Op> Conv2dOp::fuse_with(const Op& next, Mode mode, const std::string& self_prefix,
+                                              const std::string& next_prefix) const {
+  if (mode != Mode::inference) return nullptr;
+  if (auto* bn = dynamic_cast<const BatchNorm2dOp*>(&next))
+    return std::make_shared<FusedConv2dOp>(attrs_, ConvFusion{true, bn->eps(), false, self_prefix, next_prefix});
+  if (dynamic_cast<const SiluOp*>(&next))
+    return std::make_shared<FusedConv2dOp>(attrs_, ConvFusion{false, 0.0f, true, self_prefix, ""});
+  return nullptr;
+}
+
+// ---- FusedConv2dOp
+
+FusedConv2dOp::FusedConv2dOp(const Conv2dAttrs& a, ConvFusion f) : attrs_(a), fusion_(std::move(f)) {
+  attrs_.validate();
+}
+
+std::string FusedConv2dOp::name() const {
+  return std::string("ops.conv2d") + (fusion_.batchnorm ? "_bn" : "") + (fusion_.silu ? "_silu" : "");
+}
+
+Shape FusedConv2dOp::infer_output_shape(const std::vector<Shape>& inputs) const {
+  expect_inputs(inputs, 1, 4, name());
+  return attrs_.output_shape(inputs[0]);
+}
+
+std::unique_ptr<RuntimeOp> FusedConv2dOp::lower(Backend backend, Mode mode) const {
+  VISION_CHECK(mode == Mode::inference, "{} is an inference-time fusion: lower the unfused ops for training", name());
+  return lower_cpu<FusedConv2dRuntime>(*this, backend, name(), attrs_, fusion_);
+}
+
+std::shared_ptr<const Op> FusedConv2dOp::fuse_with(const Op& next, Mode mode, const std::string& self_prefix,
+                                                   const std::string& next_prefix) const {
+  if (mode != Mode::inference || fusion_.silu || !dynamic_cast<const SiluOp*>(&next)) return nullptr;
+  ConvFusion f = fusion_;
+  f.silu = true;
+  f.conv_prefix = self_prefix + f.conv_prefix;
+  f.bn_prefix = self_prefix + f.bn_prefix;
+  return std::make_shared<FusedConv2dOp>(attrs_, std::move(f));
+}
+
+SymTensor conv2d(SymTensor x, const Conv2dAttrs& a, const std::string& name) {
+  return record<Conv2dOp>({x}, name, a);
+}
+
+}  // namespace vision::ops
