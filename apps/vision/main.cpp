@@ -1,11 +1,28 @@
-// vision — the command-line client of the vision-cpp engine.
+// vision — the command-line client of the vision-cpp engine (a thin client of the public C++ API).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
+#include "commands.h"
+#include "vision/core/error.h"
+
 int main(int argc, char** argv) {
-  CLI::App app{"vision — YOLO26 inference and training engine"};
+  CLI::App app{"vision — YOLO26 object detection engine (inference and training, CPU and CUDA)"};
   app.require_subcommand(1);
-  CLI11_PARSE(app, argc, argv);
+  vision::cli::add_demo_command(app);
+#ifdef VISION_HAS_CUDA
+  vision::cli::add_kernels_command(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const vision::Error& e) {
+    std::fprintf(stderr, "vision: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vision: internal error: %s\n", e.what());
+    return 2;
+  }
   return 0;
 }
