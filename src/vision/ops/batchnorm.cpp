@@ -106,6 +106,7 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
                   {DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.saved[kBatchVar])},
                   {DNNL_ARG_DIFF_DST, cpu::as_memory(data_, ctx.grad_output)},
                   {DNNL_ARG_SCALE, cpu::as_memory(stat_, ctx.params[kWeight])},
+                  {DNNL_ARG_SHIFT, cpu::as_memory(stat_, ctx.params[kBias])},  // unused, but oneDNN asks for it
                   {DNNL_ARG_DIFF_SRC, cpu::as_memory(data_, dx.data())},
                   {DNNL_ARG_DIFF_SCALE, cpu::as_memory(stat_, dgamma.data())},
                   {DNNL_ARG_DIFF_SHIFT, cpu::as_memory(stat_, dbeta.data())}},
