@@ -93,6 +93,17 @@ TEST(BatchNorm2d, TrainingForwardUsesBatchStatistics) {
   EXPECT_LT(rel_error(h.saved[1].to_vector(), s.var), 1e-5);
 }
 
+TEST(BatchNorm2d, TrainingStatisticsOfOffsetData) {
+  // A large mean next to a small spread: a one-pass E[x²] − E[x]² variance would lose every digit here.
+  BatchNorm2dOp op(1e-5f, 0.1f);
+  OpHarness h(op, {random_tensor({8, 2, 16, 16}, 99.9f, 100.1f)}, Mode::train);
+  const Tensor y = h.forward(true);
+  const auto s = batch_stats(h.inputs[0]);
+  EXPECT_LT(rel_error(h.saved[1].to_vector(), s.var), 1e-3);
+  EXPECT_LT(rel_error(y.to_vector(), normalize_ref(h.inputs[0], s.mean, s.var, h.param("weight"), h.param("bias"), 1e-5)),
+            1e-3);
+}
+
 TEST(BatchNorm2d, TrainingUpdatesRunningStatistics) {
   const double m = 0.03;
   BatchNorm2dOp op(1e-3f, static_cast<float>(m));
