@@ -78,6 +78,7 @@ TEST(Elementwise, Builders) {
   auto b = g.input("b", {2, 3, 8, 8});
   auto c = g.input("c", {2, 4, 8, 8});
   auto flat = g.input("flat", {2, 3, 64});
+  auto ints = g.input("ints", {2, 3, 8, 8}, DType::i32);
   const Shape as = a.shape();  // a copy: recording may move the graph's values
   EXPECT_EQ(ops::silu(a).shape(), as);
   EXPECT_EQ(ops::sigmoid(a, "gate").shape(), as);
@@ -87,6 +88,8 @@ TEST(Elementwise, Builders) {
   EXPECT_THROW(ops::add(b, c), Error);
   EXPECT_THROW(ops::mul(a, c), Error);
   EXPECT_THROW(ops::add(b, flat), Error);
+  EXPECT_THROW(ops::silu(ints), Error);  // the built-in ops take f32
+  EXPECT_THROW(ops::add(b, ints), Error);
 }
 
 }  // namespace
