@@ -55,36 +55,15 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
   }
 
   void forward(ForwardCtx& ctx) override {
-    const Tensor& x = ctx.inputs[0];
-    prepare(x.shape());
-    const int64_t c = x.dim(1);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cpu::as_memory(data_, x)},
+    prepare(ctx.inputs[0].shape());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cpu::as_memory(data_, ctx.inputs[0])},
                                          {DNNL_ARG_DST, cpu::as_memory(data_, ctx.output)},
                                          {DNNL_ARG_SCALE, cpu::as_memory(stat_, ctx.params[kWeight])},
                                          {DNNL_ARG_SHIFT, cpu::as_memory(stat_, ctx.params[kBias])}};
-    if (!ctx.training) {
-      args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.params[kRunningMean]));
-      args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.params[kRunningVar]));
-      cpu::execute(inference(), args, "batch normalization forward (inference)");
-      return;
-    }
-    const int64_t n = x.numel() / c;  // values per channel
-    VISION_CHECK(n > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
-    const bool keep = !ctx.saved.empty();
-    F32Scratch mean(keep ? ctx.saved[kBatchMean] : Tensor(), static_cast<size_t>(c));
-    F32Scratch var(keep ? ctx.saved[kBatchVar] : Tensor(), static_cast<size_t>(c));
-    args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, mean.data()));
-    args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, var.data()));
-    cpu::execute(training(), args, "batch normalization forward (training)");
-
-    float* rm = ctx.params[kRunningMean].data<float>();
-    float* rv = ctx.params[kRunningVar].data<float>();
-    const double m = momentum_, unbias = static_cast<double>(n) / static_cast<double>(n - 1);
-    for (int64_t i = 0; i < c; ++i) {
-      rm[i] = static_cast<float>((1 - m) * rm[i] + m * mean.data()[i]);
-      rv[i] = static_cast<float>((1 - m) * rv[i] + m * var.data()[i] * unbias);
-    }
-    ctx.params[kNumBatches].data<int64_t>()[0] += 1;
+    if (ctx.training)
+      forward_training(ctx, args);
+    else
+      forward_inference(ctx, args);
   }
 
   // Gradients through the batch statistics (the training-mode forward).
@@ -93,9 +72,11 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     prepare(x.shape());
     VISION_CHECK(ctx.saved.size() == 2, "batchnorm2d backward needs the batch statistics saved by a training forward");
     if (!backward_) {
-      dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, data_, data_, eps_, kScaleShift);
-      backward_ = dnnl::batch_normalization_backward(
-          dnnl::batch_normalization_backward::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+      using Bwd = dnnl::batch_normalization_backward;
+      backward_ = cpu::dnnl_guard("a batch normalization backward", [&] {
+        Bwd::desc d(dnnl::prop_kind::backward, data_, data_, eps_, kScaleShift);
+        return Bwd(Bwd::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+      });
     }
     const size_t c = static_cast<size_t>(x.dim(1));
     F32Scratch dx(ctx.grad_inputs[0], static_cast<size_t>(x.numel()));
@@ -114,6 +95,34 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
   }
 
  private:
+  void forward_inference(ForwardCtx& ctx, std::unordered_map<int, memory>& args) {
+    args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.params[kRunningMean]));
+    args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.params[kRunningVar]));
+    cpu::execute(inference(), args, "batch normalization forward (inference)");
+  }
+
+  // Normalises with the batch statistics (kept in `saved` for backward) and updates the running ones.
+  void forward_training(ForwardCtx& ctx, std::unordered_map<int, memory>& args) {
+    const Tensor& x = ctx.inputs[0];
+    const int64_t c = x.dim(1), n = x.numel() / c;  // n values per channel
+    VISION_CHECK(n > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
+    const bool keep = !ctx.saved.empty();
+    F32Scratch mean(keep ? ctx.saved[kBatchMean] : Tensor(), static_cast<size_t>(c));
+    F32Scratch var(keep ? ctx.saved[kBatchVar] : Tensor(), static_cast<size_t>(c));
+    args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, mean.data()));
+    args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, var.data()));
+    cpu::execute(training(), args, "batch normalization forward (training)");
+
+    float* rm = ctx.params[kRunningMean].data<float>();
+    float* rv = ctx.params[kRunningVar].data<float>();
+    const double m = momentum_, unbias = static_cast<double>(n) / static_cast<double>(n - 1);
+    for (int64_t i = 0; i < c; ++i) {
+      rm[i] = static_cast<float>((1 - m) * rm[i] + m * mean.data()[i]);
+      rv[i] = static_cast<float>((1 - m) * rv[i] + m * var.data()[i] * unbias);
+    }
+    ctx.params[kNumBatches].data<int64_t>()[0] += 1;
+  }
+
   void prepare(const Shape& x) {
     if (x == x_shape_) return;
     x_shape_ = x;
@@ -126,10 +135,11 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
   }
 
   const dnnl::batch_normalization_forward::primitive_desc& training_pd() {
-    if (!training_pd_) {
-      dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, data_, eps_, kScaleShift);
-      training_pd_.emplace(d, cpu::dnnl_engine());
-    }
+    if (!training_pd_)
+      training_pd_ = cpu::dnnl_guard("a batch normalization forward (training)", [&] {
+        dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, data_, eps_, kScaleShift);
+        return dnnl::batch_normalization_forward::primitive_desc(d, cpu::dnnl_engine());
+      });
     return *training_pd_;
   }
   const dnnl::batch_normalization_forward& training() {
@@ -137,11 +147,12 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     return *training_;
   }
   const dnnl::batch_normalization_forward& inference() {
-    if (!inference_) {
-      dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, data_, eps_,
-                                                kScaleShift | normalization_flags::use_global_stats);
-      inference_.emplace(dnnl::batch_normalization_forward::primitive_desc(d, cpu::dnnl_engine()));
-    }
+    if (!inference_)
+      inference_ = cpu::dnnl_guard("a batch normalization forward (inference)", [&] {
+        dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, data_, eps_,
+                                                  kScaleShift | normalization_flags::use_global_stats);
+        return dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(d, cpu::dnnl_engine()));
+      });
     return *inference_;
   }
 
