@@ -6,6 +6,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "vision/core/error.h"
 #include "vision/core/tensor.h"
 
 namespace vision::cpu {
@@ -23,6 +24,16 @@ dnnl::memory::dims dims_of(const core::Shape& shape);
 dnnl::memory as_memory(const dnnl::memory::desc& md, const core::Tensor& t);
 // Host memory (no copy) of md's size at ptr.
 dnnl::memory as_memory(const dnnl::memory::desc& md, void* ptr);
+
+// Returns f(), with a dnnl::error turned into a vision::Error naming `what` (primitive creation).
+template <typename F>
+decltype(auto) dnnl_guard(std::string_view what, F&& f) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    fail("oneDNN cannot create {}: {} (status {})", what, e.what(), static_cast<int>(e.status));
+  }
+}
 
 // Runs a primitive on this thread's stream and waits; oneDNN errors become vision::Error naming `what`.
 void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args, std::string_view what);

@@ -55,20 +55,56 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
   }
 
   void forward(ForwardCtx& ctx) override {
-    const Tensor& x = ctx.inputs[0];
-    prepare(x.shape());
-    const int64_t c = x.dim(1);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cpu::as_memory(data_, x)},
+    prepare(ctx.inputs[0].shape());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cpu::as_memory(data_, ctx.inputs[0])},
                                          {DNNL_ARG_DST, cpu::as_memory(data_, ctx.output)},
                                          {DNNL_ARG_SCALE, cpu::as_memory(stat_, ctx.params[kWeight])},
                                          {DNNL_ARG_SHIFT, cpu::as_memory(stat_, ctx.params[kBias])}};
-    if (!ctx.training) {
-      args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.params[kRunningMean]));
-      args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.params[kRunningVar]));
-      cpu::execute(inference(), args, "batch normalization forward (inference)");
-      return;
+    if (ctx.training)
+      forward_training(ctx, args);
+    else
+      forward_inference(ctx, args);
+  }
+
+  // Gradients through the batch statistics (the training-mode forward).
+  void backward(BackwardCtx& ctx) override {
+    const Tensor& x = ctx.inputs[0];
+    prepare(x.shape());
+    VISION_CHECK(ctx.saved.size() == 2, "batchnorm2d backward needs the batch statistics saved by a training forward");
+    if (!backward_) {
+      using Bwd = dnnl::batch_normalization_backward;
+      backward_ = cpu::dnnl_guard("a batch normalization backward", [&] {
+        Bwd::desc d(dnnl::prop_kind::backward, data_, data_, eps_, kScaleShift);
+        return Bwd(Bwd::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+      });
     }
-    const int64_t n = x.numel() / c;  // values per channel
+    const size_t c = static_cast<size_t>(x.dim(1));
+    F32Scratch dx(ctx.grad_inputs[0], static_cast<size_t>(x.numel()));
+    F32Scratch dgamma(ctx.grad_params[kWeight], c), dbeta(ctx.grad_params[kBias], c);
+    cpu::execute(*backward_,
+                 {{DNNL_ARG_SRC, cpu::as_memory(data_, x)},
+                  {DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.saved[kBatchMean])},
+                  {DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.saved[kBatchVar])},
+                  {DNNL_ARG_DIFF_DST, cpu::as_memory(data_, ctx.grad_output)},
+                  {DNNL_ARG_SCALE, cpu::as_memory(stat_, ctx.params[kWeight])},
+                  {DNNL_ARG_SHIFT, cpu::as_memory(stat_, ctx.params[kBias])},  // unused, but oneDNN asks for it
+                  {DNNL_ARG_DIFF_SRC, cpu::as_memory(data_, dx.data())},
+                  {DNNL_ARG_DIFF_SCALE, cpu::as_memory(stat_, dgamma.data())},
+                  {DNNL_ARG_DIFF_SHIFT, cpu::as_memory(stat_, dbeta.data())}},
+                 "batch normalization backward");
+  }
+
+ private:
+  void forward_inference(ForwardCtx& ctx, std::unordered_map<int, memory>& args) {
+    args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.params[kRunningMean]));
+    args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.params[kRunningVar]));
+    cpu::execute(inference(), args, "batch normalization forward (inference)");
+  }
+
+  // Normalises with the batch statistics (kept in `saved` for backward) and updates the running ones.
+  void forward_training(ForwardCtx& ctx, std::unordered_map<int, memory>& args) {
+    const Tensor& x = ctx.inputs[0];
+    const int64_t c = x.dim(1), n = x.numel() / c;  // n values per channel
     VISION_CHECK(n > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
     const bool keep = !ctx.saved.empty();
     F32Scratch mean(keep ? ctx.saved[kBatchMean] : Tensor(), static_cast<size_t>(c));
@@ -87,32 +123,6 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     ctx.params[kNumBatches].data<int64_t>()[0] += 1;
   }
 
-  // Gradients through the batch statistics (the training-mode forward).
-  void backward(BackwardCtx& ctx) override {
-    const Tensor& x = ctx.inputs[0];
-    prepare(x.shape());
-    VISION_CHECK(ctx.saved.size() == 2, "batchnorm2d backward needs the batch statistics saved by a training forward");
-    if (!backward_) {
-      dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, data_, data_, eps_, kScaleShift);
-      backward_ = dnnl::batch_normalization_backward(
-          dnnl::batch_normalization_backward::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
-    }
-    const size_t c = static_cast<size_t>(x.dim(1));
-    F32Scratch dx(ctx.grad_inputs[0], static_cast<size_t>(x.numel()));
-    F32Scratch dgamma(ctx.grad_params[kWeight], c), dbeta(ctx.grad_params[kBias], c);
-    cpu::execute(*backward_,
-                 {{DNNL_ARG_SRC, cpu::as_memory(data_, x)},
-                  {DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.saved[kBatchMean])},
-                  {DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.saved[kBatchVar])},
-                  {DNNL_ARG_DIFF_DST, cpu::as_memory(data_, ctx.grad_output)},
-                  {DNNL_ARG_SCALE, cpu::as_memory(stat_, ctx.params[kWeight])},
-                  {DNNL_ARG_DIFF_SRC, cpu::as_memory(data_, dx.data())},
-                  {DNNL_ARG_DIFF_SCALE, cpu::as_memory(stat_, dgamma.data())},
-                  {DNNL_ARG_DIFF_SHIFT, cpu::as_memory(stat_, dbeta.data())}},
-                 "batch normalization backward");
-  }
-
- private:
   void prepare(const Shape& x) {
     if (x == x_shape_) return;
     x_shape_ = x;
@@ -125,10 +135,11 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
   }
 
   const dnnl::batch_normalization_forward::primitive_desc& training_pd() {
-    if (!training_pd_) {
-      dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, data_, eps_, kScaleShift);
-      training_pd_.emplace(d, cpu::dnnl_engine());
-    }
+    if (!training_pd_)
+      training_pd_ = cpu::dnnl_guard("a batch normalization forward (training)", [&] {
+        dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, data_, eps_, kScaleShift);
+        return dnnl::batch_normalization_forward::primitive_desc(d, cpu::dnnl_engine());
+      });
     return *training_pd_;
   }
   const dnnl::batch_normalization_forward& training() {
@@ -136,11 +147,12 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     return *training_;
   }
   const dnnl::batch_normalization_forward& inference() {
-    if (!inference_) {
-      dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, data_, eps_,
-                                                kScaleShift | normalization_flags::use_global_stats);
-      inference_.emplace(dnnl::batch_normalization_forward::primitive_desc(d, cpu::dnnl_engine()));
-    }
+    if (!inference_)
+      inference_ = cpu::dnnl_guard("a batch normalization forward (inference)", [&] {
+        dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, data_, eps_,
+                                                  kScaleShift | normalization_flags::use_global_stats);
+        return dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(d, cpu::dnnl_engine()));
+      });
     return *inference_;
   }
 

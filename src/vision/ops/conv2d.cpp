@@ -79,9 +79,11 @@ class ConvPrimitives {
   void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) {
     prepare(dx.shape(), dy.shape());
     if (!bwd_data_) {
-      dnnl::convolution_backward_data::desc d(algorithm::convolution_direct, src_, wei_, dst_, strides(), dilates(),
-                                              padding(), padding());
-      bwd_data_.emplace(dnnl::convolution_backward_data::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+      using Bwd = dnnl::convolution_backward_data;
+      bwd_data_ = cpu::dnnl_guard(describe("a convolution backward (data)"), [&] {
+        Bwd::desc d(algorithm::convolution_direct, src_, wei_, dst_, strides(), dilates(), padding(), padding());
+        return Bwd(Bwd::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+      });
     }
     cpu::execute(*bwd_data_,
                  {{DNNL_ARG_DIFF_DST, cpu::as_memory(dst_, dy)},
@@ -95,11 +97,13 @@ class ConvPrimitives {
     prepare(x.shape(), dy.shape());
     if (!bwd_weights_) {
       using Bwd = dnnl::convolution_backward_weights;
-      auto d = with_bias_ ? Bwd::desc(algorithm::convolution_direct, src_, wei_, bias_, dst_, strides(), dilates(),
-                                      padding(), padding())
-                          : Bwd::desc(algorithm::convolution_direct, src_, wei_, dst_, strides(), dilates(),
-                                      padding(), padding());
-      bwd_weights_.emplace(Bwd::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+      bwd_weights_ = cpu::dnnl_guard(describe("a convolution backward (weights)"), [&] {
+        auto d = with_bias_ ? Bwd::desc(algorithm::convolution_direct, src_, wei_, bias_, dst_, strides(), dilates(),
+                                        padding(), padding())
+                            : Bwd::desc(algorithm::convolution_direct, src_, wei_, dst_, strides(), dilates(),
+                                        padding(), padding());
+        return Bwd(Bwd::primitive_desc(d, cpu::dnnl_engine(), training_pd()));
+      });
     }
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cpu::as_memory(src_, x)},
                                          {DNNL_ARG_DIFF_DST, cpu::as_memory(dst_, dy)},
@@ -113,6 +117,11 @@ class ConvPrimitives {
   memory::dims dilates() const { return {a_.dilation - 1, a_.dilation - 1}; }  // oneDNN counts the gaps
   memory::dims padding() const { return {a_.pad(), a_.pad()}; }
 
+  std::string describe(std::string_view what) const {
+    return fmt::format("{} for input {} (k {}, s {}, p {}, d {}, g {})", what, x_shape_.str(), a_.kernel, a_.stride,
+                       a_.pad(), a_.dilation, a_.groups);
+  }
+
   dnnl::convolution_forward::desc forward_desc(dnnl::prop_kind prop) const {
     using Fwd = dnnl::convolution_forward;
     return with_bias_ ? Fwd::desc(prop, algorithm::convolution_direct, src_, wei_, bias_, dst_, strides(), dilates(),
@@ -123,12 +132,20 @@ class ConvPrimitives {
 
   // The forward primitive descriptor the backward ones are created from.
   const dnnl::convolution_forward::primitive_desc& training_pd() {
-    if (!train_pd_) train_pd_.emplace(forward_desc(dnnl::prop_kind::forward_training), cpu::dnnl_engine());
+    if (!train_pd_)
+      train_pd_ = cpu::dnnl_guard(describe("a convolution forward (training)"), [&] {
+        return dnnl::convolution_forward::primitive_desc(forward_desc(dnnl::prop_kind::forward_training),
+                                                         cpu::dnnl_engine());
+      });
     return *train_pd_;
   }
 
   void prepare(const Shape& x, const Shape& y) {
     if (x == x_shape_ && fwd_) return;
+    fwd_ = {};  // stays empty if creation fails, so the next call tries again
+    train_pd_.reset();
+    bwd_data_.reset();
+    bwd_weights_.reset();
     x_shape_ = x;
     const int64_t g = a_.groups;
     src_ = cpu::f32_desc(cpu::dims_of(x));
@@ -143,16 +160,10 @@ class ConvPrimitives {
       attr.set_post_ops(po);
     }
     const auto prop = training_ ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-    try {
-      fwd_ = dnnl::convolution_forward(
+    fwd_ = cpu::dnnl_guard(describe("a convolution forward"), [&] {
+      return dnnl::convolution_forward(
           dnnl::convolution_forward::primitive_desc(forward_desc(prop), attr, cpu::dnnl_engine()));
-    } catch (const dnnl::error& e) {
-      fail("oneDNN has no convolution for input {} (k {}, s {}, p {}, d {}, g {}): {}", x.str(), a_.kernel, a_.stride,
-           a_.pad(), a_.dilation, a_.groups, e.what());
-    }
-    train_pd_.reset();
-    bwd_data_.reset();
-    bwd_weights_.reset();
+    });
   }
 
   Conv2dAttrs a_;

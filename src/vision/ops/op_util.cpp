@@ -1,5 +1,7 @@
 #include "vision/ops/op_util.h"
 
+#include "vision/ops/f32_op.h"
+
 namespace vision::ops {
 
 void expect_inputs(const std::vector<Shape>& inputs, size_t count, int rank, std::string_view what) {
@@ -31,6 +33,12 @@ int64_t sum_dims(const std::vector<int64_t>& dims) {
     s += d;
   }
   return s;
+}
+
+DType F32Op::infer_output_dtype(const std::vector<DType>& inputs) const {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    VISION_CHECK(inputs[i] == DType::f32, "{} takes f32 tensors, input {} is {}", name(), i, core::dtype_name(inputs[i]));
+  return DType::f32;
 }
 
 void no_backend(const Op& op, Backend backend) {

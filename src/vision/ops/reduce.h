@@ -6,11 +6,12 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
+#include "vision/ops/f32_op.h"
 
 namespace vision::ops {
 
 // An op of one input of any shape with a rank-0 (Shape{}) output.
-class ScalarReductionOp : public graph::Op {
+class ScalarReductionOp : public F32Op {
  public:
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
 };

@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
+#include "vision/ops/f32_op.h"
 
 namespace vision::ops {
 
 // Concatenation of n_inputs inputs along dim 1; the other dimensions must agree.
-class ConcatOp final : public graph::Op {
+class ConcatOp final : public F32Op {
  public:
   explicit ConcatOp(int n_inputs);
   int n_inputs() const { return n_inputs_; }
@@ -24,7 +25,7 @@ class ConcatOp final : public graph::Op {
 };
 
 // Channels [begin, begin + count) of the input.
-class ChannelSliceOp final : public graph::Op {
+class ChannelSliceOp final : public F32Op {
  public:
   ChannelSliceOp(int64_t begin, int64_t count);
   int64_t begin() const { return begin_; }

@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
+#include "vision/ops/f32_op.h"
 
 namespace vision::ops {
 
 // y[n, c, i, j] = x[n, c, i / scale, j / scale]
-class UpsampleNearestOp final : public graph::Op {
+class UpsampleNearestOp final : public F32Op {
  public:
   explicit UpsampleNearestOp(int64_t scale);
   int64_t scale() const { return scale_; }

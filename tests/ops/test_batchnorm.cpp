@@ -1,0 +1,194 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/op_harness.h"
+#include "vision/graph/graph.h"
+#include "vision/ops/batchnorm.h"
+
+namespace vision::test {
+namespace {
+
+using graph::Mode;
+using ops::BatchNorm2dOp;
+
+struct ChannelStats {
+  std::vector<double> mean, var;  // var is the biased (population) variance
+};
+
+ChannelStats batch_stats(const Tensor& x) {
+  const int64_t n = x.dim(0), c = x.dim(1), hw = x.dim(2) * x.dim(3);
+  const float* p = x.data<float>();
+  ChannelStats s{std::vector<double>(c), std::vector<double>(c)};
+  for (int64_t ic = 0; ic < c; ++ic) {
+    double sum = 0, sq = 0;
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t i = 0; i < hw; ++i) sum += p[(in * c + ic) * hw + i];
+    s.mean[ic] = sum / double(n * hw);
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t i = 0; i < hw; ++i) sq += std::pow(p[(in * c + ic) * hw + i] - s.mean[ic], 2);
+    s.var[ic] = sq / double(n * hw);
+  }
+  return s;
+}
+
+// γ·(x − mean)/sqrt(var + eps) + β in float64.
+std::vector<double> normalize_ref(const Tensor& x, const std::vector<double>& mean, const std::vector<double>& var,
+                                  const Tensor& gamma, const Tensor& beta, double eps) {
+  const int64_t c = x.dim(1), hw = x.dim(2) * x.dim(3);
+  std::vector<double> y(static_cast<size_t>(x.numel()));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t ic = (i / hw) % c;
+    y[i] = gamma.data<float>()[ic] * (x.data<float>()[i] - mean[ic]) / std::sqrt(var[ic] + eps) +
+           beta.data<float>()[ic];
+  }
+  return y;
+}
+
+std::vector<double> as_double(const Tensor& t) {
+  auto v = t.to_vector();
+  return {v.begin(), v.end()};
+}
+
+// Random γ, β and running statistics (variance positive), so no test sees the identity init.
+void randomize_state(OpHarness& h) {
+  h.param("weight") = random_tensor(h.param("weight").shape(), 0.5f, 1.5f);
+  h.param("bias") = random_tensor(h.param("bias").shape());
+  h.param("running_mean") = random_tensor(h.param("running_mean").shape());
+  h.param("running_var") = random_tensor(h.param("running_var").shape(), 0.2f, 2.0f);
+}
+
+TEST(BatchNorm2d, StateMatchesTheUltralyticsStateDict) {
+  BatchNorm2dOp op(1e-3f, 0.03f);
+  OpHarness h(op, {random_tensor({2, 5, 3, 3})});
+  const char* names[] = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"};
+  ASSERT_EQ(h.specs().size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(h.specs()[i].name, names[i]);
+  EXPECT_EQ(h.specs()[0].kind, graph::StateKind::parameter);
+  EXPECT_EQ(h.specs()[1].kind, graph::StateKind::parameter);
+  EXPECT_EQ(h.specs()[2].kind, graph::StateKind::buffer);
+  EXPECT_EQ(h.specs()[3].kind, graph::StateKind::buffer);
+  EXPECT_EQ(h.specs()[4].kind, graph::StateKind::buffer);
+  EXPECT_EQ(h.specs()[4].dtype, DType::i64);
+  EXPECT_EQ(h.specs()[4].shape, Shape{});
+  EXPECT_EQ(h.param("weight").to_vector(), std::vector<float>(5, 1.0f));
+  EXPECT_EQ(h.param("bias").to_vector(), std::vector<float>(5, 0.0f));
+  EXPECT_EQ(h.param("running_mean").to_vector(), std::vector<float>(5, 0.0f));
+  EXPECT_EQ(h.param("running_var").to_vector(), std::vector<float>(5, 1.0f));
+  EXPECT_EQ(h.param("num_batches_tracked").data<int64_t>()[0], 0);
+}
+
+TEST(BatchNorm2d, TrainingForwardUsesBatchStatistics) {
+  const float eps = 1e-3f;
+  BatchNorm2dOp op(eps, 0.03f);
+  OpHarness h(op, {random_tensor({4, 3, 5, 6}, -2.0f, 3.0f)}, Mode::train);
+  randomize_state(h);
+  const Tensor y = h.forward(true);
+  const auto s = batch_stats(h.inputs[0]);
+  EXPECT_LT(rel_error(y.to_vector(), normalize_ref(h.inputs[0], s.mean, s.var, h.param("weight"), h.param("bias"), eps)),
+            1e-5);
+  // Saved for backward: batch mean and biased variance.
+  ASSERT_EQ(h.saved.size(), 2u);
+  EXPECT_LT(rel_error(h.saved[0].to_vector(), s.mean), 1e-5);
+  EXPECT_LT(rel_error(h.saved[1].to_vector(), s.var), 1e-5);
+}
+
+TEST(BatchNorm2d, TrainingStatisticsOfOffsetData) {
+  // A large mean next to a small spread: a one-pass E[x²] − E[x]² variance would lose every digit here.
+  BatchNorm2dOp op(1e-5f, 0.1f);
+  OpHarness h(op, {random_tensor({8, 2, 16, 16}, 99.9f, 100.1f)}, Mode::train);
+  const Tensor y = h.forward(true);
+  const auto s = batch_stats(h.inputs[0]);
+  EXPECT_LT(rel_error(h.saved[1].to_vector(), s.var), 1e-3);
+  EXPECT_LT(rel_error(y.to_vector(), normalize_ref(h.inputs[0], s.mean, s.var, h.param("weight"), h.param("bias"), 1e-5)),
+            1e-3);
+}
+
+TEST(BatchNorm2d, TrainingUpdatesRunningStatistics) {
+  const double m = 0.03;
+  BatchNorm2dOp op(1e-3f, static_cast<float>(m));
+  OpHarness h(op, {random_tensor({2, 4, 3, 5}, -1.0f, 2.0f)}, Mode::train);
+  randomize_state(h);
+  const auto mean0 = as_double(h.param("running_mean")), var0 = as_double(h.param("running_var"));
+  h.forward(true);
+  const auto s = batch_stats(h.inputs[0]);
+  const double n = 2 * 3 * 5;
+  std::vector<double> mean1(4), var1(4);
+  for (size_t c = 0; c < 4; ++c) {
+    mean1[c] = (1 - m) * mean0[c] + m * s.mean[c];
+    var1[c] = (1 - m) * var0[c] + m * s.var[c] * n / (n - 1);  // PyTorch: unbiased batch variance
+  }
+  EXPECT_LT(rel_error(h.param("running_mean").to_vector(), mean1), 1e-6);
+  EXPECT_LT(rel_error(h.param("running_var").to_vector(), var1), 1e-6);
+  EXPECT_EQ(h.param("num_batches_tracked").data<int64_t>()[0], 1);
+  h.forward(true);
+  EXPECT_EQ(h.param("num_batches_tracked").data<int64_t>()[0], 2);
+  // An inference forward leaves the state alone.
+  const auto mean2 = h.param("running_mean").to_vector();
+  h.forward(false);
+  EXPECT_EQ(h.param("running_mean").to_vector(), mean2);
+  EXPECT_EQ(h.param("num_batches_tracked").data<int64_t>()[0], 2);
+}
+
+TEST(BatchNorm2d, InferenceUsesRunningStatistics) {
+  const float eps = 1e-3f;
+  BatchNorm2dOp op(eps, 0.03f);
+  OpHarness h(op, {random_tensor({3, 6, 4, 4}, -2.0f, 2.0f)});
+  randomize_state(h);
+  const Tensor y = h.forward(false);
+  const auto ref = normalize_ref(h.inputs[0], as_double(h.param("running_mean")), as_double(h.param("running_var")),
+                                 h.param("weight"), h.param("bias"), eps);
+  EXPECT_LT(rel_error(y.to_vector(), ref), 1e-5);
+  EXPECT_TRUE(h.saved.empty());
+}
+
+TEST(BatchNorm2d, TrainingBackwardMatchesFiniteDifferences) {
+  BatchNorm2dOp op(1e-3f, 0.03f);
+  OpHarness h(op, {random_tensor({3, 2, 3, 3}, -1.0f, 2.0f)}, Mode::train);
+  randomize_state(h);
+  check_gradients(h, {.training = true, .eps = 1e-3, .tol = 1e-2});
+}
+
+TEST(BatchNorm2d, BackwardWithoutInputGradient) {
+  BatchNorm2dOp op(1e-3f, 0.03f);
+  OpHarness h(op, {random_tensor({2, 3, 4, 4})}, Mode::train);
+  randomize_state(h);
+  h.forward(true);
+  const Tensor dy = random_tensor(h.output_shape());
+  const auto all = h.backward(dy);
+  const auto params_only = h.backward(dy, {false});
+  EXPECT_EQ(params_only.params[0].to_vector(), all.params[0].to_vector());
+  EXPECT_EQ(params_only.params[1].to_vector(), all.params[1].to_vector());
+  // dβ = Σ dy per channel.
+  for (int64_t c = 0; c < 3; ++c) {
+    double s = 0;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 16; ++i) s += dy.data<float>()[(n * 3 + c) * 16 + i];
+    EXPECT_NEAR(all.params[1].data<float>()[c], s, 1e-4);
+  }
+}
+
+TEST(BatchNorm2d, RejectsBadInputs) {
+  graph::Graph g;
+  auto x = g.input("x", {2, 3, 8});
+  auto y = g.input("y", {Shape::kAny, Shape::kAny, 4, 4});
+  EXPECT_THROW(ops::batchnorm2d(x), Error);
+  EXPECT_THROW(ops::batchnorm2d(y), Error);  // the channel count sizes the state
+  EXPECT_THROW(BatchNorm2dOp(0.0f, 0.1f), Error);
+  // One value per channel cannot be normalised in training.
+  BatchNorm2dOp op(1e-3f, 0.03f);
+  OpHarness h(op, {random_tensor({1, 3, 1, 1})}, Mode::train);
+  EXPECT_THROW(h.forward(true), Error);
+}
+
+TEST(BatchNorm2d, BuilderKeepsTheBatchSymbolic) {
+  graph::Graph g;
+  auto x = g.input("x", {Shape::kAny, 8, 20, 20});
+  auto y = ops::batchnorm2d(x);
+  EXPECT_EQ(y.shape(), (Shape{Shape::kAny, 8, 20, 20}));
+  EXPECT_EQ(g.nodes().back().name, "bn");
+  EXPECT_EQ(g.nodes().back().op->name(), "ops.batchnorm2d");
+}
+
+}  // namespace
+}  // namespace vision::test
