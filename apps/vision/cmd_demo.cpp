@@ -65,10 +65,10 @@ void run_demo(const DemoOptions& o) {
   fmt::print("output {}  mean {:+.6f}  std {:.6f}\n", y.shape().str(), sum / n, std::sqrt(sq / n - sum * sum / n / n));
 
   // Training: plain SGD on ½·Σy², which must go down.
-  graph::Executor train(models::demo::small_net({.with_loss = true}), backend);
+  graph::Executor train(models::demo::small_net({.loss = models::demo::SmallNetConfig::Loss::sum_squares}), backend);
   std::vector<double> step_times;
-  fmt::print("\ntraining (SGD, lr 1e-4, loss ½·Σy²):\n");
-  const float lr = 1e-4f;
+  fmt::print("\ntraining (SGD, lr 2e-5, loss ½·Σy²):\n");
+  const float lr = 2e-5f;
   for (int s = 0; s < o.train_steps; ++s) {
     float loss = 0;
     step_times.push_back(time_ms(*backend, [&] {

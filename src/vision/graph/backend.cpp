@@ -4,7 +4,7 @@ namespace vision::graph {
 
 Tensor BackendContext::upload(const Tensor& host) {
   VISION_CHECK(host.device() == core::Device::cpu, "upload takes a host tensor, got {}", host.str());
-  if (backend() == Backend::cpu) return host;
+  if (backend() == Backend::cpu) return host.clone();
   auto mem = allocate(std::max<size_t>(host.nbytes(), 1));
   copy_to_device(mem.get(), host.raw(), host.nbytes());
   void* p = mem.get();

@@ -27,6 +27,9 @@ graph::SymTensor conv_block(graph::SymTensor x, int64_t c2, int64_t k, const std
 std::shared_ptr<graph::Graph> small_net(const SmallNetConfig& cfg) {
   auto g = std::make_shared<graph::Graph>();
   auto x = g->input("images", core::Shape{core::Shape::kAny, cfg.in_channels, core::Shape::kAny, core::Shape::kAny});
+  graph::SymTensor r;
+  if (cfg.loss == SmallNetConfig::Loss::projection)
+    r = g->input("projection", core::Shape{core::Shape::kAny, cfg.width, core::Shape::kAny, core::Shape::kAny});
   auto _ = g->scope("net");
   auto a = conv_block(x, cfg.width, 3, "0");
   auto p = ops::maxpool2d(a, 2, 2, 0, "1");
@@ -38,7 +41,11 @@ std::shared_ptr<graph::Graph> small_net(const SmallNetConfig& cfg) {
   head.out_channels = cfg.width;
   head.bias = true;
   auto y = ops::conv2d(c, head, "5");
-  g->mark_output(cfg.with_loss ? ops::sum_squares(y, "loss") : y);
+  switch (cfg.loss) {
+    case SmallNetConfig::Loss::none: g->mark_output(y); break;
+    case SmallNetConfig::Loss::sum_squares: g->mark_output(ops::sum_squares(y, "loss")); break;
+    case SmallNetConfig::Loss::projection: g->mark_output(ops::mean(ops::mul(y, r, "project"), "loss")); break;
+  }
   return g;
 }
 

@@ -10,7 +10,10 @@ namespace vision::models::demo {
 struct SmallNetConfig {
   int64_t in_channels = 3;
   int64_t width = 8;       // channels of each block
-  bool with_loss = false;  // output the scalar loss ½·Σy² instead of the feature map y
+  // The output: the feature map y, the scalar ½·Σy², or the scalar mean(y ∘ r) for a second input r shaped like
+  // y (a random projection: its value stays small next to its gradients, which suits finite differences).
+  enum class Loss { none, sum_squares, projection };
+  Loss loss = Loss::none;
 };
 
 // x [?, in, H, W] (H, W even) →
