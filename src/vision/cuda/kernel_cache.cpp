@@ -102,7 +102,7 @@ fs::path default_kernel_cache_dir() {
   return fs::temp_directory_path() / "vision-cpp" / "kernels";
 }
 
-std::string kernel_cache_key(std::string_view source, std::span<const std::string> options, std::string_view arch,
+std::string kernel_cache_key(std::string_view source, const std::vector<std::string>& options, std::string_view arch,
                              std::string_view nvrtc_version, std::string_view name_expression) {
   // Length-prefixed fields, so that no two different inputs serialise alike.
   std::string in;

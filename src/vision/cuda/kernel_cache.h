@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
-#include <span>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -18,7 +18,7 @@ std::filesystem::path default_kernel_cache_dir();
 
 // sha256 (hex) of the compile inputs; any change of source, options, arch, NVRTC version or the kernel looked up
 // gives another key.
-std::string kernel_cache_key(std::string_view source, std::span<const std::string> options, std::string_view arch,
+std::string kernel_cache_key(std::string_view source, const std::vector<std::string>& options, std::string_view arch,
                              std::string_view nvrtc_version, std::string_view name_expression = {});
 
 enum class CacheOutcome : uint8_t {
