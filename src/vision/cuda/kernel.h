@@ -123,8 +123,8 @@ template <size_t Index, typename Param, typename Arg>
 constexpr bool check_launch_arg() {
   static_assert(arg_matches<Param, Arg>(),
                 "vision::cuda::KernelDescriptor::launch: argument type does not match the kernel's declared Args "
-                "tuple (see Index, Param and Arg below; exact types only, except T* -> void*/const void* and "
-                "const T* -> const void*)");
+                "tuple (the instantiation context names its Index, the declared Param and the given Arg; exact "
+                "types only, except T* -> void*/const void* and const T* -> const void*)");
   return true;
 }
 
