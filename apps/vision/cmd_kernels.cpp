@@ -50,7 +50,8 @@ std::string arch_or_current(const std::string& arch) {
     cuda::check_arch(arch);
     return arch;
   }
-  VISION_CHECK(cuda::gpu_available(), "no usable GPU to take the architecture from ({}); pass --arch, e.g. --arch sm_90a",
+  VISION_CHECK(cuda::gpu_available(),
+               "no usable GPU to take the architecture from ({}); pass --arch, e.g. --arch sm_90a",
                cuda::gpu_unavailable_reason());
   return cuda::current_arch();
 }
@@ -89,8 +90,8 @@ void build_all(std::vector<std::string> archs, int jobs) {
   for (auto& t : threads) t.join();
 
   std::printf("%zu kernels for %s in %s: %d compiled, %d already cached\n", kernels.size(),
-              fmt::format("{}", fmt::join(archs, ", ")).c_str(), cuda::default_kernel_cache_dir().c_str(),
-              built.load(), hits.load());
+              fmt::format("{}", fmt::join(archs, ", ")).c_str(), cuda::default_kernel_cache_dir().c_str(), built.load(),
+              hits.load());
   if (!errors.empty()) {
     std::sort(errors.begin(), errors.end());
     fail("{} of {} compiles failed:\n{}", errors.size(), tasks.size(), fmt::join(errors, "\n"));
@@ -100,8 +101,9 @@ void build_all(std::vector<std::string> archs, int jobs) {
 }  // namespace
 
 void add_kernels_command(CLI::App& app) {
-  CLI::App* kernels = app.add_subcommand("kernels", "Show the engine's GPU kernels (ids, source, PTX) and compile "
-                                                    "them into the kernel cache ahead of time");
+  CLI::App* kernels = app.add_subcommand("kernels",
+                                         "Show the engine's GPU kernels (ids, source, PTX) and compile "
+                                         "them into the kernel cache ahead of time");
   kernels->require_subcommand(1);
 
   kernels->add_subcommand("list", "Print every kernel id, one per line")->callback([] {
@@ -129,8 +131,9 @@ void add_kernels_command(CLI::App& app) {
   auto archs = std::make_shared<std::vector<std::string>>();
   auto jobs = std::make_shared<int>(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   CLI::App* build = kernels->add_subcommand(
-      "build", "Compile every kernel into the kernel cache ($VISION_CACHE_DIR, else $XDG_CACHE_HOME/vision-cpp/kernels, "
-               "else ~/.cache/vision-cpp/kernels)");
+      "build",
+      "Compile every kernel into the kernel cache ($VISION_CACHE_DIR, else $XDG_CACHE_HOME/vision-cpp/kernels, "
+      "else ~/.cache/vision-cpp/kernels)");
   build->add_option("--arch", *archs, "GPU architecture(s) to compile for (repeatable; default: the present GPU's)");
   build->add_option("-j,--jobs", *jobs, "parallel compiles (default: one per core)");
   build->callback([archs, jobs] { guarded([&] { build_all(*archs, *jobs); }); });

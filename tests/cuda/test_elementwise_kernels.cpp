@@ -74,7 +74,8 @@ class GpuKernels : public testing::TestWithParam<DType> {
     ASSERT_EQ(out.size(), ref.size()) << what;
     size_t bad = 0;
     for (size_t i = 0; i < out.size(); ++i)
-      if (!(out[i] == ref[i]) && bad++ < 5) ADD_FAILURE() << what << "[" << i << "] = " << out[i] << ", expected " << ref[i];
+      if (!(out[i] == ref[i]) && bad++ < 5)
+        ADD_FAILURE() << what << "[" << i << "] = " << out[i] << ", expected " << ref[i];
     EXPECT_EQ(bad, 0u) << what << " in " << core::dtype_name(dtype());
   }
 
@@ -214,8 +215,8 @@ TEST_P(GpuKernels, UpsampleNearest2x) {
 
 TEST_P(GpuKernels, MaxPool2d) {
   // The listed windows and one compiled on first use (3/1/1).
-  for (const MaxPool2dWindow win : {MaxPool2dWindow{5, 1, 2}, MaxPool2dWindow{2, 2, 0}, MaxPool2dWindow{3, 2, 1},
-                                    MaxPool2dWindow{3, 1, 1}}) {
+  for (const MaxPool2dWindow win :
+       {MaxPool2dWindow{5, 1, 2}, MaxPool2dWindow{2, 2, 0}, MaxPool2dWindow{3, 2, 1}, MaxPool2dWindow{3, 1, 1}}) {
     const int64_t planes = 4, h = 17, w = 20;
     const int64_t ho = maxpool2d_output_size(h, win), wo = maxpool2d_output_size(w, win);
     const Input x = input(planes * h * w), dy = input(planes * ho * wo);
@@ -249,8 +250,8 @@ TEST_P(GpuKernels, MaxPool2d) {
     std::memcpy(arg_out.data(), arg_bytes.data(), arg_bytes.size());
     EXPECT_EQ(arg_out, ref_arg) << "argmax, k=" << win.k << " s=" << win.s << " p=" << win.p;
 
-    launch_maxpool2d_backward(stream_, dtype(), win, dy.ptr(), static_cast<const int32_t*>(arg.get()), dx.ptr(),
-                              planes, h, w);
+    launch_maxpool2d_backward(stream_, dtype(), win, dy.ptr(), static_cast<const int32_t*>(arg.get()), dx.ptr(), planes,
+                              h, w);
     expect_close(result(dx), ref_dx, "maxpool backward");
   }
 }

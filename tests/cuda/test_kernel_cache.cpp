@@ -27,7 +27,8 @@ class TempDir {
  public:
   TempDir() {
     std::random_device rd;
-    path_ = fs::temp_directory_path() / ("vision-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
+    path_ =
+        fs::temp_directory_path() / ("vision-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
     fs::create_directories(path_);
   }
   ~TempDir() {
@@ -185,8 +186,7 @@ TEST(KernelCache, ThreadsBuildingOneKeyAreSerialised) {
   constexpr int kThreads = 4;
   std::vector<std::string> results(kThreads);
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t)
-    threads.emplace_back([&, t] { results[t] = cache.get_or_build(kKey, build); });
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back([&, t] { results[t] = cache.get_or_build(kKey, build); });
   for (auto& t : threads) t.join();
   EXPECT_EQ(builds.load(), 1);
   EXPECT_EQ(max_inside.load(), 1);
@@ -234,13 +234,15 @@ TEST(KernelCache, UnusableDirectoryStillBuilds) {
   write_bytes(dir.path() / "file", "not a directory");
   const KernelCache cache(dir.path() / "file" / "kernels");
   CacheOutcome outcome{};
-  EXPECT_EQ(cache.get_or_build(kKey, [] { return std::string("ok"); }, &outcome), "ok");
+  auto build = [] { return std::string("ok"); };
+  EXPECT_EQ(cache.get_or_build(kKey, build, &outcome), "ok");
   EXPECT_EQ(outcome, CacheOutcome::uncached);
   EXPECT_THROW(cache.store(kKey, "x"), Error);
 }
 
 TEST(KernelCache, CompiledKernelRoundTrip) {
-  CompiledKernel k{"sm_90a", "_Z1kPf", ".version 9.0\n", std::string("\x7f" "ELF\0\1", 6), ""};
+  const std::string elf{'\x7f', 'E', 'L', 'F', '\0', '\1'};
+  CompiledKernel k{"sm_90a", "_Z1kPf", ".version 9.0\n", elf, ""};
   const std::optional<CompiledKernel> back = deserialize(serialize(k));
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->arch, k.arch);

@@ -41,8 +41,7 @@ std::string error_of(const std::function<void()>& f) {
 TEST(Sha256, KnownVectors) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')),
-            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 TEST(CudaCheck, NamesTheCallAndTheError) {
@@ -159,11 +158,11 @@ struct Mismatched : KernelDescriptor<const void*, void*, int64_t> {
 
 TEST(KernelDescriptor, ParamsMustAgreeWithArgs) {
   EXPECT_NO_THROW(Mismatched("const {T}*, {T}*, int64_t"));
-  EXPECT_THROW(Mismatched("const {T}*, {T}*"), Error);                 // count
-  EXPECT_THROW(Mismatched("{T}*, {T}*, int64_t"), Error);              // constness
-  EXPECT_THROW(Mismatched("const {T}*, {T}*, int"), Error);            // width
-  EXPECT_THROW(Mismatched("const {T}*, const {T}*, int64_t"), Error);  // output declared const
-  EXPECT_THROW(ops::kernels::SiluForward(DType::i32), Error);          // no kernel for that dtype
+  EXPECT_THROW(Mismatched("const {T}*, {T}*"), Error);                         // count
+  EXPECT_THROW(Mismatched("{T}*, {T}*, int64_t"), Error);                      // constness
+  EXPECT_THROW(Mismatched("const {T}*, {T}*, int"), Error);                    // width
+  EXPECT_THROW(Mismatched("const {T}*, const {T}*, int64_t"), Error);          // output declared const
+  EXPECT_THROW(ops::kernels::SiluForward(DType::i32), Error);                  // no kernel for that dtype
   EXPECT_THROW(ops::kernels::MaxPool2dForward(DType::f32, {3, 1, 2}), Error);  // p > k / 2
 }
 
@@ -176,10 +175,10 @@ TEST(KernelRegistry, ListsEveryKernelOnce) {
     if (i > 0) EXPECT_LT(kernels[i - 1]->id(), kernels[i]->id());
     EXPECT_EQ(KernelRegistry::global().find(kernels[i]->id()), kernels[i]);
   }
-  for (const char* id : {"silu_forward__f32", "silu_backward__bf16", "sigmoid_forward__f16", "add_backward__f32",
-                         "mul_backward__bf16", "channel_copy__f16", "channel_slice_backward__f32",
-                         "upsample_nearest2x_forward__f16", "upsample_nearest2x_backward__bf16",
-                         "maxpool2d_forward__f32__k5_s1_p2", "maxpool2d_backward__f16__k5_s1_p2"})
+  for (const char* id :
+       {"silu_forward__f32", "silu_backward__bf16", "sigmoid_forward__f16", "add_backward__f32", "mul_backward__bf16",
+        "channel_copy__f16", "channel_slice_backward__f32", "upsample_nearest2x_forward__f16",
+        "upsample_nearest2x_backward__bf16", "maxpool2d_forward__f32__k5_s1_p2", "maxpool2d_backward__f16__k5_s1_p2"})
     EXPECT_TRUE(ids.count(id)) << id;
   EXPECT_EQ(KernelRegistry::global().find("silu_forward"), nullptr);
   EXPECT_THROW(KernelRegistry::global().add<ops::kernels::SiluForward>(DType::f32), Error);  // duplicate id
@@ -193,7 +192,7 @@ TEST(Nvrtc, CompilesAKernelToPtxAndCubin) {
   EXPECT_NE(k.ptx.find(".target sm_90a"), std::string::npos);
   EXPECT_NE(k.ptx.find(k.lowered_name), std::string::npos);
   EXPECT_GT(k.cubin.size(), 100u);
-  EXPECT_EQ(k.cubin.substr(0, 4), "\x7f" "ELF");
+  EXPECT_EQ(k.cubin.substr(0, 4), (std::string{'\x7f', 'E', 'L', 'F'}));  // an ELF object
 
   const CompiledKernel v = compile({"silu_forward__bf16.cu", silu.source(), silu.name_expression(), "compute_90"});
   EXPECT_TRUE(v.cubin.empty());
@@ -202,8 +201,9 @@ TEST(Nvrtc, CompilesAKernelToPtxAndCubin) {
 
 TEST(Nvrtc, CompileErrorCarriesTheLog) {
   const std::string msg = error_of([] {
-    compile({"broken.cu", "template <typename T> __global__ void k(T* p) { p[0] = undeclared; }\n"
-                          "template __global__ void k<float>(float*);\n",
+    compile({"broken.cu",
+             "template <typename T> __global__ void k(T* p) { p[0] = undeclared; }\n"
+             "template __global__ void k<float>(float*);\n",
              "k<float>", "sm_80"});
   });
   EXPECT_NE(msg.find("NVRTC could not compile broken.cu for sm_80"), std::string::npos) << msg;

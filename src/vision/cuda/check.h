@@ -22,16 +22,16 @@ std::string nvrtc_error_message(nvrtcResult status, std::string_view call, const
 
 }  // namespace vision::cuda
 
-#define VISION_CUDA_CHECK(call)                                                                  \
-  do {                                                                                           \
-    const cudaError_t vision_cuda_status_ = (call);                                              \
-    if (vision_cuda_status_ != cudaSuccess)                                                      \
-      ::vision::cuda::throw_cuda_error(vision_cuda_status_, #call, __FILE__, __LINE__);          \
+#define VISION_CUDA_CHECK(call)                                                         \
+  do {                                                                                  \
+    const cudaError_t vision_cuda_status_ = (call);                                     \
+    if (vision_cuda_status_ != cudaSuccess)                                             \
+      ::vision::cuda::throw_cuda_error(vision_cuda_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define VISION_NVRTC_CHECK(call)                                                                 \
-  do {                                                                                           \
-    const nvrtcResult vision_nvrtc_status_ = (call);                                             \
-    if (vision_nvrtc_status_ != NVRTC_SUCCESS)                                                   \
-      ::vision::cuda::throw_nvrtc_error(vision_nvrtc_status_, #call, __FILE__, __LINE__);        \
+#define VISION_NVRTC_CHECK(call)                                                          \
+  do {                                                                                    \
+    const nvrtcResult vision_nvrtc_status_ = (call);                                      \
+    if (vision_nvrtc_status_ != NVRTC_SUCCESS)                                            \
+      ::vision::cuda::throw_nvrtc_error(vision_nvrtc_status_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -114,8 +114,9 @@ Kernel::Kernel(KernelSpec spec, std::vector<std::string> arg_types)
 
   const std::string params = params_for(spec_);
   const std::vector<std::string_view> list = split_params(params);
-  VISION_CHECK(list.size() == arg_types_.size(), "kernel {}: its parameters ({}) and its Args ({} types) differ in count",
-               id_, params, arg_types_.size());
+  VISION_CHECK(list.size() == arg_types_.size(),
+               "kernel {}: its parameters ({}) and its Args ({} types) differ in count", id_, params,
+               arg_types_.size());
   for (size_t i = 0; i < list.size(); ++i)
     VISION_CHECK(param_accepts(list[i], arg_types_[i]), "kernel {}: parameter {} is '{}' but Args declares '{}'", id_,
                  i, list[i], arg_types_[i]);
@@ -161,8 +162,8 @@ cudaKernel_t Kernel::prepare() const {
   const CompiledKernel compiled = compile(arch);
   // A cubin when there is one (no JIT at load time); the PTX, NUL-terminated, otherwise.
   const std::string ptx = compiled.ptx;
-  const void* image = compiled.cubin.empty() ? static_cast<const void*>(ptx.c_str())
-                                             : static_cast<const void*>(compiled.cubin.data());
+  const void* image =
+      compiled.cubin.empty() ? static_cast<const void*>(ptx.c_str()) : static_cast<const void*>(compiled.cubin.data());
   cudaLibrary_t library = nullptr;
   VISION_CUDA_CHECK(cudaLibraryLoadData(&library, image, nullptr, nullptr, 0, nullptr, nullptr, 0));
   cudaKernel_t kernel = nullptr;
@@ -181,10 +182,10 @@ void Kernel::launch_with(cudaStream_t stream, dim3 grid, dim3 block, size_t shar
   const cudaError_t status =
       cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args, shared_bytes, stream);
   if (status != cudaSuccess)
-    fail("{}", cuda_error_message(status, fmt::format("cudaLaunchKernel({}, grid ({}, {}, {}), block ({}, {}, {}), "
-                                                      "{} shared bytes)",
-                                                      id_, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                                      shared_bytes)));
+    fail("{}",
+         cuda_error_message(status, fmt::format("cudaLaunchKernel({}, grid ({}, {}, {}), block ({}, {}, {}), "
+                                                "{} shared bytes)",
+                                                id_, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes)));
 }
 
 uint32_t grid_blocks(int64_t items, int threads) {

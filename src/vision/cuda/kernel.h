@@ -31,7 +31,8 @@ struct KernelSpec {
   // Further template arguments, in order, named for the id: {{"k", 5}, {"s", 1}, {"p", 2}} → "__k5_s1_p2".
   std::vector<std::pair<std::string, int64_t>> constants;
   // The kernel's parameter list, {T} standing for the element type: "const {T}*, {T}*, int64_t". It must agree with
-  // the descriptor's Args (pointer for void pointer, const for const, same integer/float type); checked on construction.
+  // the descriptor's Args (pointer for void pointer, const for const, same integer/float type); checked on
+  // construction.
   std::string params;
 };
 
@@ -86,9 +87,9 @@ inline constexpr bool always_false = false;
 
 // The parameter types a kernel may declare: device pointers as void pointers, and scalars of fixed width.
 template <typename P>
-inline constexpr bool is_param_type = std::is_same_v<P, const void*> || std::is_same_v<P, void*> ||
-                                      std::is_same_v<P, int64_t> || std::is_same_v<P, int32_t> ||
-                                      std::is_same_v<P, uint32_t> || std::is_same_v<P, float>;
+inline constexpr bool is_param_type =
+    std::is_same_v<P, const void*> || std::is_same_v<P, void*> || std::is_same_v<P, int64_t> ||
+    std::is_same_v<P, int32_t> || std::is_same_v<P, uint32_t> || std::is_same_v<P, float>;
 
 template <typename P>
 constexpr std::string_view param_type_name() {

@@ -124,8 +124,8 @@ std::optional<std::string> KernelCache::load(std::string_view key, bool* corrupt
   if (!bytes) return std::nullopt;
   std::string_view in(*bytes);
   uint64_t length = 0;
-  const bool ok = in.size() >= kHeaderSize && in.substr(0, 8) == kMagic && (in.remove_prefix(8), get_u64(in, &length)) &&
-                  in.size() == 32 + length;
+  const bool ok = in.size() >= kHeaderSize && in.substr(0, 8) == kMagic &&
+                  (in.remove_prefix(8), get_u64(in, &length)) && in.size() == 32 + length;
   if (ok) {
     const std::string_view stored = in.substr(0, 32), payload = in.substr(32);
     const Sha256Digest actual = sha256(payload);
@@ -227,8 +227,10 @@ std::optional<CompiledKernel> deserialize(std::string_view in) {
 CompiledKernel compile_cached(const CompileRequest& request, const fs::path& dir, CacheOutcome* outcome) {
   const KernelCache cache(dir.empty() ? default_kernel_cache_dir() : dir);
   const std::vector<std::string> options = compile_options(request.arch);
-  const std::string key = kernel_cache_key(request.source, options, request.arch, nvrtc_version(), request.name_expression);
-  const std::string payload = cache.get_or_build(key, [&] { return serialize(compile(request)); }, outcome);
+  const std::string key =
+      kernel_cache_key(request.source, options, request.arch, nvrtc_version(), request.name_expression);
+  auto build = [&] { return serialize(compile(request)); };
+  const std::string payload = cache.get_or_build(key, build, outcome);
   std::optional<CompiledKernel> k = deserialize(payload);
   if (!k) {
     // Intact on disk (checksum) but not a kernel: an entry written by something else. Rebuild without the cache.

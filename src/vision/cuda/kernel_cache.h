@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "vision/cuda/nvrtc.h"
 

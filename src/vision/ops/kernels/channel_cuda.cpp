@@ -42,9 +42,10 @@ VISION_REGISTER_KERNELS(register_channel_kernels);
 
 ChannelCopy::ChannelCopy(DType t)
     : KernelDescriptor(make_spec("channel_copy", t,
-                            "const {T}*, {T}*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t")) {}
+                                 "const {T}*, {T}*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t")) {}
 ChannelSliceBackward::ChannelSliceBackward(DType t)
-    : KernelDescriptor(make_spec("channel_slice_backward", t, "const {T}*, {T}*, int64_t, int64_t, int64_t, int64_t, int64_t")) {}
+    : KernelDescriptor(
+          make_spec("channel_slice_backward", t, "const {T}*, {T}*, int64_t, int64_t, int64_t, int64_t, int64_t")) {}
 
 void launch_concat_forward(cudaStream_t stream, DType dtype, const void* x, void* y, int64_t batch, int64_t x_channels,
                            int64_t hw, int64_t y_channels, int64_t offset) {

@@ -18,9 +18,9 @@ struct ChannelCopy : cuda::KernelDescriptor<const void* /*x*/, void* /*y*/, int6
   explicit ChannelCopy(DType dtype);
 };
 // Backward of a channel slice: the whole input gradient, zero outside the slice.
-struct ChannelSliceBackward : cuda::KernelDescriptor<const void* /*dy*/, void* /*dx*/, int64_t /*batch*/,
-                                                     int64_t /*channels*/, int64_t /*hw*/, int64_t /*x_channels*/,
-                                                     int64_t /*offset*/> {
+struct ChannelSliceBackward
+    : cuda::KernelDescriptor<const void* /*dy*/, void* /*dx*/, int64_t /*batch*/, int64_t /*channels*/, int64_t /*hw*/,
+                             int64_t /*x_channels*/, int64_t /*offset*/> {
   explicit ChannelSliceBackward(DType dtype);
 };
 

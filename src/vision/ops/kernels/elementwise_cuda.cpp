@@ -42,7 +42,8 @@ VISION_REGISTER_KERNELS(register_elementwise_kernels);
 }  // namespace
 
 SiluForward::SiluForward(DType t) : KernelDescriptor(make_spec("silu_forward", t, kUnary)) {}
-SiluBackward::SiluBackward(DType t) : KernelDescriptor(make_spec("silu_backward", t, "const {T}*, const {T}*, {T}*, int64_t")) {}
+SiluBackward::SiluBackward(DType t)
+    : KernelDescriptor(make_spec("silu_backward", t, "const {T}*, const {T}*, {T}*, int64_t")) {}
 SigmoidForward::SigmoidForward(DType t) : KernelDescriptor(make_spec("sigmoid_forward", t, kUnary)) {}
 SigmoidBackward::SigmoidBackward(DType t)
     : KernelDescriptor(make_spec("sigmoid_backward", t, "const {T}*, const {T}*, {T}*, int64_t")) {}

@@ -11,8 +11,8 @@ constexpr const char* kBackwardParams = "const {T}*, const int32_t*, {T}*, int64
 
 void check_window(MaxPool2dWindow win) {
   VISION_CHECK(win.k >= 1 && win.k <= 16 && win.s >= 1 && win.s <= 16 && win.p >= 0 && win.p <= win.k / 2,
-               "max pooling window k={} s={} p={} is not supported (1 <= k, s <= 16 and 0 <= p <= k / 2)", win.k,
-               win.s, win.p);
+               "max pooling window k={} s={} p={} is not supported (1 <= k, s <= 16 and 0 <= p <= k / 2)", win.k, win.s,
+               win.p);
 }
 
 cuda::KernelSpec make_spec(const char* name, DType dtype, MaxPool2dWindow win, const char* params) {
@@ -57,8 +57,8 @@ void launch_maxpool2d_forward(cudaStream_t stream, DType dtype, MaxPool2dWindow 
   VISION_CHECK(h * w <= INT32_MAX, "maxpool2d: a {} × {} plane is too large for i32 argmax indices", h, w);
   const int64_t n = planes * ho * wo;  // one thread per output
   if (n == 0) return;
-  cuda::kernel_instance<MaxPool2dForward>(dtype, win).launch(stream, dim3(cuda::grid_blocks(n, kThreads)),
-                                                              dim3(kThreads), 0, x, y, argmax, planes, h, w, ho, wo);
+  cuda::kernel_instance<MaxPool2dForward>(dtype, win)
+      .launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, x, y, argmax, planes, h, w, ho, wo);
 }
 
 void launch_maxpool2d_backward(cudaStream_t stream, DType dtype, MaxPool2dWindow win, const void* dy,
@@ -67,9 +67,8 @@ void launch_maxpool2d_backward(cudaStream_t stream, DType dtype, MaxPool2dWindow
   const int64_t ho = maxpool2d_output_size(h, win), wo = maxpool2d_output_size(w, win);
   const int64_t n = planes * h * w;  // one thread per input element
   if (n == 0) return;
-  cuda::kernel_instance<MaxPool2dBackward>(dtype, win).launch(stream, dim3(cuda::grid_blocks(n, kThreads)),
-                                                               dim3(kThreads), 0, dy, argmax, dx, planes, h, w, ho,
-                                                               wo);
+  cuda::kernel_instance<MaxPool2dBackward>(dtype, win)
+      .launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, dy, argmax, dx, planes, h, w, ho, wo);
 }
 
 }  // namespace vision::ops::kernels
