@@ -1,5 +1,6 @@
 // `vision kernels list|source|ptx|build` — what the engine's GPU kernels are, and compiling them ahead of time.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>

@@ -69,6 +69,8 @@ class DeviceBuffer {
   }
   void upload(const std::vector<uint8_t>& host, size_t byte_offset = 0) {
     VISION_CUDA_CHECK(cudaMemcpy(at(byte_offset), host.data(), host.size(), cudaMemcpyHostToDevice));
+    // A pageable upload may return before its DMA completes: finish it before kernels on other streams read.
+    VISION_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<uint8_t> download(size_t bytes, size_t byte_offset = 0) const {
     std::vector<uint8_t> host(bytes);

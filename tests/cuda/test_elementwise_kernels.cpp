@@ -3,7 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
+#include <cstring>
+#include <memory>
 
 #include "cuda/cuda_test_util.h"
 #include "test_util.h"

@@ -12,7 +12,6 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
-#include <thread>
 
 #include "vision/core/error.h"
 #include "vision/cuda/sha256.h"

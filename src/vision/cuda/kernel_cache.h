@@ -2,6 +2,7 @@
 // written atomically, checked on read, with concurrent builders of one key serialised by a file lock.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>

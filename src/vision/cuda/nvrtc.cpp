@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <memory>
+#include <type_traits>
 
 #include "vision/cuda/check.h"
 #include "vision/cuda/embedded.h"
