@@ -1,0 +1,143 @@
+// `vision kernels list|source|ptx|build` — what the engine's GPU kernels are, and compiling them ahead of time.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "vision/core/error.h"
+#include "vision/cuda/device.h"
+#include "vision/cuda/kernel.h"
+#include "vision/cuda/kernel_cache.h"
+
+namespace vision::cli {
+namespace {
+
+// Runs body, turning a vision::Error into a message on stderr and exit code 1.
+template <typename F>
+void guarded(F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    throw CLI::RuntimeError(1);
+  }
+}
+
+const cuda::Kernel& find_kernel(const std::string& id) {
+  auto& registry = cuda::KernelRegistry::global();
+  if (const cuda::Kernel* k = registry.find(id)) return *k;
+  std::vector<std::string> near;
+  for (const cuda::Kernel* k : registry.kernels())
+    if (k->id().find(id) != std::string::npos) near.push_back(k->id());
+  std::string hint;
+  if (!near.empty()) {
+    if (near.size() > 12) near.resize(12), near.push_back("...");
+    hint = " Did you mean: " + fmt::format("{}", fmt::join(near, ", ")) + "?";
+  }
+  fail("unknown kernel '{}'; run `vision kernels list` to see every kernel id.{}", id, hint);
+}
+
+// The architecture to compile for: the one given, else the present GPU's.
+std::string arch_or_current(const std::string& arch) {
+  if (!arch.empty()) {
+    cuda::check_arch(arch);
+    return arch;
+  }
+  VISION_CHECK(cuda::gpu_available(),
+               "no usable GPU to take the architecture from ({}); pass --arch, e.g. --arch sm_90a",
+               cuda::gpu_unavailable_reason());
+  return cuda::current_arch();
+}
+
+void build_all(std::vector<std::string> archs, int jobs) {
+  if (archs.empty()) archs.push_back(arch_or_current(""));
+  for (const auto& a : archs) cuda::check_arch(a);
+  const std::vector<const cuda::Kernel*> kernels = cuda::KernelRegistry::global().kernels();
+  struct Task {
+    const cuda::Kernel* kernel;
+    std::string arch;
+  };
+  std::vector<Task> tasks;
+  for (const auto& a : archs)
+    for (const cuda::Kernel* k : kernels) tasks.push_back({k, a});
+
+  std::atomic<size_t> next{0};
+  std::atomic<int> hits{0}, built{0};
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  auto worker = [&] {
+    for (size_t i = next++; i < tasks.size(); i = next++) {
+      try {
+        cuda::CacheOutcome outcome{};
+        tasks[i].kernel->compile(tasks[i].arch, {}, &outcome);
+        (outcome == cuda::CacheOutcome::hit ? hits : built)++;
+      } catch (const Error& e) {
+        std::lock_guard lock(mutex);
+        errors.push_back(fmt::format("{} for {}: {}", tasks[i].kernel->id(), tasks[i].arch, e.what()));
+      }
+    }
+  };
+  const int n_threads = std::clamp<int>(jobs, 1, static_cast<int>(std::max<size_t>(tasks.size(), 1)));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n_threads; ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+
+  std::printf("%zu kernels for %s in %s: %d compiled, %d already cached\n", kernels.size(),
+              fmt::format("{}", fmt::join(archs, ", ")).c_str(), cuda::default_kernel_cache_dir().c_str(), built.load(),
+              hits.load());
+  if (!errors.empty()) {
+    std::sort(errors.begin(), errors.end());
+    fail("{} of {} compiles failed:\n{}", errors.size(), tasks.size(), fmt::join(errors, "\n"));
+  }
+}
+
+}  // namespace
+
+void add_kernels_command(CLI::App& app) {
+  CLI::App* kernels = app.add_subcommand("kernels",
+                                         "Show the engine's GPU kernels (ids, source, PTX) and compile "
+                                         "them into the kernel cache ahead of time");
+  kernels->require_subcommand(1);
+
+  kernels->add_subcommand("list", "Print every kernel id, one per line")->callback([] {
+    guarded([] {
+      for (const cuda::Kernel* k : cuda::KernelRegistry::global().kernels()) std::printf("%s\n", k->id().c_str());
+    });
+  });
+
+  auto name = std::make_shared<std::string>();
+  CLI::App* source = kernels->add_subcommand("source", "Print the exact source NVRTC compiles for a kernel");
+  source->add_option("NAME", *name, "kernel id, as printed by `vision kernels list`")->required();
+  source->callback([name] { guarded([&] { std::fputs(find_kernel(*name).source().c_str(), stdout); }); });
+
+  auto ptx_arch = std::make_shared<std::string>();
+  CLI::App* ptx = kernels->add_subcommand("ptx", "Compile a kernel (through the cache) and print its PTX");
+  ptx->add_option("NAME", *name, "kernel id, as printed by `vision kernels list`")->required();
+  ptx->add_option("--arch", *ptx_arch, "GPU architecture: sm_80, sm_90, sm_90a, ... (default: the present GPU's)");
+  ptx->callback([name, ptx_arch] {
+    guarded([&] {
+      const cuda::Kernel& k = find_kernel(*name);
+      std::fputs(k.compile(arch_or_current(*ptx_arch)).ptx.c_str(), stdout);
+    });
+  });
+
+  auto archs = std::make_shared<std::vector<std::string>>();
+  auto jobs = std::make_shared<int>(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  CLI::App* build = kernels->add_subcommand(
+      "build",
+      "Compile every kernel into the kernel cache ($VISION_CACHE_DIR, else $XDG_CACHE_HOME/vision-cpp/kernels, "
+      "else ~/.cache/vision-cpp/kernels)");
+  build->add_option("--arch", *archs, "GPU architecture(s) to compile for (repeatable; default: the present GPU's)");
+  build->add_option("-j,--jobs", *jobs, "parallel compiles (default: one per core)");
+  build->callback([archs, jobs] { guarded([&] { build_all(*archs, *jobs); }); });
+}
+
+}  // namespace vision::cli

@@ -1,0 +1,114 @@
+#include "vision/cuda/nvrtc.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <memory>
+#include <type_traits>
+
+#include "vision/cuda/check.h"
+#include "vision/cuda/embedded.h"
+
+namespace vision::cuda {
+namespace {
+
+bool digits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+struct ProgramDeleter {
+  void operator()(nvrtcProgram p) const { nvrtcDestroyProgram(&p); }
+};
+using Program = std::unique_ptr<std::remove_pointer_t<nvrtcProgram>, ProgramDeleter>;
+
+std::string program_log(nvrtcProgram p) {
+  size_t size = 0;
+  VISION_NVRTC_CHECK(nvrtcGetProgramLogSize(p, &size));
+  std::string log(size, '\0');
+  if (size > 0) VISION_NVRTC_CHECK(nvrtcGetProgramLog(p, log.data()));
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  return log;
+}
+
+}  // namespace
+
+void check_arch(std::string_view arch) {
+  std::string_view rest = arch;
+  if (rest.starts_with("sm_")) rest.remove_prefix(3);
+  else if (rest.starts_with("compute_")) rest.remove_prefix(8);
+  else rest = {};
+  if (!rest.empty() && (rest.back() == 'a' || rest.back() == 'f')) rest.remove_suffix(1);
+  VISION_CHECK(digits(rest) && rest.size() >= 2 && rest.size() <= 3,
+               "invalid GPU architecture '{}': expected sm_XY (a real GPU: sm_80, sm_90, sm_90a, ...) or compute_XY "
+               "(PTX only)",
+               arch);
+}
+
+bool is_real_arch(std::string_view arch) { return arch.starts_with("sm_"); }
+
+std::vector<std::string> compile_options(std::string_view arch) {
+  check_arch(arch);
+  return {fmt::format("--gpu-architecture={}", arch), "--std=c++17"};
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  VISION_NVRTC_CHECK(nvrtcVersion(&major, &minor));
+  return fmt::format("{}.{}", major, minor);
+}
+
+CompiledKernel compile(const CompileRequest& request) {
+  const std::vector<std::string> options = compile_options(request.arch);
+
+  // The toolkit headers the kernels include, handed over by name (NVRTC 13 has none built in).
+  std::vector<const char*> header_texts, header_names;
+  std::vector<std::string> header_storage;  // NUL-terminated copies
+  for (const EmbeddedFile& h : embedded_toolkit_headers()) {
+    header_storage.emplace_back(h.text);
+    header_storage.emplace_back(h.name);
+  }
+  for (size_t i = 0; i < header_storage.size(); i += 2) {
+    header_texts.push_back(header_storage[i].c_str());
+    header_names.push_back(header_storage[i + 1].c_str());
+  }
+
+  const std::string source(request.source), name(request.program_name), expr(request.name_expression);
+  nvrtcProgram raw = nullptr;
+  VISION_NVRTC_CHECK(nvrtcCreateProgram(&raw, source.c_str(), name.c_str(), static_cast<int>(header_texts.size()),
+                                        header_texts.data(), header_names.data()));
+  Program program(raw);
+  VISION_NVRTC_CHECK(nvrtcAddNameExpression(raw, expr.c_str()));
+
+  std::vector<const char*> option_ptrs;
+  for (const auto& o : options) option_ptrs.push_back(o.c_str());
+  const nvrtcResult status = nvrtcCompileProgram(raw, static_cast<int>(option_ptrs.size()), option_ptrs.data());
+  CompiledKernel out;
+  out.arch = std::string(request.arch);
+  out.log = program_log(raw);
+  if (status != NVRTC_SUCCESS)
+    fail("NVRTC could not compile {} for {} ({}; options: {}):\n{}", name, request.arch, nvrtcGetErrorString(status),
+         fmt::join(options, " "), out.log);
+
+  const char* lowered = nullptr;
+  VISION_NVRTC_CHECK(nvrtcGetLoweredName(raw, expr.c_str(), &lowered));
+  VISION_CHECK(lowered != nullptr, "NVRTC returned no lowered name for {} in {}", expr, name);
+  out.lowered_name = lowered;
+
+  size_t size = 0;
+  VISION_NVRTC_CHECK(nvrtcGetPTXSize(raw, &size));
+  out.ptx.resize(size);
+  VISION_NVRTC_CHECK(nvrtcGetPTX(raw, out.ptx.data()));
+  while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
+
+  if (is_real_arch(request.arch)) {
+    VISION_NVRTC_CHECK(nvrtcGetCUBINSize(raw, &size));
+    out.cubin.resize(size);
+    VISION_NVRTC_CHECK(nvrtcGetCUBIN(raw, out.cubin.data()));
+  }
+  return out;
+}
+
+}  // namespace vision::cuda
