@@ -180,7 +180,9 @@ Shape BatchNorm2dOp::infer_output_shape(const std::vector<Shape>& inputs) const 
 }
 
 std::unique_ptr<RuntimeOp> BatchNorm2dOp::lower(Backend backend, Mode mode) const {
-  return lower_cpu<BatchNorm2dRuntime>(*this, backend, eps_, momentum_, mode);
+  return lower_cpu_or_cuda<BatchNorm2dRuntime>(
+      *this, backend, VISION_CUDA_FACTORY(cuda_impl::make_batchnorm2d(std::move(twin), eps_, momentum_, mode)), eps_,
+      momentum_, mode);
 }
 
 SymTensor batchnorm2d(SymTensor x, float eps, float momentum, const std::string& name) {

@@ -278,7 +278,8 @@ Shape Conv2dOp::infer_output_shape(const std::vector<Shape>& inputs) const {
 }
 
 std::unique_ptr<RuntimeOp> Conv2dOp::lower(Backend backend, Mode mode) const {
-  return lower_cpu<Conv2dRuntime>(*this, backend, attrs_, mode);
+  return lower_cpu_or_cuda<Conv2dRuntime>(*this, backend, VISION_CUDA_FACTORY(cuda_impl::make_conv2d(std::move(twin), attrs_)),
+                                          attrs_, mode);
 }
 
 std::shared_ptr<const Op> Conv2dOp::fuse_with(const Op& next, Mode mode, const std::string& self_prefix,
@@ -308,7 +309,9 @@ Shape FusedConv2dOp::infer_output_shape(const std::vector<Shape>& inputs) const 
 
 std::unique_ptr<RuntimeOp> FusedConv2dOp::lower(Backend backend, Mode mode) const {
   VISION_CHECK(mode == Mode::inference, "{} is an inference-time fusion: lower the unfused ops for training", name());
-  return lower_cpu<FusedConv2dRuntime>(*this, backend, name(), attrs_, fusion_);
+  return lower_cpu_or_cuda<FusedConv2dRuntime>(
+      *this, backend, VISION_CUDA_FACTORY(cuda_impl::make_fused_conv2d(std::move(twin), attrs_, fusion_)), name(),
+      attrs_, fusion_);
 }
 
 std::shared_ptr<const Op> FusedConv2dOp::fuse_with(const Op& next, Mode mode, const std::string& self_prefix,

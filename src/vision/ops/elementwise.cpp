@@ -101,12 +101,12 @@ Shape BinaryElementwiseOp::infer_output_shape(const std::vector<Shape>& inputs) 
   return merge_shapes(inputs[0], inputs[1], name() + " needs inputs of one shape");
 }
 
-std::unique_ptr<RuntimeOp> SiluOp::lower(Backend b, Mode) const { return lower_cpu<UnaryRuntime<SiluFn>>(*this, b); }
+std::unique_ptr<RuntimeOp> SiluOp::lower(Backend b, Mode) const { return lower_cpu_or_cuda<UnaryRuntime<SiluFn>>(*this, b, VISION_CUDA_FACTORY(cuda_impl::make_silu(std::move(twin)))); }
 std::unique_ptr<RuntimeOp> SigmoidOp::lower(Backend b, Mode) const {
-  return lower_cpu<UnaryRuntime<SigmoidFn>>(*this, b);
+  return lower_cpu_or_cuda<UnaryRuntime<SigmoidFn>>(*this, b, VISION_CUDA_FACTORY(cuda_impl::make_sigmoid(std::move(twin))));
 }
-std::unique_ptr<RuntimeOp> AddOp::lower(Backend b, Mode) const { return lower_cpu<BinaryRuntime<AddFn>>(*this, b); }
-std::unique_ptr<RuntimeOp> MulOp::lower(Backend b, Mode) const { return lower_cpu<BinaryRuntime<MulFn>>(*this, b); }
+std::unique_ptr<RuntimeOp> AddOp::lower(Backend b, Mode) const { return lower_cpu_or_cuda<BinaryRuntime<AddFn>>(*this, b, VISION_CUDA_FACTORY(cuda_impl::make_add(std::move(twin)))); }
+std::unique_ptr<RuntimeOp> MulOp::lower(Backend b, Mode) const { return lower_cpu_or_cuda<BinaryRuntime<MulFn>>(*this, b, VISION_CUDA_FACTORY(cuda_impl::make_mul(std::move(twin)))); }
 
 SymTensor silu(SymTensor x, const std::string& name) { return record<SiluOp>({x}, name); }
 SymTensor sigmoid(SymTensor x, const std::string& name) { return record<SigmoidOp>({x}, name); }

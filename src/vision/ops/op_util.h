@@ -5,12 +5,16 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "vision/core/error.h"
 #include "vision/graph/graph.h"
 #include "vision/graph/op.h"
+#ifdef VISION_HAS_CUDA
+#include "vision/ops/cuda/factories.h"
+#endif
 
 namespace vision::ops {
 
@@ -49,12 +53,24 @@ SymTensor record(const std::vector<SymTensor>& inputs, const std::string& name, 
 // VISION_HAS_CUDA, defined in the op's *_cuda.cpp).
 [[noreturn]] void no_backend(const Op& op, Backend backend);
 
-// lower() of an op whose only implementation is the CPU RuntimeOp Rt(args...).
-template <typename Rt, typename... A>
-std::unique_ptr<RuntimeOp> lower_cpu(const Op& op, Backend backend, A&&... args) {
-  if (backend != Backend::cpu) no_backend(op, backend);
-  return std::make_unique<Rt>(std::forward<A>(args)...);
+#ifdef VISION_HAS_CUDA
+// The CUDA factory of an op's lower(): expr may use `twin`, the op's CPU RuntimeOp (see ops/cuda/factories.h).
+#define VISION_CUDA_FACTORY(expr) [&](::vision::ops::cuda_impl::Twin twin) { return expr; }
+#else
+#define VISION_CUDA_FACTORY(expr) nullptr
+#endif
+
+// lower() of an op with a CPU RuntimeOp Rt(args...) and a CUDA one made from it by cuda (VISION_CUDA_FACTORY).
+template <typename Rt, typename F, typename... A>
+std::unique_ptr<RuntimeOp> lower_cpu_or_cuda(const Op& op, Backend backend, F&& cuda, A&&... args) {
+  auto cpu = std::make_unique<Rt>(std::forward<A>(args)...);
+  if (backend == Backend::cpu) return cpu;
+  if constexpr (!std::is_null_pointer_v<std::decay_t<F>>) {
+    if (backend == Backend::cuda) return cuda(std::move(cpu));
+  }
+  no_backend(op, backend);
 }
+
 
 // Base of the CPU RuntimeOps: a name, an input count, a backward.
 class CpuRuntimeOp : public RuntimeOp {

@@ -98,7 +98,10 @@ Shape MaxPool2dOp::infer_output_shape(const std::vector<Shape>& inputs) const {
 }
 
 std::unique_ptr<RuntimeOp> MaxPool2dOp::lower(Backend backend, Mode mode) const {
-  return lower_cpu<MaxPool2dRuntime>(*this, backend, kernel_, stride_, padding_, mode);
+  return lower_cpu_or_cuda<MaxPool2dRuntime>(
+      *this, backend,
+      VISION_CUDA_FACTORY(cuda_impl::make_maxpool2d(std::move(twin), kernel_, stride_, padding_, mode)), kernel_,
+      stride_, padding_, mode);
 }
 
 SymTensor maxpool2d(SymTensor x, int64_t kernel, int64_t stride, int64_t padding, const std::string& name) {

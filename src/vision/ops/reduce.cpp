@@ -50,9 +50,9 @@ Shape ScalarReductionOp::infer_output_shape(const std::vector<Shape>& inputs) co
 }
 
 std::unique_ptr<RuntimeOp> SumSquaresOp::lower(Backend b, Mode) const {
-  return lower_cpu<ReductionRuntime<SumSquaresFn>>(*this, b);
+  return lower_cpu_or_cuda<ReductionRuntime<SumSquaresFn>>(*this, b, VISION_CUDA_FACTORY(cuda_impl::make_sum_squares(std::move(twin))));
 }
-std::unique_ptr<RuntimeOp> MeanOp::lower(Backend b, Mode) const { return lower_cpu<ReductionRuntime<MeanFn>>(*this, b); }
+std::unique_ptr<RuntimeOp> MeanOp::lower(Backend b, Mode) const { return lower_cpu_or_cuda<ReductionRuntime<MeanFn>>(*this, b, VISION_CUDA_FACTORY(cuda_impl::make_mean(std::move(twin)))); }
 
 SymTensor sum_squares(SymTensor x, const std::string& name) { return record<SumSquaresOp>({x}, name); }
 SymTensor mean(SymTensor x, const std::string& name) { return record<MeanOp>({x}, name); }

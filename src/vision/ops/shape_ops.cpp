@@ -89,7 +89,8 @@ ConcatOp::ConcatOp(int n_inputs) : n_inputs_(n_inputs) {
 }
 
 std::unique_ptr<RuntimeOp> ConcatOp::lower(Backend backend, Mode) const {
-  return lower_cpu<ConcatRuntime>(*this, backend, n_inputs_);
+  return lower_cpu_or_cuda<ConcatRuntime>(*this, backend, VISION_CUDA_FACTORY(cuda_impl::make_concat(std::move(twin))),
+                                          n_inputs_);
 }
 
 ChannelSliceOp::ChannelSliceOp(int64_t begin, int64_t count) : begin_(begin), count_(count) {
@@ -108,7 +109,8 @@ Shape ChannelSliceOp::infer_output_shape(const std::vector<Shape>& inputs) const
 }
 
 std::unique_ptr<RuntimeOp> ChannelSliceOp::lower(Backend backend, Mode) const {
-  return lower_cpu<ChannelSliceRuntime>(*this, backend, begin_, count_);
+  return lower_cpu_or_cuda<ChannelSliceRuntime>(
+      *this, backend, VISION_CUDA_FACTORY(cuda_impl::make_channel_slice(std::move(twin), begin_, count_)), begin_, count_);
 }
 
 SymTensor concat(const std::vector<SymTensor>& xs, const std::string& name) {

@@ -69,7 +69,8 @@ Shape UpsampleNearestOp::infer_output_shape(const std::vector<Shape>& inputs) co
 }
 
 std::unique_ptr<RuntimeOp> UpsampleNearestOp::lower(Backend backend, Mode) const {
-  return lower_cpu<UpsampleNearestRuntime>(*this, backend, scale_);
+  return lower_cpu_or_cuda<UpsampleNearestRuntime>(
+      *this, backend, VISION_CUDA_FACTORY(cuda_impl::make_upsample_nearest(std::move(twin), scale_)), scale_);
 }
 
 SymTensor upsample_nearest(SymTensor x, int64_t scale, const std::string& name) {

@@ -1,0 +1,48 @@
+// CudnnConv — one 2-D convolution geometry through cuDNN: forward, backward-data, backward-filter, bias.
+#pragma once
+
+#include <cudnn.h>
+
+#include "vision/core/tensor.h"
+#include "vision/ops/conv2d.h"
+
+namespace vision::ops::cuda_impl {
+
+// Activations in NCHW or NHWC (the filter then in KCRS or KRSC), f32 with IEEE f32 math (no TF32) or
+// f16/bf16 on tensor cores with f32 accumulation. Algorithms come from cuDNN's heuristics, the fastest whose
+// workspace fits in max_workspace.
+class CudnnConv {
+ public:
+  CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& attrs, const core::Shape& x, core::DType dtype,
+            core::Layout layout, size_t max_workspace = size_t(256) << 20);
+  ~CudnnConv();
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
+
+  const core::Shape& output_shape() const { return y_shape_; }
+  // Bytes of workspace that forward, backward_data and backward_filter need (the largest of the three).
+  size_t workspace_bytes() const { return workspace_; }
+
+  // y = conv(x, w) (+ y·beta)
+  void forward(const void* x, const void* w, void* y, void* workspace, float beta = 0.0f) const;
+  // y += bias, broadcast over N, H, W (bias has out_channels elements of the conv's dtype)
+  void add_bias(const void* bias, void* y) const;
+  void backward_data(const void* w, const void* dy, void* dx, void* workspace) const;
+  void backward_filter(const void* x, const void* dy, void* dw, void* workspace) const;
+  void backward_bias(const void* dy, void* db) const;
+
+ private:
+  cudnnHandle_t handle_;
+  core::Shape y_shape_;
+  cudnnTensorDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr, bias_desc_ = nullptr;
+  cudnnFilterDescriptor_t w_desc_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_desc_ = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd_algo_{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};
+  size_t workspace_ = 0;
+};
+
+cudnnDataType_t cudnn_dtype(core::DType dtype);
+
+}  // namespace vision::ops::cuda_impl

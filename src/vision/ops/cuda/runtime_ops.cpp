@@ -1,0 +1,410 @@
+// The CUDA RuntimeOps of the built-in ops: cuDNN for convolutions and BatchNorm, NVRTC kernels for the rest.
+// The legacy cuDNN BatchNorm API is deprecated in cuDNN 9 but present; PyTorch's semantics match it.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+#include <map>
+
+#include "vision/cuda/libraries.h"
+#include "vision/graph/cuda/cuda_backend.h"
+#include "vision/ops/cuda/cudnn_conv.h"
+#include "vision/ops/cuda/factories.h"
+#include "vision/ops/kernels/batchnorm_cuda.h"
+#include "vision/ops/kernels/channel_cuda.h"
+#include "vision/ops/kernels/elementwise_cuda.h"
+#include "vision/ops/kernels/maxpool_cuda.h"
+#include "vision/ops/kernels/reduce_cuda.h"
+#include "vision/ops/kernels/upsample_cuda.h"
+
+namespace vision::ops::cuda_impl {
+
+using core::DType;
+using core::Shape;
+using core::Tensor;
+using graph::BackwardCtx;
+using graph::CudaBackendContext;
+using graph::ForwardCtx;
+using graph::Mode;
+using graph::ParamSpec;
+using graph::RuntimeOp;
+using graph::TensorSpec;
+
+namespace {
+
+cudaStream_t stream_of(graph::BackendContext* b) { return CudaBackendContext::of(b).stream(); }
+cudnnHandle_t cudnn_of(graph::BackendContext* b) { return CudaBackendContext::of(b).cudnn(); }
+
+// Shares name, inputs, state specs and initial state with the op's CPU RuntimeOp.
+class CudaRuntimeOp : public RuntimeOp {
+ public:
+  explicit CudaRuntimeOp(Twin twin) : twin_(std::move(twin)) {}
+  std::string name() const override { return twin_->name(); }
+  int n_activation_inputs() const override { return twin_->n_activation_inputs(); }
+  std::vector<ParamSpec> param_specs(const std::vector<Shape>& in, const Shape& out) const override {
+    return twin_->param_specs(in, out);
+  }
+  std::vector<std::byte> param_init_data(size_t i, const std::vector<Shape>& in, const Shape& out,
+                                         uint64_t seed) const override {
+    return twin_->param_init_data(i, in, out, seed);
+  }
+  bool has_backward() const override { return twin_->has_backward(); }
+
+ private:
+  Twin twin_;
+};
+
+// cuDNN convolution plans per input shape (a RuntimeOp serves one plan, whose shape is fixed; the cache also
+// serves workspace_bytes(), which runs before the first forward).
+class ConvCache {
+ public:
+  explicit ConvCache(const Conv2dAttrs& a) : a_(a) {}
+  const CudnnConv& get(const Shape& x) const {
+    auto it = convs_.find(x.dims());
+    if (it == convs_.end()) {
+      auto backend = graph::cuda_backend();
+      it = convs_
+               .emplace(x.dims(), std::make_unique<CudnnConv>(CudaBackendContext::of(backend.get()).cudnn(), a_, x,
+                                                              DType::f32, core::Layout::nchw))
+               .first;
+    }
+    return *it->second;
+  }
+
+ private:
+  Conv2dAttrs a_;
+  mutable std::map<std::vector<int64_t>, std::unique_ptr<CudnnConv>> convs_;
+};
+
+class Conv2dCuda final : public CudaRuntimeOp {
+ public:
+  Conv2dCuda(Twin twin, const Conv2dAttrs& a) : CudaRuntimeOp(std::move(twin)), a_(a), convs_(a) {}
+  size_t workspace_bytes(const std::vector<Shape>& in, const Shape&) const override {
+    return convs_.get(in[0]).workspace_bytes();
+  }
+  void forward(ForwardCtx& ctx) override {
+    const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
+    c.forward(ctx.inputs[0].raw(), ctx.params[0].raw(), ctx.output.raw(), workspace(ctx.workspace));
+    if (a_.bias) c.add_bias(ctx.params[1].raw(), ctx.output.raw());
+  }
+  void backward(BackwardCtx& ctx) override {
+    const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
+    void* ws = workspace(ctx.workspace);
+    if (ctx.grad_inputs[0].defined()) c.backward_data(ctx.params[0].raw(), ctx.grad_output.raw(), ctx.grad_inputs[0].raw(), ws);
+    if (ctx.grad_params[0].defined()) c.backward_filter(ctx.inputs[0].raw(), ctx.grad_output.raw(), ctx.grad_params[0].raw(), ws);
+    if (a_.bias && ctx.grad_params[1].defined()) c.backward_bias(ctx.grad_output.raw(), ctx.grad_params[1].raw());
+  }
+
+ private:
+  static void* workspace(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
+  Conv2dAttrs a_;
+  ConvCache convs_;
+};
+
+// Inference: W' = W·γ/σ and b' = β + (b − μ)·γ/σ folded into the workspace each call, one cuDNN convolution with
+// bias, SiLU in place.
+class FusedConv2dCuda final : public CudaRuntimeOp {
+ public:
+  FusedConv2dCuda(Twin twin, const Conv2dAttrs& a, const ConvFusion& f)
+      : CudaRuntimeOp(std::move(twin)), a_(a), f_(f), convs_(with_bias(a)) {}
+  bool has_backward() const override { return false; }
+  size_t workspace_bytes(const std::vector<Shape>& in, const Shape&) const override {
+    return folded_bytes() + convs_.get(in[0]).workspace_bytes();
+  }
+  void forward(ForwardCtx& ctx) override {
+    const cudaStream_t s = stream_of(ctx.backend);
+    const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
+    const size_t n_conv = a_.bias ? 2 : 1;
+    const void* w = ctx.params[0].raw();
+    const void* b = a_.bias ? ctx.params[1].raw() : nullptr;
+    auto* ws = static_cast<std::byte*>(ctx.workspace.raw());
+    if (f_.batchnorm) {
+      float* wf = reinterpret_cast<float*>(ws);
+      float* bf = wf + align_floats(weight_count());
+      const auto& p = ctx.params;
+      kernels::launch_batchnorm_fold(s, static_cast<const float*>(w), static_cast<const float*>(b),
+                                     static_cast<const float*>(p[n_conv].raw()),
+                                     static_cast<const float*>(p[n_conv + 1].raw()),
+                                     static_cast<const float*>(p[n_conv + 2].raw()),
+                                     static_cast<const float*>(p[n_conv + 3].raw()), wf, bf, a_.out_channels,
+                                     weight_count() / a_.out_channels, f_.bn_eps);
+      w = wf;
+      b = bf;
+    }
+    c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), ws + folded_bytes());
+    if (b) c.add_bias(b, ctx.output.raw());
+    if (f_.silu) kernels::launch_silu_forward(s, DType::f32, ctx.output.raw(), ctx.output.raw(), ctx.output.numel());
+  }
+
+ private:
+  static Conv2dAttrs with_bias(Conv2dAttrs a) {
+    a.bias = true;
+    return a;
+  }
+  int64_t weight_count() const { return a_.weight_shape().numel(); }
+  static int64_t align_floats(int64_t n) { return (n + 63) / 64 * 64; }
+  size_t folded_bytes() const {
+    return f_.batchnorm ? static_cast<size_t>(align_floats(weight_count()) + align_floats(a_.out_channels)) * 4 : 0;
+  }
+  Conv2dAttrs a_;
+  ConvFusion f_;
+  ConvCache convs_;
+};
+
+// cuDNN spatial BatchNorm: training with batch statistics (running statistics updated with the unbiased
+// variance, as PyTorch does), inference with the running statistics.
+class BatchNorm2dCuda final : public CudaRuntimeOp {
+ public:
+  BatchNorm2dCuda(Twin twin, float eps, float momentum, Mode mode)
+      : CudaRuntimeOp(std::move(twin)), eps_(eps), momentum_(momentum), mode_(mode) {
+    VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_desc_));
+    VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&c_desc_));
+  }
+  ~BatchNorm2dCuda() override {
+    cudnnDestroyTensorDescriptor(c_desc_);
+    cudnnDestroyTensorDescriptor(x_desc_);
+  }
+  std::vector<TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape&) const override {
+    if (mode_ != Mode::train) return {};
+    return {{Shape{in[0][1]}, DType::f32}, {Shape{in[0][1]}, DType::f32}};  // batch mean, inverse std
+  }
+  void forward(ForwardCtx& ctx) override {
+    prepare(ctx.inputs[0].shape());
+    const float one = 1.0f, zero = 0.0f;
+    const auto& p = ctx.params;
+    if (!ctx.training) {
+      VISION_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+          cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, ctx.inputs[0].raw(), x_desc_,
+          ctx.output.raw(), c_desc_, p[0].raw(), p[1].raw(), p[2].raw(), p[3].raw(), eps_));
+      return;
+    }
+    VISION_CHECK(ctx.inputs[0].numel() / ctx.inputs[0].dim(1) > 1,
+                 "batchnorm2d in training needs more than one value per channel, got input {}", ctx.inputs[0].str());
+    VISION_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+        cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, ctx.inputs[0].raw(), x_desc_,
+        ctx.output.raw(), c_desc_, p[0].raw(), p[1].raw(), momentum_, p[2].raw(), p[3].raw(), eps_,
+        ctx.saved[0].raw(), ctx.saved[1].raw()));
+    kernels::launch_increment_counter(stream_of(ctx.backend), static_cast<int64_t*>(p[4].raw()));
+  }
+  void backward(BackwardCtx& ctx) override {
+    prepare(ctx.inputs[0].shape());
+    VISION_CHECK(ctx.saved.size() == 2, "batchnorm2d backward needs the batch statistics of a training forward");
+    VISION_CHECK(ctx.grad_inputs[0].defined() && ctx.grad_params[0].defined() && ctx.grad_params[1].defined(),
+                 "batchnorm2d backward on CUDA writes dx, dγ and dβ together");
+    const float one = 1.0f, zero = 0.0f;
+    VISION_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+        cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_desc_, ctx.inputs[0].raw(),
+        x_desc_, ctx.grad_output.raw(), x_desc_, ctx.grad_inputs[0].raw(), c_desc_, ctx.params[0].raw(),
+        ctx.grad_params[0].raw(), ctx.grad_params[1].raw(), eps_, ctx.saved[0].raw(), ctx.saved[1].raw()));
+  }
+
+ private:
+  void prepare(const Shape& x) {
+    if (x == shape_) return;
+    shape_ = x;
+    VISION_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(x[0]),
+                                                  static_cast<int>(x[1]), static_cast<int>(x[2]),
+                                                  static_cast<int>(x[3])));
+    VISION_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(c_desc_, x_desc_, CUDNN_BATCHNORM_SPATIAL));
+  }
+  float eps_;
+  double momentum_;
+  Mode mode_;
+  Shape shape_;
+  cudnnTensorDescriptor_t x_desc_ = nullptr, c_desc_ = nullptr;
+};
+
+// y = f(x) element-wise; backward from x (SiLU) or from y (sigmoid).
+class UnaryCuda final : public CudaRuntimeOp {
+ public:
+  enum class Kind { silu, sigmoid };
+  UnaryCuda(Twin twin, Kind kind) : CudaRuntimeOp(std::move(twin)), kind_(kind) {}
+  void forward(ForwardCtx& ctx) override {
+    const auto f = kind_ == Kind::silu ? kernels::launch_silu_forward : kernels::launch_sigmoid_forward;
+    f(stream_of(ctx.backend), DType::f32, ctx.inputs[0].raw(), ctx.output.raw(), ctx.output.numel());
+  }
+  void backward(BackwardCtx& ctx) override {
+    if (!ctx.grad_inputs[0].defined()) return;
+    const Tensor& from = kind_ == Kind::silu ? ctx.inputs[0] : ctx.output;
+    const auto f = kind_ == Kind::silu ? kernels::launch_silu_backward : kernels::launch_sigmoid_backward;
+    f(stream_of(ctx.backend), DType::f32, from.raw(), ctx.grad_output.raw(), ctx.grad_inputs[0].raw(),
+      ctx.output.numel());
+  }
+
+ private:
+  Kind kind_;
+};
+
+class BinaryCuda final : public CudaRuntimeOp {
+ public:
+  enum class Kind { add, mul };
+  BinaryCuda(Twin twin, Kind kind) : CudaRuntimeOp(std::move(twin)), kind_(kind) {}
+  void forward(ForwardCtx& ctx) override {
+    const auto f = kind_ == Kind::add ? kernels::launch_add_forward : kernels::launch_mul_forward;
+    f(stream_of(ctx.backend), DType::f32, ctx.inputs[0].raw(), ctx.inputs[1].raw(), ctx.output.raw(),
+      ctx.output.numel());
+  }
+  void backward(BackwardCtx& ctx) override {
+    void* da = ctx.grad_inputs[0].defined() ? ctx.grad_inputs[0].raw() : nullptr;
+    void* db = ctx.grad_inputs[1].defined() ? ctx.grad_inputs[1].raw() : nullptr;
+    if (!da && !db) return;
+    const cudaStream_t s = stream_of(ctx.backend);
+    if (kind_ == Kind::add)
+      kernels::launch_add_backward(s, DType::f32, ctx.grad_output.raw(), da, db, ctx.output.numel());
+    else
+      kernels::launch_mul_backward(s, DType::f32, ctx.grad_output.raw(), ctx.inputs[0].raw(), ctx.inputs[1].raw(), da,
+                                   db, ctx.output.numel());
+  }
+
+ private:
+  Kind kind_;
+};
+
+class MaxPool2dCuda final : public CudaRuntimeOp {
+ public:
+  MaxPool2dCuda(Twin twin, int64_t k, int64_t s, int64_t p, Mode mode)
+      : CudaRuntimeOp(std::move(twin)),
+        window_{static_cast<int>(k), static_cast<int>(s < 0 ? k : s), static_cast<int>(p)},
+        mode_(mode) {}
+  std::vector<TensorSpec> saved_specs(const std::vector<Shape>&, const Shape& out) const override {
+    if (mode_ != Mode::train) return {};
+    return {{out, DType::i32}};
+  }
+  size_t workspace_bytes(const std::vector<Shape>&, const Shape& out) const override {
+    return mode_ == Mode::train ? 0 : static_cast<size_t>(out.numel()) * 4;  // argmax nobody reads
+  }
+  void forward(ForwardCtx& ctx) override {
+    const Tensor& x = ctx.inputs[0];
+    auto* argmax = static_cast<int32_t*>(ctx.saved.empty() ? ctx.workspace.raw() : ctx.saved[0].raw());
+    kernels::launch_maxpool2d_forward(stream_of(ctx.backend), DType::f32, window_, x.raw(), ctx.output.raw(), argmax,
+                                      x.dim(0) * x.dim(1), x.dim(2), x.dim(3));
+  }
+  void backward(BackwardCtx& ctx) override {
+    if (!ctx.grad_inputs[0].defined()) return;
+    const Tensor& x = ctx.inputs[0];
+    kernels::launch_maxpool2d_backward(stream_of(ctx.backend), DType::f32, window_, ctx.grad_output.raw(),
+                                       static_cast<const int32_t*>(ctx.saved[0].raw()), ctx.grad_inputs[0].raw(),
+                                       x.dim(0) * x.dim(1), x.dim(2), x.dim(3));
+  }
+
+ private:
+  kernels::MaxPool2dWindow window_;
+  Mode mode_;
+};
+
+class UpsampleCuda final : public CudaRuntimeOp {
+ public:
+  explicit UpsampleCuda(Twin twin) : CudaRuntimeOp(std::move(twin)) {}
+  void forward(ForwardCtx& ctx) override {
+    const Tensor& x = ctx.inputs[0];
+    kernels::launch_upsample_nearest2x_forward(stream_of(ctx.backend), DType::f32, x.raw(), ctx.output.raw(),
+                                               x.dim(0) * x.dim(1), x.dim(2), x.dim(3));
+  }
+  void backward(BackwardCtx& ctx) override {
+    if (!ctx.grad_inputs[0].defined()) return;
+    const Tensor& x = ctx.inputs[0];
+    kernels::launch_upsample_nearest2x_backward(stream_of(ctx.backend), DType::f32, ctx.grad_output.raw(),
+                                                ctx.grad_inputs[0].raw(), x.dim(0) * x.dim(1), x.dim(2), x.dim(3));
+  }
+};
+
+// Channel ranges of NCHW-like tensors (rank ≥ 2; the dims after the channels are flattened).
+int64_t inner_of(const Tensor& t) { return t.dim(1) ? t.numel() / t.dim(0) / t.dim(1) : 0; }
+
+class ConcatCuda final : public CudaRuntimeOp {
+ public:
+  explicit ConcatCuda(Twin twin) : CudaRuntimeOp(std::move(twin)) {}
+  void forward(ForwardCtx& ctx) override {
+    int64_t offset = 0;
+    for (const Tensor& x : ctx.inputs) {
+      kernels::launch_concat_forward(stream_of(ctx.backend), DType::f32, x.raw(), ctx.output.raw(), x.dim(0), x.dim(1),
+                                     inner_of(x), ctx.output.dim(1), offset);
+      offset += x.dim(1);
+    }
+  }
+  void backward(BackwardCtx& ctx) override {
+    int64_t offset = 0;
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+      const Tensor& x = ctx.inputs[i];
+      if (ctx.grad_inputs[i].defined())
+        kernels::launch_concat_backward(stream_of(ctx.backend), DType::f32, ctx.grad_output.raw(),
+                                        ctx.grad_inputs[i].raw(), x.dim(0), x.dim(1), inner_of(x),
+                                        ctx.output.dim(1), offset);
+      offset += x.dim(1);
+    }
+  }
+};
+
+class ChannelSliceCuda final : public CudaRuntimeOp {
+ public:
+  ChannelSliceCuda(Twin twin, int64_t begin) : CudaRuntimeOp(std::move(twin)), begin_(begin) {}
+  void forward(ForwardCtx& ctx) override {
+    const Tensor& x = ctx.inputs[0];
+    kernels::launch_slice_forward(stream_of(ctx.backend), DType::f32, x.raw(), ctx.output.raw(), x.dim(0), x.dim(1),
+                                  inner_of(x), ctx.output.dim(1), begin_);
+  }
+  void backward(BackwardCtx& ctx) override {
+    if (!ctx.grad_inputs[0].defined()) return;
+    const Tensor& x = ctx.inputs[0];
+    kernels::launch_slice_backward(stream_of(ctx.backend), DType::f32, ctx.grad_output.raw(), ctx.grad_inputs[0].raw(),
+                                   x.dim(0), x.dim(1), inner_of(x), ctx.output.dim(1), begin_);
+  }
+
+ private:
+  int64_t begin_;
+};
+
+// ½·Σx² (square) or Σx / n (mean).
+class ReduceCuda final : public CudaRuntimeOp {
+ public:
+  ReduceCuda(Twin twin, bool square) : CudaRuntimeOp(std::move(twin)), square_(square) {}
+  void forward(ForwardCtx& ctx) override {
+    const Tensor& x = ctx.inputs[0];
+    kernels::launch_reduce_sum_forward(stream_of(ctx.backend), DType::f32, square_, x.raw(), ctx.output.raw(),
+                                       x.numel(), scale(x));
+  }
+  void backward(BackwardCtx& ctx) override {
+    if (!ctx.grad_inputs[0].defined()) return;
+    const Tensor& x = ctx.inputs[0];
+    kernels::launch_reduce_sum_backward(stream_of(ctx.backend), DType::f32, square_, x.raw(), ctx.grad_output.raw(),
+                                        ctx.grad_inputs[0].raw(), x.numel(), scale(x));
+  }
+
+ private:
+  float scale(const Tensor& x) const {
+    return square_ ? 0.5f : static_cast<float>(1.0 / static_cast<double>(std::max<int64_t>(x.numel(), 1)));
+  }
+  bool square_;
+};
+
+}  // namespace
+
+std::unique_ptr<RuntimeOp> make_conv2d(Twin twin, const Conv2dAttrs& a) {
+  return std::make_unique<Conv2dCuda>(std::move(twin), a);
+}
+std::unique_ptr<RuntimeOp> make_fused_conv2d(Twin twin, const Conv2dAttrs& a, const ConvFusion& f) {
+  return std::make_unique<FusedConv2dCuda>(std::move(twin), a, f);
+}
+std::unique_ptr<RuntimeOp> make_batchnorm2d(Twin twin, float eps, float momentum, Mode mode) {
+  return std::make_unique<BatchNorm2dCuda>(std::move(twin), eps, momentum, mode);
+}
+std::unique_ptr<RuntimeOp> make_silu(Twin twin) { return std::make_unique<UnaryCuda>(std::move(twin), UnaryCuda::Kind::silu); }
+std::unique_ptr<RuntimeOp> make_sigmoid(Twin twin) {
+  return std::make_unique<UnaryCuda>(std::move(twin), UnaryCuda::Kind::sigmoid);
+}
+std::unique_ptr<RuntimeOp> make_add(Twin twin) { return std::make_unique<BinaryCuda>(std::move(twin), BinaryCuda::Kind::add); }
+std::unique_ptr<RuntimeOp> make_mul(Twin twin) { return std::make_unique<BinaryCuda>(std::move(twin), BinaryCuda::Kind::mul); }
+std::unique_ptr<RuntimeOp> make_maxpool2d(Twin twin, int64_t k, int64_t s, int64_t p, Mode mode) {
+  return std::make_unique<MaxPool2dCuda>(std::move(twin), k, s, p, mode);
+}
+std::unique_ptr<RuntimeOp> make_upsample_nearest(Twin twin, int64_t scale) {
+  VISION_CHECK(scale == 2, "upsample_nearest on CUDA supports scale 2 (YOLO26's), not {}", scale);
+  return std::make_unique<UpsampleCuda>(std::move(twin));
+}
+std::unique_ptr<RuntimeOp> make_concat(Twin twin) { return std::make_unique<ConcatCuda>(std::move(twin)); }
+std::unique_ptr<RuntimeOp> make_channel_slice(Twin twin, int64_t begin, int64_t count) {
+  (void)count;
+  return std::make_unique<ChannelSliceCuda>(std::move(twin), begin);
+}
+std::unique_ptr<RuntimeOp> make_sum_squares(Twin twin) { return std::make_unique<ReduceCuda>(std::move(twin), true); }
+std::unique_ptr<RuntimeOp> make_mean(Twin twin) { return std::make_unique<ReduceCuda>(std::move(twin), false); }
+
+}  // namespace vision::ops::cuda_impl
