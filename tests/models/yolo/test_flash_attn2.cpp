@@ -2,9 +2,17 @@
 // differences, and the graph op through the executor.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
 #include <vector>
 
 #include "graph/test_ops.h"
@@ -529,6 +537,179 @@ TEST(FlashAttention2Graph, PlansPerBatchHeadsCount) {
     EXPECT_GT(loss, 0.0f);
   }
   EXPECT_EQ(ex.cached_plans(), 2u);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// GPU kernel configuration and the NVRTC compile check of every instantiation (no GPU needed).
+
+constexpr FlashAttention2Kernel kAllKernels[] = {FlashAttention2Kernel::forward, FlashAttention2Kernel::backward_dq,
+                                                 FlashAttention2Kernel::backward_dkv};
+
+TEST(FlashAttention2Kernels, TilesNamesSharedMemoryAndLaunchGeometry) {
+  const FlashAttention2Tiles t = flash_attention2_tiles(FlashAttention2Kernel::forward, DType::f16, 32, 64);
+  EXPECT_EQ(flash_attention2_kernel_name(FlashAttention2Kernel::forward, DType::f16, 32, 64, t),
+            "vision::models::yolo::kernels::attention::flash_attention2_forward<__half, 32, 64, 64, 64, 4>");
+  EXPECT_EQ(flash_attention2_kernel_name(FlashAttention2Kernel::backward_preprocess, DType::bf16, 32, 64,
+                                         flash_attention2_tiles(FlashAttention2Kernel::backward_preprocess,
+                                                                DType::bf16, 32, 64)),
+            "vision::models::yolo::kernels::attention::flash_attention2_backward_preprocess<__nv_bfloat16, 64, 8>");
+  // Pinned sizes (the NVRTC test checks the device-side formula against the host one for every instantiation).
+  EXPECT_EQ(flash_attention2_smem_bytes(FlashAttention2Kernel::forward, DType::f16, 32, 64, {64, 64, 4}),
+            size_t{(64 * 40 + 64 * 40 + 64 * 72) * 2});
+  EXPECT_EQ(flash_attention2_smem_bytes(FlashAttention2Kernel::backward_dkv, DType::f32, 32, 64, {32, 32, 4}),
+            size_t{(32 * 33 + 32 * 65 + 32 * 33 + 32 * 65 + 2 * 32 * 33 + 2 * 32) * 4});
+  const FlashAttention2Launch l =
+      flash_attention2_launch(FlashAttention2Kernel::backward_dkv, DType::bf16, AttentionSizes{6, 400, 130, 32, 64},
+                              flash_attention2_tiles(FlashAttention2Kernel::backward_dkv, DType::bf16, 32, 64));
+  EXPECT_EQ(l.grid[0], 3u);  // ceil(130 / 64) key blocks
+  EXPECT_EQ(l.grid[1], 6u);
+  EXPECT_EQ(l.threads, 128u);
+  EXPECT_THROW(flash_attention2_tiles(FlashAttention2Kernel::forward, DType::f16, 24, 48), Error);
+  EXPECT_THROW(flash_attention2_tiles(FlashAttention2Kernel::forward, DType::f16, 32, 40), Error);
+  EXPECT_THROW(flash_attention2_tiles(FlashAttention2Kernel::forward, DType::i32, 32, 32), Error);
+  EXPECT_THROW(flash_attention2_kernel_name(FlashAttention2Kernel::forward, DType::f16, 32, 32, {32, 64, 4}), Error);
+  EXPECT_THROW(flash_attention2_launch(FlashAttention2Kernel::forward, DType::f16, AttentionSizes{70000, 4, 4, 32, 32},
+                                       {64, 64, 4}),
+               Error);
+  // Every instantiation the engine uses fits a Hopper SM (227 KiB of shared memory per CTA).
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int d : {16, 32, 64, 128})
+      for (int dv : {d, 2 * d})
+        for (FlashAttention2Kernel k : kAllKernels)
+          EXPECT_LE(flash_attention2_smem_bytes(k, dt, d, dv, flash_attention2_tiles(k, dt, d, dv)), 227u * 1024u);
+}
+
+// NVRTC, loaded at run time: the CPU-only build links no CUDA library.
+class Nvrtc {
+ public:
+  using Program = void*;
+  static std::unique_ptr<Nvrtc> load(std::string* why) {
+    std::vector<std::string> candidates;
+    if (const char* e = std::getenv("VISION_NVRTC_LIBRARY")) candidates.emplace_back(e);
+    for (const char* n : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"}) candidates.emplace_back(n);
+    candidates.push_back(cuda_home() + "/lib64/libnvrtc.so");
+    for (const auto& c : candidates) {
+      void* lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!lib) continue;
+      auto n = std::unique_ptr<Nvrtc>(new Nvrtc(lib));
+      if (n->ok()) return n;
+    }
+    *why = "no usable libnvrtc (set VISION_NVRTC_LIBRARY or CUDA_HOME)";
+    return nullptr;
+  }
+  ~Nvrtc() { dlclose(lib_); }
+  static std::string cuda_home() {
+    const char* h = std::getenv("CUDA_HOME");
+    return h ? h : "/usr/local/cuda";
+  }
+
+  // Compiles source for arch with the given name expressions; returns "" or the error and NVRTC's log.
+  std::string compile(const std::string& source, const std::string& program_name, const std::vector<std::string>& names,
+                      const std::vector<std::string>& options) const {
+    Program prog = nullptr;
+    if (int r = create_(&prog, source.c_str(), program_name.c_str(), 0, nullptr, nullptr))
+      return std::string("nvrtcCreateProgram: ") + error_(r);
+    for (const auto& n : names)
+      if (int r = add_name_(prog, n.c_str())) return std::string("nvrtcAddNameExpression: ") + error_(r);
+    std::vector<const char*> opts;
+    for (const auto& o : options) opts.push_back(o.c_str());
+    const int r = compile_(prog, static_cast<int>(opts.size()), opts.data());
+    size_t n = 0;
+    log_size_(prog, &n);
+    std::string log(n, '\0');
+    if (n) log_(prog, log.data());
+    std::string out;
+    if (r != 0) {
+      out = std::string("nvrtcCompileProgram: ") + error_(r) + "\n" + log;
+    } else {
+      size_t cubin = 0;
+      cubin_size_(prog, &cubin);
+      if (cubin == 0) out = "no cubin produced\n" + log;
+    }
+    destroy_(&prog);
+    return out;
+  }
+
+ private:
+  explicit Nvrtc(void* lib) : lib_(lib) {
+    create_ = reinterpret_cast<decltype(create_)>(dlsym(lib, "nvrtcCreateProgram"));
+    destroy_ = reinterpret_cast<decltype(destroy_)>(dlsym(lib, "nvrtcDestroyProgram"));
+    compile_ = reinterpret_cast<decltype(compile_)>(dlsym(lib, "nvrtcCompileProgram"));
+    log_size_ = reinterpret_cast<decltype(log_size_)>(dlsym(lib, "nvrtcGetProgramLogSize"));
+    log_ = reinterpret_cast<decltype(log_)>(dlsym(lib, "nvrtcGetProgramLog"));
+    add_name_ = reinterpret_cast<decltype(add_name_)>(dlsym(lib, "nvrtcAddNameExpression"));
+    cubin_size_ = reinterpret_cast<decltype(cubin_size_)>(dlsym(lib, "nvrtcGetCUBINSize"));
+    error_ = reinterpret_cast<decltype(error_)>(dlsym(lib, "nvrtcGetErrorString"));
+  }
+  bool ok() const { return create_ && destroy_ && compile_ && log_size_ && log_ && add_name_ && cubin_size_ && error_; }
+
+  void* lib_;
+  int (*create_)(Program*, const char*, const char*, int, const char* const*, const char* const*) = nullptr;
+  int (*destroy_)(Program*) = nullptr;
+  int (*compile_)(Program, int, const char* const*) = nullptr;
+  int (*log_size_)(Program, size_t*) = nullptr;
+  int (*log_)(Program, char*) = nullptr;
+  int (*add_name_)(Program, const char*) = nullptr;
+  int (*cubin_size_)(Program, size_t*) = nullptr;
+  const char* (*error_)(int) = nullptr;
+};
+
+// The instantiations of the four kernels, with the engine's tiles, compile to sm_90a cubins (ptxas checks the inline
+// PTX), and for every (dtype, d, d_v = d or 2d) the device-side shared-memory formula equals the host mirror.
+TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
+  std::string why;
+  const auto nvrtc = Nvrtc::load(&why);
+  if (!nvrtc) GTEST_SKIP() << why;
+  const std::filesystem::path cuh =
+      std::filesystem::path(VISION_SOURCE_DIR) / "src/vision/models/yolo/kernels/attention/flash_attn2.cuh";
+  std::ifstream in(cuh);
+  ASSERT_TRUE(in) << "cannot read " << cuh;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string inc = Nvrtc::cuda_home() + "/include";
+  const std::vector<std::string> options = {"--gpu-architecture=sm_90a", "--std=c++17", "-I" + inc,
+                                            "-I" + inc + "/cccl"};
+
+  // Every head-size pair would take ~30 s on two cores: by default the YOLO26 pair (32, 64) and the extremes
+  // (16, 32) and (128, 128) are compiled, with VISION_TEST_ALL_KERNELS=1 all of them. The shared-memory checks
+  // always cover all.
+  const char* all_env = std::getenv("VISION_TEST_ALL_KERNELS");
+  const bool all = all_env && std::string(all_env) == "1";
+  auto compiled = [&](int d, int dv) {
+    return all || (d == 16 && dv == 32) || (d == 32 && dv == 64) || (d == 128 && dv == 128);
+  };
+  std::atomic<int> count{0};
+  auto compile_dtype = [&](DType dt) {
+    std::string source = text.str() + "\n";
+    std::vector<std::string> names;
+    for (int d : {16, 32, 64, 128})
+      for (int dv : {d, 2 * d}) {
+        for (FlashAttention2Kernel k : kAllKernels) {
+          const FlashAttention2Tiles t = flash_attention2_tiles(k, dt, d, dv);
+          const std::string name = flash_attention2_kernel_name(k, dt, d, dv, t);
+          if (compiled(d, dv)) names.push_back(name);
+          const std::string type = name.substr(name.find('<') + 1, name.find(',') - name.find('<') - 1);
+          source += "static_assert(vision::models::yolo::kernels::attention::fa2::FlashAttention2Smem<" + type + ", " +
+                    std::to_string(d) + ", " + std::to_string(dv) + ", " + std::to_string(t.block_m) + ", " +
+                    std::to_string(t.block_n) + ">::" + std::string(flash_attention2_kernel_label(k)) +
+                    " == " + std::to_string(flash_attention2_smem_bytes(k, dt, d, dv, t)) +
+                    ", \"shared memory: device and host formulas differ\");\n";
+        }
+      }
+    for (int dv : {16, 32, 64, 128, 256})
+      names.push_back(flash_attention2_kernel_name(
+          FlashAttention2Kernel::backward_preprocess, dt, 16, dv,
+          flash_attention2_tiles(FlashAttention2Kernel::backward_preprocess, dt, 16, dv)));
+    count += static_cast<int>(names.size());
+    return nvrtc->compile(source, "flash_attn2_" + std::string(core::dtype_name(dt)) + ".cu", names, options);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::future<std::string>> jobs;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    jobs.push_back(std::async(std::launch::async, compile_dtype, dt));
+  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(jobs[i].get(), "") << "dtype #" << i;
+  std::printf("NVRTC compiled %d instantiations for sm_90a in %.1f s\n", count.load(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace

@@ -375,6 +375,139 @@ void flash_attention2_backward_dkv_cpu(const Tensor& q, const Tensor& k, const T
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// GPU kernel configuration
+
+std::string_view flash_attention2_kernel_label(FlashAttention2Kernel kernel) {
+  switch (kernel) {
+    case FlashAttention2Kernel::forward: return "forward";
+    case FlashAttention2Kernel::backward_preprocess: return "backward_preprocess";
+    case FlashAttention2Kernel::backward_dq: return "backward_dq";
+    case FlashAttention2Kernel::backward_dkv: return "backward_dkv";
+  }
+  return "?";
+}
+
+void check_flash_attention2_gpu_sizes(DType dtype, int64_t d, int64_t d_v) {
+  VISION_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16,
+               "flash_attention2 (GPU): dtype {} is not supported (f32, f16 or bf16)", core::dtype_name(dtype));
+  VISION_CHECK(d == 16 || d == 32 || d == 64 || d == 128,
+               "flash_attention2 (GPU): head size {} is not supported (16, 32, 64 or 128; the CPU path takes any)", d);
+  VISION_CHECK(d_v % 16 == 0 && d_v >= 16 && d_v <= 256,
+               "flash_attention2 (GPU): value head size {} is not supported (a multiple of 16 up to 256; the CPU path "
+               "takes any)",
+               d_v);
+}
+
+FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, DType dtype, int d, int d_v) {
+  check_flash_attention2_gpu_sizes(dtype, d, d_v);
+  const bool f32 = dtype == DType::f32;
+  switch (kernel) {
+    case FlashAttention2Kernel::forward:
+      return f32 ? FlashAttention2Tiles{d_v >= 128 ? 32 : 64, 32, 4} : FlashAttention2Tiles{64, d_v >= 256 ? 32 : 64, 4};
+    case FlashAttention2Kernel::backward_preprocess: return {8, 0, 8};
+    case FlashAttention2Kernel::backward_dq:
+      return f32 ? FlashAttention2Tiles{32, 32, 4} : FlashAttention2Tiles{64, d + d_v >= 384 ? 32 : 64, 4};
+    case FlashAttention2Kernel::backward_dkv:
+      return f32 ? FlashAttention2Tiles{32, d + d_v >= 384 ? 16 : 32, 4}
+                 : FlashAttention2Tiles{d + d_v <= 128 ? 64 : (d + d_v <= 256 ? 32 : 16), 64, 4};
+  }
+  fail("flash_attention2: unknown kernel");
+}
+
+namespace {
+
+std::string_view cuda_type_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "float";
+    case DType::f16: return "__half";
+    case DType::bf16: return "__nv_bfloat16";
+    default: fail("flash_attention2 (GPU): dtype {} is not supported", core::dtype_name(dtype));
+  }
+}
+
+void check_tiles(FlashAttention2Kernel kernel, DType dtype, FlashAttention2Tiles t) {
+  const bool f32 = dtype == DType::f32;
+  const int w = t.warps;
+  VISION_CHECK(w >= 1 && w <= 32, "flash_attention2 (GPU): {} warps per CTA", w);
+  if (kernel == FlashAttention2Kernel::backward_preprocess) {
+    VISION_CHECK(t.block_m == w, "flash_attention2 preprocess: block_m must equal warps (one row per warp)");
+    return;
+  }
+  // The block a CTA owns, and the one it steps through.
+  const bool dkv = kernel == FlashAttention2Kernel::backward_dkv;
+  const int own = dkv ? t.block_n : t.block_m, step = dkv ? t.block_m : t.block_n;
+  if (f32)
+    VISION_CHECK(own > 0 && own % (2 * w) == 0 && step > 0 && step % 16 == 0,
+                 "flash_attention2 f32 {}: tiles {}x{} with {} warps (owned block a multiple of 2·warps, the other "
+                 "of 16)",
+                 flash_attention2_kernel_label(kernel), t.block_m, t.block_n, w);
+  else
+    VISION_CHECK(own == 16 * w && step > 0 && step % 16 == 0,
+                 "flash_attention2 {} {}: tiles {}x{} with {} warps (owned block = 16·warps, the other a multiple "
+                 "of 16)",
+                 core::dtype_name(dtype), flash_attention2_kernel_label(kernel), t.block_m, t.block_n, w);
+}
+
+}  // namespace
+
+std::string flash_attention2_kernel_name(FlashAttention2Kernel kernel, DType dtype, int d, int d_v,
+                                         FlashAttention2Tiles t) {
+  check_flash_attention2_gpu_sizes(dtype, d, d_v);
+  check_tiles(kernel, dtype, t);
+  constexpr std::string_view ns = "vision::models::yolo::kernels::attention::";
+  if (kernel == FlashAttention2Kernel::backward_preprocess)
+    return fmt::format("{}flash_attention2_backward_preprocess<{}, {}, {}>", ns, cuda_type_name(dtype), d_v, t.warps);
+  return fmt::format("{}flash_attention2_{}<{}, {}, {}, {}, {}, {}>", ns, flash_attention2_kernel_label(kernel),
+                     cuda_type_name(dtype), d, d_v, t.block_m, t.block_n, t.warps);
+}
+
+size_t flash_attention2_smem_bytes(FlashAttention2Kernel kernel, DType dtype, int d, int dv, FlashAttention2Tiles t) {
+  check_flash_attention2_gpu_sizes(dtype, d, dv);
+  check_tiles(kernel, dtype, t);
+  const size_t bm = static_cast<size_t>(t.block_m), bn = static_cast<size_t>(t.block_n);
+  const size_t D = static_cast<size_t>(d), DV = static_cast<size_t>(dv);
+  const bool f32 = dtype == DType::f32;
+  switch (kernel) {
+    case FlashAttention2Kernel::forward:
+      return f32 ? (bm * (D + 1) + bn * (D + 1) + bn * (DV + 1) + bm * (bn + 1)) * 4
+                 : (bm * (D + 8) + bn * (D + 8) + bn * (DV + 8)) * 2;
+    case FlashAttention2Kernel::backward_preprocess: return 0;
+    case FlashAttention2Kernel::backward_dq:
+      return f32 ? (bm * (D + 1) + bm * (DV + 1) + bn * (D + 1) + bn * (DV + 1) + bm * (bn + 1)) * 4
+                 : (bm * (D + 8) + bm * (DV + 8) + 2 * (bn * (D + 8) + bn * (DV + 8))) * 2;
+    case FlashAttention2Kernel::backward_dkv:
+      return f32 ? (bn * (D + 1) + bn * (DV + 1) + bm * (D + 1) + bm * (DV + 1) + 2 * bn * (bm + 1) + 2 * bm) * 4
+                 : (bn * (D + 8) + bn * (DV + 8) + 2 * (bm * (D + 8) + bm * (DV + 8))) * 2 + 2 * 2 * bm * 4;
+  }
+  fail("flash_attention2: unknown kernel");
+}
+
+FlashAttention2Launch flash_attention2_launch(FlashAttention2Kernel kernel, DType dtype, const AttentionSizes& s,
+                                              FlashAttention2Tiles t) {
+  VISION_CHECK(s.batch_heads >= 1 && s.batch_heads <= 65535 && s.n_q >= 1 && s.n_k >= 1 &&
+                   s.n_q <= std::numeric_limits<int>::max() && s.n_k <= std::numeric_limits<int>::max(),
+               "flash_attention2 (GPU): BH = {} (1..65535), n_q = {}, n_k = {} (positive) are out of range",
+               s.batch_heads, s.n_q, s.n_k);
+  FlashAttention2Launch l;
+  l.smem_bytes = flash_attention2_smem_bytes(kernel, dtype, static_cast<int>(s.d_qk), static_cast<int>(s.d_v), t);
+  l.threads = static_cast<unsigned>(t.warps) * 32u;
+  auto blocks = [](int64_t n, int b) { return static_cast<unsigned>((n + b - 1) / b); };
+  switch (kernel) {
+    case FlashAttention2Kernel::forward:
+    case FlashAttention2Kernel::backward_dq:
+      l.grid = {blocks(s.n_q, t.block_m), static_cast<unsigned>(s.batch_heads), 1};
+      break;
+    case FlashAttention2Kernel::backward_dkv:
+      l.grid = {blocks(s.n_k, t.block_n), static_cast<unsigned>(s.batch_heads), 1};
+      break;
+    case FlashAttention2Kernel::backward_preprocess:
+      l.grid = {blocks(s.batch_heads * s.n_q, t.block_m), 1, 1};
+      break;
+  }
+  return l;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Graph op
 
 namespace {

@@ -12,6 +12,8 @@
 // the GPU kernels (flash_attn2.cuh) take HEAD_DIM ∈ {16, 32, 64, 128} as a compile-time constant.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -45,6 +47,44 @@ void flash_attention2_backward_dkv_cpu(const Tensor& q, const Tensor& k, const T
                                        const Tensor& lse, const Tensor& delta, float scale, const Tensor& grad_k,
                                        const Tensor& grad_v);
 
+// ---------------------------------------------------------------------------------------------------------------
+// GPU kernels (flash_attn2.cuh): what the kernel system needs to instantiate and launch them.
+
+enum class FlashAttention2Kernel : uint8_t { forward, backward_preprocess, backward_dq, backward_dkv };
+std::string_view flash_attention2_kernel_label(FlashAttention2Kernel kernel);  // "forward", "backward_dq", ...
+
+// Tile sizes of one instantiation. forward / backward_dq: block_m query rows per CTA, block_n keys per step;
+// backward_dkv: block_n keys per CTA, block_m queries per step; backward_preprocess: block_m rows per CTA (one per
+// warp), block_n unused.
+struct FlashAttention2Tiles {
+  int block_m = 0, block_n = 0, warps = 0;
+};
+
+// Throws vision::Error unless the GPU kernels take (dtype, d, d_v): f32/f16/bf16, d ∈ {16, 32, 64, 128}, d_v a
+// multiple of 16 in [16, 256].
+void check_flash_attention2_gpu_sizes(core::DType dtype, int64_t d, int64_t d_v);
+// The tile sizes the engine instantiates (chosen so that no instantiation spills registers, except the tensor-core
+// dK/dV kernel at d = 128, d_v = 256 which spills a few bytes).
+FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, core::DType dtype, int d, int d_v);
+// NVRTC name expression of an instantiation, e.g.
+// "vision::models::yolo::kernels::attention::flash_attention2_forward<__half, 32, 64, 64, 64, 4>".
+std::string flash_attention2_kernel_name(FlashAttention2Kernel kernel, core::DType dtype, int d, int d_v,
+                                         FlashAttention2Tiles tiles);
+// Dynamic shared memory of one CTA in bytes: the host mirror of fa2::FlashAttention2Smem in flash_attn2.cuh.
+// Above 48 KiB a launcher must raise cudaFuncAttributeMaxDynamicSharedMemorySize (sm_80: ≤ 163 KiB, sm_90: ≤ 227 KiB).
+size_t flash_attention2_smem_bytes(FlashAttention2Kernel kernel, core::DType dtype, int d, int d_v,
+                                   FlashAttention2Tiles tiles);
+
+struct FlashAttention2Launch {
+  std::array<unsigned, 3> grid{1, 1, 1};
+  unsigned threads = 0;
+  size_t smem_bytes = 0;
+};
+// Launch geometry for one problem (validated: BH ≤ 65535, sizes positive).
+FlashAttention2Launch flash_attention2_launch(FlashAttention2Kernel kernel, core::DType dtype, const AttentionSizes& s,
+                                              FlashAttention2Tiles tiles);
+
+// ---------------------------------------------------------------------------------------------------------------
 // Graph op "yolo.flash_attention2": inputs q [BH, Nq, d_qk], k [BH, Nk, d_qk], v [BH, Nk, d_v] (BH may be
 // symbolic), output [BH, Nq, d_v]. Training saves lse [BH, Nq] (f32); backward uses a workspace for delta and
 // writes the gradients of q, k and v. CPU backend: f32 through the CPU twin. CUDA: not wired yet (lower() throws).
