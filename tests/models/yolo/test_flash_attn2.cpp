@@ -163,8 +163,8 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 }
 
 // The full product of N ∈ {1, 7, 97, 400}, BH ∈ {1, 3}, d ∈ {16, 32, 64, 128}, d_v ∈ {d, 2d}; N = 1025 with BH = 1
-// for every (d, d_v) and BH = 3 for two (the float64 reference dominates the run time); N_q ≠ N_k; head sizes that
-// are not powers of two (the CPU twin takes any).
+// for every (d, d_v) and BH = 3 for YOLO26's (32, 64) (the float64 reference dominates the run time); N_q ≠ N_k;
+// head sizes that are not powers of two (the CPU twin takes any).
 std::vector<Case> cases() {
   std::vector<Case> c;
   for (int64_t n : {1, 7, 97})
@@ -177,7 +177,6 @@ std::vector<Case> cases() {
   for (int64_t d : {16, 32, 64, 128})
     for (int64_t dv : {d, 2 * d}) c.push_back({1, 1025, 1025, d, dv});
   c.push_back({3, 1025, 1025, 32, 64});
-  c.push_back({3, 1025, 1025, 128, 256});
   // N_q ≠ N_k.
   c.push_back({3, 1, 97, 32, 64});
   c.push_back({1, 97, 1, 64, 64});
@@ -670,13 +669,12 @@ TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
   const std::vector<std::string> options = {"--gpu-architecture=sm_90a", "--std=c++17", "-I" + inc,
                                             "-I" + inc + "/cccl"};
 
-  // Every head-size pair would take ~30 s on two cores: by default the YOLO26 pair (32, 64) and the extremes
-  // (16, 32) and (128, 128) are compiled, with VISION_TEST_ALL_KERNELS=1 all of them. The shared-memory checks
-  // always cover all.
+  // Every head-size pair takes ~30 s on two cores: by default only YOLO26's pair (32, 64) is compiled (the code paths
+  // differ only in constants), with VISION_TEST_ALL_KERNELS=1 all of them. The shared-memory checks always cover all.
   const char* all_env = std::getenv("VISION_TEST_ALL_KERNELS");
   const bool all = all_env && std::string(all_env) == "1";
   auto compiled = [&](int d, int dv) {
-    return all || (d == 16 && dv == 32) || (d == 32 && dv == 64) || (d == 128 && dv == 128);
+    return all || (d == 32 && dv == 64);
   };
   std::atomic<int> count{0};
   auto compile_dtype = [&](DType dt) {
