@@ -1,0 +1,146 @@
+// cuDNN convolutions (forward, backward-data, backward-filter) in NCHW and NHWC, f32 (no TF32), f16 and bf16
+// (f32 accumulation), against float64 references computed from the same rounded inputs.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+
+#include "test_util.h"
+#include "vision/cuda/device.h"
+#include "vision/graph/cuda/cuda_backend.h"
+#include "vision/ops/cuda/cudnn_conv.h"
+
+using namespace vision;
+using core::DType;
+using core::Layout;
+using core::Shape;
+using core::Tensor;
+
+namespace {
+
+// Rounds values to dtype and back (the inputs the device really sees).
+std::vector<float> rounded(std::vector<float> v, DType t) {
+  for (auto& x : v)
+    x = t == DType::f16 ? core::half_to_float(core::float_to_half(x))
+        : t == DType::bf16 ? core::bf16_to_float(core::float_to_bf16(x)) : x;
+  return v;
+}
+
+// A device tensor of dtype in layout from NCHW-ordered f32 values.
+Tensor to_device(graph::BackendContext& b, const std::vector<float>& v, const Shape& s, DType t, Layout l) {
+  Tensor h = core::to_layout(Tensor::from_vector(s, v), l);
+  Tensor c = Tensor::zeros(s, t, l);
+  const float* src = h.data<float>();
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    if (t == DType::f32) c.data<float>()[i] = src[i];
+    else c.data<uint16_t>()[i] = t == DType::f16 ? core::float_to_half(src[i]) : core::float_to_bf16(src[i]);
+  }
+  return b.upload(c);
+}
+
+// Device tensor → NCHW-ordered f32 values.
+std::vector<float> to_host(graph::BackendContext& b, const Tensor& d) {
+  const Tensor h = b.download(d);
+  const std::vector<float> v = h.to_vector();  // memory order, converted to f32
+  Tensor f = Tensor::zeros(h.shape(), DType::f32, h.layout());
+  std::memcpy(f.raw(), v.data(), v.size() * sizeof(float));
+  return core::to_layout(f, Layout::nchw).to_vector();
+}
+
+struct Reference {
+  std::vector<double> y, dx, dw;
+};
+
+// Direct float64 convolution and its two gradients for dy.
+Reference reference(const ops::Conv2dAttrs& a, const Shape& xs, const std::vector<float>& x, const std::vector<float>& w,
+                    const std::vector<float>& dy) {
+  const Shape ys = a.output_shape(xs);
+  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ys[1], Ho = ys[2], Wo = ys[3];
+  const int64_t cpg = C / a.groups, kpg = K / a.groups, R = a.kernel, p = a.pad();
+  Reference r;
+  r.y.assign(static_cast<size_t>(ys.numel()), 0.0);
+  r.dx.assign(x.size(), 0.0);
+  r.dw.assign(w.size(), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const size_t yi = static_cast<size_t>(((n * K + k) * Ho + oh) * Wo + ow);
+          double acc = 0;
+          for (int64_t c = 0; c < cpg; ++c)
+            for (int64_t i = 0; i < R; ++i)
+              for (int64_t j = 0; j < R; ++j) {
+                const int64_t ih = oh * a.stride - p + i * a.dilation, iw = ow * a.stride - p + j * a.dilation;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const int64_t ci = (k / kpg) * cpg + c;
+                const size_t xi = static_cast<size_t>(((n * C + ci) * H + ih) * W + iw);
+                const size_t wi = static_cast<size_t>(((k * cpg + c) * R + i) * R + j);
+                acc += double(x[xi]) * w[wi];
+                r.dx[xi] += double(dy[yi]) * w[wi];
+                r.dw[wi] += double(dy[yi]) * x[xi];
+              }
+          r.y[yi] = acc;
+        }
+  return r;
+}
+
+struct Case {
+  DType dtype;
+  Layout layout;
+};
+
+class CudnnConvTest : public ::testing::TestWithParam<Case> {};
+
+}  // namespace
+
+TEST_P(CudnnConvTest, ForwardBackwardDataBackwardFilter) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const auto [dtype, layout] = GetParam();
+  // Bounds: f32 is IEEE f32 (no TF32); f16/bf16 inputs are exact after rounding, products accumulate in f32 and
+  // outputs are rounded once more (f16 ~5e-4, bf16 ~4e-3 relative).
+  const double bound = dtype == DType::f32 ? 1e-5 : dtype == DType::f16 ? 1e-2 : 2e-2;
+  auto backend = graph::cuda_backend();
+  auto& cb = graph::CudaBackendContext::of(backend.get());
+  for (auto [cin, cout, k, stride, groups] : std::vector<std::array<int64_t, 5>>{
+           {8, 16, 3, 1, 1}, {16, 16, 3, 2, 1}, {16, 16, 3, 1, 16}, {32, 8, 1, 1, 1}, {8, 8, 3, 1, 2}}) {
+    ops::Conv2dAttrs a;
+    a.in_channels = cin;
+    a.out_channels = cout;
+    a.kernel = k;
+    a.stride = stride;
+    a.groups = groups;
+    const Shape xs{2, cin, 12, 10};
+    const Shape ws = a.weight_shape();
+    ops::cuda_impl::CudnnConv conv(cb.cudnn(), a, xs, dtype, layout);
+    const Shape ys = conv.output_shape();
+    const auto x = rounded(test::random_values(static_cast<size_t>(xs.numel())), dtype);
+    const auto w = rounded(test::random_values(static_cast<size_t>(ws.numel())), dtype);
+    const auto dy = rounded(test::random_values(static_cast<size_t>(ys.numel())), dtype);
+    const Reference ref = reference(a, xs, x, w, dy);
+
+    Tensor dx_dev = to_device(*backend, std::vector<float>(x.size(), test::kPoison), xs, dtype, layout);
+    Tensor dw_dev = to_device(*backend, std::vector<float>(w.size(), test::kPoison), ws, dtype, layout);
+    Tensor y_dev = to_device(*backend, std::vector<float>(dy.size(), test::kPoison), ys, dtype, layout);
+    const Tensor x_dev = to_device(*backend, x, xs, dtype, layout);
+    const Tensor w_dev = to_device(*backend, w, ws, dtype, layout);
+    const Tensor dy_dev = to_device(*backend, dy, ys, dtype, layout);
+    auto ws_mem = backend->allocate(std::max<size_t>(conv.workspace_bytes(), 1));
+    conv.forward(x_dev.raw(), w_dev.raw(), y_dev.raw(), ws_mem.get());
+    conv.backward_data(w_dev.raw(), dy_dev.raw(), dx_dev.raw(), ws_mem.get());
+    conv.backward_filter(x_dev.raw(), dy_dev.raw(), dw_dev.raw(), ws_mem.get());
+    const std::string what = fmt::format("{} {} conv {}→{} k{} s{} g{}", core::dtype_name(dtype),
+                                         core::layout_name(layout), cin, cout, k, stride, groups);
+    EXPECT_LT(test::rel_error(to_host(*backend, y_dev), ref.y), bound) << what << " forward";
+    EXPECT_LT(test::rel_error(to_host(*backend, dx_dev), ref.dx), bound) << what << " backward-data";
+    EXPECT_LT(test::rel_error(to_host(*backend, dw_dev), ref.dw), bound) << what << " backward-filter";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLayoutsAndTypes, CudnnConvTest,
+                         ::testing::Values(Case{DType::f32, Layout::nchw}, Case{DType::f32, Layout::nhwc},
+                                           Case{DType::f16, Layout::nchw}, Case{DType::f16, Layout::nhwc},
+                                           Case{DType::bf16, Layout::nchw}, Case{DType::bf16, Layout::nhwc}),
+                         [](const auto& info) {
+                           return std::string(core::dtype_name(info.param.dtype)) + "_" +
+                                  std::string(core::layout_name(info.param.layout));
+                         });
