@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On the H200 host: build from source, run the whole suite with VISION_REQUIRE_GPU=1, run the demo on both
+# backends, and optionally the benchmarks. Logs go to $OUT (or ./gpu-logs).
+#   tools/gpu-host-check.sh [--bench] [--ctest-args "..."]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-logs}
+mkdir -p "$out"
+bench=0
+ctest_args=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bench) bench=1 ;;
+    --ctest-args) ctest_args="$2"; shift ;;
+    *) echo "unknown argument $1"; exit 2 ;;
+  esac
+  shift
+done
+[ -f .gpu-host/env.sh ] && source .gpu-host/env.sh
+export VISION_CACHE_DIR=/tmp/vision-kernel-cache
+t0=$(date +%s)
+cmake --preset default -DVISION_BENCH=$([ $bench = 1 ] && echo ON || echo OFF) >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build build -j16 >"$out/build.log" 2>&1 || { grep -E "error" -A5 "$out/build.log" | head -60; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+VISION_REQUIRE_GPU=1 ctest --test-dir build -j8 --timeout 600 $ctest_args >"$out/ctest.log" 2>&1
+status=$?
+grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|\(Skipped\)" "$out/ctest.log" | head -40
+if [ $status -ne 0 ]; then
+  ctest --test-dir build --rerun-failed --output-on-failure >"$out/failed.log" 2>&1
+  grep -E "Failure|error|Expected|Which is|rel_error|  [a-z].*<|Value of" "$out/failed.log" | head -80
+fi
+echo "tests: $(( $(date +%s) - t0 )) s"
+./build/apps/vision/vision demo --device cuda >"$out/demo_cuda.log" 2>&1; tail -8 "$out/demo_cuda.log"
+./build/apps/vision/vision demo --device cpu >"$out/demo_cpu.log" 2>&1; tail -4 "$out/demo_cpu.log"
+if [ $bench = 1 ] && [ -x bench/attention/run.sh ]; then
+  bench/attention/run.sh >"$out/bench_attention.log" 2>&1
+  cat "$out/bench_attention.log" | tail -40
+fi
+echo "total: $(( $(date +%s) - t0 )) s"
+exit $status
