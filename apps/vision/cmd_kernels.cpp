@@ -107,9 +107,18 @@ void add_kernels_command(CLI::App& app) {
                                          "them into the kernel cache ahead of time");
   kernels->require_subcommand(1);
 
-  kernels->add_subcommand("list", "Print every kernel id, one per line")->callback([] {
-    guarded([] {
-      for (const cuda::Kernel* k : cuda::KernelRegistry::global().kernels()) std::printf("%s\n", k->id().c_str());
+  auto long_list = std::make_shared<bool>(false);
+  CLI::App* list = kernels->add_subcommand("list", "Print every kernel id, one per line");
+  list->add_flag("-l,--long", *long_list, "also print each kernel's argument types and source file");
+  list->callback([long_list] {
+    guarded([&] {
+      for (const cuda::Kernel* k : cuda::KernelRegistry::global().kernels()) {
+        if (*long_list)
+          std::printf("%s\t(%s)\t%s\n", k->id().c_str(), fmt::format("{}", fmt::join(k->arg_types(), ", ")).c_str(),
+                      k->spec().file.c_str());
+        else
+          std::printf("%s\n", k->id().c_str());
+      }
     });
   });
 
