@@ -114,6 +114,8 @@ Kernel::Kernel(KernelSpec spec, std::vector<std::string> arg_types)
   for (size_t i = 0; i < std::min(spec_.constants.size(), spec_.id_constants); ++i)
     id_ += fmt::format("{}{}{}", i == 0 ? "__" : "_", spec_.constants[i].first, spec_.constants[i].second);
 
+  load_key_ = id_ + " " + name_expression();
+
   const std::string params = params_for(spec_);
   const std::vector<std::string_view> list = split_params(params);
   VISION_CHECK(list.size() == arg_types_.size(),
@@ -159,7 +161,7 @@ cudaKernel_t Kernel::prepare() const {
   const std::string arch = device_arch();
   Loaded& l = loaded();
   std::lock_guard lock(l.mutex);
-  const auto key = std::make_pair(load_key(), arch);
+  const auto key = std::make_pair(load_key_, arch);
   if (auto it = l.kernels.find(key); it != l.kernels.end()) return it->second;
 
   const CompiledKernel compiled = compile(arch);
@@ -187,7 +189,7 @@ void Kernel::set_max_dynamic_shared_memory(size_t bytes) const {
   VISION_CUDA_CHECK(cudaGetDevice(&device));
   Loaded& l = loaded();
   std::lock_guard lock(l.mutex);
-  size_t& current = l.max_dynamic_shared[std::make_pair(load_key(), device)];
+  size_t& current = l.max_dynamic_shared[std::make_pair(load_key_, device)];
   if (bytes <= current) return;
   int optin = 0;
   VISION_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -207,8 +209,6 @@ void Kernel::set_max_dynamic_shared_memory(size_t bytes) const {
                                                       id_, bytes)));
   current = bytes;
 }
-
-std::string Kernel::load_key() const { return id_ + " " + name_expression(); }
 
 void Kernel::launch_with(cudaStream_t stream, dim3 grid, dim3 block, size_t shared_bytes, void** args) const {
   if (shared_bytes > kDefaultMaxDynamicSharedBytes) set_max_dynamic_shared_memory(shared_bytes);

@@ -91,11 +91,10 @@ class Kernel {
   void launch_with(cudaStream_t stream, dim3 grid, dim3 block, size_t shared_bytes, void** args) const;
 
  private:
-  // What identifies the loaded instantiation: the id and the name expression (ids may leave out derived constants).
-  std::string load_key() const;
-
   KernelSpec spec_;
   std::string id_;
+  // What identifies the loaded instantiation: the id and the name expression (ids may leave out derived constants).
+  std::string load_key_;
   std::vector<std::string> arg_types_;
   mutable std::once_flag source_once_;
   mutable std::string source_;
