@@ -68,11 +68,13 @@ void expand(std::string_view file, std::string_view text, std::set<std::string, 
   }
 }
 
-// Loaded kernels, shared by all descriptor objects with one id: (id, arch) → handle. Libraries stay loaded for the
-// life of the process (unloading at exit would race the CUDA runtime's own teardown).
+// Loaded kernels, shared by all descriptor objects of one instantiation: (id and name expression, arch) → handle.
+// Libraries stay loaded for the life of the process (unloading at exit would race the CUDA runtime's own teardown).
+// Also the dynamic shared memory limit set for each (instantiation, device).
 struct Loaded {
   std::mutex mutex;
   std::map<std::pair<std::string, std::string>, cudaKernel_t> kernels;
+  std::map<std::pair<std::string, int>, size_t> max_dynamic_shared;
 };
 
 Loaded& loaded() {
@@ -109,8 +111,10 @@ std::string_view cuda_type_name(core::DType dtype) {
 Kernel::Kernel(KernelSpec spec, std::vector<std::string> arg_types)
     : spec_(std::move(spec)), arg_types_(std::move(arg_types)) {
   id_ = fmt::format("{}__{}", spec_.name, core::dtype_name(spec_.dtype));
-  for (size_t i = 0; i < spec_.constants.size(); ++i)
+  for (size_t i = 0; i < std::min(spec_.constants.size(), spec_.id_constants); ++i)
     id_ += fmt::format("{}{}{}", i == 0 ? "__" : "_", spec_.constants[i].first, spec_.constants[i].second);
+
+  load_key_ = id_ + " " + name_expression();
 
   const std::string params = params_for(spec_);
   const std::vector<std::string_view> list = split_params(params);
@@ -123,7 +127,8 @@ Kernel::Kernel(KernelSpec spec, std::vector<std::string> arg_types)
 }
 
 std::string Kernel::name_expression() const {
-  std::string expr = fmt::format("{}<{}", spec_.name, cuda_type_name(spec_.dtype));
+  std::string expr = spec_.scope.empty() ? std::string() : spec_.scope + "::";
+  expr += fmt::format("{}<{}", spec_.name, cuda_type_name(spec_.dtype));
   for (const auto& [label, value] : spec_.constants) expr += fmt::format(", {}", value);
   return expr + ">";
 }
@@ -156,7 +161,7 @@ cudaKernel_t Kernel::prepare() const {
   const std::string arch = device_arch();
   Loaded& l = loaded();
   std::lock_guard lock(l.mutex);
-  const auto key = std::make_pair(id_, arch);
+  const auto key = std::make_pair(load_key_, arch);
   if (auto it = l.kernels.find(key); it != l.kernels.end()) return it->second;
 
   const CompiledKernel compiled = compile(arch);
@@ -177,7 +182,36 @@ cudaKernel_t Kernel::prepare() const {
   return kernel;
 }
 
+void Kernel::set_max_dynamic_shared_memory(size_t bytes) const {
+  if (bytes <= kDefaultMaxDynamicSharedBytes) return;
+  const cudaKernel_t kernel = prepare();
+  int device = 0;
+  VISION_CUDA_CHECK(cudaGetDevice(&device));
+  Loaded& l = loaded();
+  std::lock_guard lock(l.mutex);
+  size_t& current = l.max_dynamic_shared[std::make_pair(load_key_, device)];
+  if (bytes <= current) return;
+  int optin = 0;
+  VISION_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes{};
+  VISION_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)));
+  VISION_CHECK(bytes + attributes.sharedSizeBytes <= static_cast<size_t>(optin),
+               "kernel {} needs {} bytes of dynamic shared memory (+ {} static) per CTA, but device {} offers at most "
+               "{}: use a smaller instantiation (head size, tiles) on this GPU",
+               id_, bytes, attributes.sharedSizeBytes, device, optin);
+  // A cudaKernel_t passed as the function pointer is taken as the kernel itself (CUDA runtime API, "cudaKernel_t"
+  // note of cudaFuncSetAttribute); the attribute applies to the current device.
+  const cudaError_t status = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (status != cudaSuccess)
+    fail("{}", cuda_error_message(status, fmt::format("cudaFuncSetAttribute({}, "
+                                                      "cudaFuncAttributeMaxDynamicSharedMemorySize, {})",
+                                                      id_, bytes)));
+  current = bytes;
+}
+
 void Kernel::launch_with(cudaStream_t stream, dim3 grid, dim3 block, size_t shared_bytes, void** args) const {
+  if (shared_bytes > kDefaultMaxDynamicSharedBytes) set_max_dynamic_shared_memory(shared_bytes);
   const cudaKernel_t kernel = prepare();
   const cudaError_t status =
       cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args, shared_bytes, stream);

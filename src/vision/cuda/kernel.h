@@ -34,6 +34,14 @@ struct KernelSpec {
   // the descriptor's Args (pointer for void pointer, const for const, same integer/float type); checked on
   // construction.
   std::string params;
+  // The namespace `name` is declared in within `file`, when not the global one: "vision::models::yolo::kernels::
+  // attention" makes the name expression "vision::models::yolo::kernels::attention::flash_attention2_forward<...>".
+  std::string scope = {};
+  // How many of the leading `constants` name the id; the others are template arguments derived from them (tile
+  // sizes from a family's table), shown in the source's header but not in the id. All of them by default.
+  size_t id_constants = kAllConstants;
+
+  static constexpr size_t kAllConstants = static_cast<size_t>(-1);
 };
 
 // The CUDA C++ spelling of an element type in kernel source: float, __half, __nv_bfloat16, int32_t, int64_t, uint8_t.
@@ -48,13 +56,14 @@ class Kernel {
   Kernel& operator=(const Kernel&) = delete;
 
   const std::string& name() const { return spec_.name; }
-  // name + dtype + constants: "silu_forward__f16", "maxpool2d_forward__f32__k5_s1_p2".
+  // name + dtype + constants (the first spec().id_constants of them): "silu_forward__f16",
+  // "maxpool2d_forward__f32__k5_s1_p2".
   const std::string& id() const { return id_; }
   core::DType dtype() const { return spec_.dtype; }
   const KernelSpec& spec() const { return spec_; }
   // The declared Args, spelled: {"const void*", "void*", "int64_t"}.
   const std::vector<std::string>& arg_types() const { return arg_types_; }
-  // What NVRTC looks up: "maxpool2d_forward<float, 5, 1, 2>".
+  // What NVRTC looks up: "maxpool2d_forward<float, 5, 1, 2>" (qualified by spec().scope when it has one).
   std::string name_expression() const;
   // The exact text NVRTC compiles: the .cuh (with the vision .cuh files it includes inlined) and the explicit
   // instantiation. Deterministic: no paths, no dates.
@@ -68,6 +77,15 @@ class Kernel {
   // capturable operation.
   cudaKernel_t prepare() const;
 
+  // Dynamic shared memory a CTA may use without raising the kernel's limit.
+  static constexpr size_t kDefaultMaxDynamicSharedBytes = 48 * 1024;
+  // Lets launches on the current device use up to `bytes` of dynamic shared memory: prepares the kernel and raises
+  // its cudaFuncAttributeMaxDynamicSharedMemorySize (once per kernel, device and size; nothing to do up to 48 KiB).
+  // Launches call it when they ask for more than 48 KiB; call it (or launch once) before capturing a stream. Throws
+  // vision::Error when the device offers less (cudaDevAttrMaxSharedMemoryPerBlockOptin: 163 KiB on sm_80, 227 KiB
+  // on sm_90) or a CUDA call fails.
+  void set_max_dynamic_shared_memory(size_t bytes) const;
+
  protected:
   // cudaLaunchKernel with one pointer per argument, each to a value of the declared type.
   void launch_with(cudaStream_t stream, dim3 grid, dim3 block, size_t shared_bytes, void** args) const;
@@ -75,6 +93,8 @@ class Kernel {
  private:
   KernelSpec spec_;
   std::string id_;
+  // What identifies the loaded instantiation: the id and the name expression (ids may leave out derived constants).
+  std::string load_key_;
   std::vector<std::string> arg_types_;
   mutable std::once_flag source_once_;
   mutable std::string source_;

@@ -7,6 +7,10 @@
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/ops/op_util.h"
+#ifdef VISION_HAS_CUDA
+#include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
+#endif
 
 namespace vision::models::yolo::kernels::attention {
 
@@ -586,10 +590,8 @@ core::DType FlashAttention2Op::infer_output_dtype(const std::vector<core::DType>
 }
 
 std::unique_ptr<graph::RuntimeOp> FlashAttention2Op::lower(graph::Backend backend, graph::Mode mode) const {
-  if (backend == graph::Backend::cuda)
-    fail("yolo.flash_attention2: CUDA path not wired yet (the kernels in flash_attn2.cuh wait for the kernel "
-         "system); run this graph on the CPU backend");
-  return std::make_unique<FlashAttention2CpuRuntime>(scale_, mode);
+  return ops::lower_cpu_or_cuda<FlashAttention2CpuRuntime>(
+      *this, backend, VISION_CUDA_FACTORY(make_flash_attention2_cuda(std::move(twin), scale_, mode)), scale_, mode);
 }
 
 graph::SymTensor flash_attention2(graph::SymTensor q, graph::SymTensor k, graph::SymTensor v, float scale,

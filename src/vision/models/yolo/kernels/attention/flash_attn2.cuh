@@ -66,8 +66,13 @@ struct IsSupported {
   static constexpr bool value = IsSame<T, float>::value || IsSame<T, __half>::value || IsSame<T, __nv_bfloat16>::value;
 };
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+// log2(e) and ln(2). Class members rather than namespace-scope constants: NVRTC emits a namespace-scope constant as an
+// internal global whose PTX name carries a per-compile hash, which would make the PTX of one source differ from
+// compile to compile (and break PTX snapshots).
+struct Constants {
+  static constexpr float kLog2e = 1.4426950408889634f;
+  static constexpr float kLn2 = 0.6931471805599453f;
+};
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
@@ -299,7 +304,7 @@ __device__ __forceinline__ void forward_mma(const T* __restrict__ q, const T* __
   for (int i = 0; i < DV / 8; ++i) acc_o[i][0] = acc_o[i][1] = acc_o[i][2] = acc_o[i][3] = 0.0f;
   // Running max (of scaled scores, log2 units) and this thread's part of the running sum, rows g and g + 8.
   float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.0f, 0.0f};
-  const float sl2 = scale * kLog2e;
+  const float sl2 = scale * Constants::kLog2e;
   const int n_blocks = (n_k + BN - 1) / BN;
 
   for (int j = 0; j < n_blocks; ++j) {
@@ -393,7 +398,7 @@ __device__ __forceinline__ void forward_mma(const T* __restrict__ q, const T* __
       for (int dn = 0; dn < DV / 8; ++dn)
         *reinterpret_cast<unsigned*>(ob + static_cast<long long>(row) * DV + dn * 8 + 2 * t) =
             pack2<T>(acc_o[dn][2 * r] * inv, acc_o[dn][2 * r + 1] * inv);
-      if (lse != nullptr && t == 0) lse[bh * n_q + row] = (row_max[r] + log2f(l)) * kLn2;
+      if (lse != nullptr && t == 0) lse[bh * n_q + row] = (row_max[r] + log2f(l)) * Constants::kLn2;
     }
   }
 }
@@ -429,7 +434,7 @@ __device__ __forceinline__ void forward_f32(const float* __restrict__ q, const f
 #pragma unroll
     for (int d = 0; d < TD; ++d) acc_o[i][d] = 0.0f;
   }
-  const float sl2 = scale * kLog2e;
+  const float sl2 = scale * Constants::kLog2e;
 
   for (int n0 = 0; n0 < n_k; n0 += BN) {
     __syncthreads();  // every thread is done with the previous K, V, P
@@ -502,7 +507,7 @@ __device__ __forceinline__ void forward_f32(const float* __restrict__ q, const f
       const float inv = 1.0f / l;
 #pragma unroll
       for (int d = 0; d < TD; ++d) ob[static_cast<long long>(row) * DV + tx + 16 * d] = acc_o[i][d] * inv;
-      if (lse != nullptr && tx == 0) lse[bh * n_q + row] = (row_max[i] + log2f(l)) * kLn2;
+      if (lse != nullptr && tx == 0) lse[bh * n_q + row] = (row_max[i] + log2f(l)) * Constants::kLn2;
     }
   }
 }
@@ -540,13 +545,13 @@ __device__ __forceinline__ void backward_dq_mma(const T* __restrict__ q, const T
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = m0 + warp * 16 + g + 8 * r;
-    lse2[r] = row < n_q ? lse[bh * n_q + row] * kLog2e : 0.0f;
+    lse2[r] = row < n_q ? lse[bh * n_q + row] * Constants::kLog2e : 0.0f;
     dr[r] = row < n_q ? delta[bh * n_q + row] : 0.0f;
   }
   float acc_dq[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) acc_dq[i][0] = acc_dq[i][1] = acc_dq[i][2] = acc_dq[i][3] = 0.0f;
-  const float sl2 = scale * kLog2e;
+  const float sl2 = scale * Constants::kLog2e;
   const int n_blocks = (n_k + BN - 1) / BN;
 
   for (int j = 0; j < n_blocks; ++j) {
@@ -662,12 +667,12 @@ __device__ __forceinline__ void backward_dq_f32(const float* __restrict__ q, con
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
     const int row = m0 + ty * TM + i;
-    lse2[i] = row < n_q ? lse[bh * n_q + row] * kLog2e : 0.0f;
+    lse2[i] = row < n_q ? lse[bh * n_q + row] * Constants::kLog2e : 0.0f;
     dr[i] = row < n_q ? delta[bh * n_q + row] : 0.0f;
 #pragma unroll
     for (int d = 0; d < TD; ++d) acc[i][d] = 0.0f;
   }
-  const float sl2 = scale * kLog2e;
+  const float sl2 = scale * Constants::kLog2e;
 
   for (int n0 = 0; n0 < n_k; n0 += BN) {
     __syncthreads();
@@ -779,7 +784,7 @@ __device__ __forceinline__ void backward_dkv_mma(const T* __restrict__ q, const 
   for (int i = 0; i < D / 8; ++i) acc_dk[i][0] = acc_dk[i][1] = acc_dk[i][2] = acc_dk[i][3] = 0.0f;
 #pragma unroll
   for (int i = 0; i < DV / 8; ++i) acc_dv[i][0] = acc_dv[i][1] = acc_dv[i][2] = acc_dv[i][3] = 0.0f;
-  const float sl2 = scale * kLog2e;
+  const float sl2 = scale * Constants::kLog2e;
   const int m_blocks = (n_q + BM - 1) / BM;
 
   for (int i = 0; i < m_blocks; ++i) {
@@ -821,7 +826,7 @@ __device__ __forceinline__ void backward_dkv_mma(const T* __restrict__ q, const 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qi = nt * 8 + 2 * t + (e & 1);
-        acc_s[nt][e] = m0 + qi < n_q ? exp2f(acc_s[nt][e] * sl2 - cL[qi] * kLog2e) : 0.0f;
+        acc_s[nt][e] = m0 + qi < n_q ? exp2f(acc_s[nt][e] * sl2 - cL[qi] * Constants::kLog2e) : 0.0f;
       }
     // dV += Pᵀ·dO_i.
 #pragma unroll
@@ -929,7 +934,7 @@ __device__ __forceinline__ void backward_dkv_f32(const float* __restrict__ q, co
 #pragma unroll
     for (int d = 0; d < TDV; ++d) acc_dv[i][d] = 0.0f;
   }
-  const float sl2 = scale * kLog2e;
+  const float sl2 = scale * Constants::kLog2e;
 
   for (int m0 = 0; m0 < n_q; m0 += BM) {
     __syncthreads();
@@ -937,7 +942,7 @@ __device__ __forceinline__ void backward_dkv_f32(const float* __restrict__ q, co
     load_tile_f32<BM, DV, kThreads>(sdO, ob, m0, n_q);
     for (int r = static_cast<int>(threadIdx.x); r < BM; r += kThreads) {
       const bool valid = m0 + r < n_q;
-      sL[r] = valid ? lse[bh * n_q + m0 + r] * kLog2e : 0.0f;
+      sL[r] = valid ? lse[bh * n_q + m0 + r] * Constants::kLog2e : 0.0f;
       sD[r] = valid ? delta[bh * n_q + m0 + r] : 0.0f;
     }
     __syncthreads();

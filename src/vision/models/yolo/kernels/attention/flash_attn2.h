@@ -87,7 +87,9 @@ FlashAttention2Launch flash_attention2_launch(FlashAttention2Kernel kernel, core
 // ---------------------------------------------------------------------------------------------------------------
 // Graph op "yolo.flash_attention2": inputs q [BH, Nq, d_qk], k [BH, Nk, d_qk], v [BH, Nk, d_v] (BH may be
 // symbolic), output [BH, Nq, d_v]. Training saves lse [BH, Nq] (f32); backward uses a workspace for delta and
-// writes the gradients of q, k and v. CPU backend: f32 through the CPU twin. CUDA: not wired yet (lower() throws).
+// writes the gradients of q, k and v. CPU backend: f32 through the CPU twin. CUDA backend (CUDA builds): the kernels
+// of flash_attn2.cuh for the tensors' dtype (flash_attn2_cuda.h), d_qk ∈ {16, 32, 64, 128}, d_v a multiple of 16 up
+// to 256.
 class FlashAttention2Op : public graph::Op {
  public:
   explicit FlashAttention2Op(float scale);

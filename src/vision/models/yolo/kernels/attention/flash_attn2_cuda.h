@@ -1,0 +1,100 @@
+// FlashAttention-2 on CUDA — the kernel descriptors of flash_attn2.cuh (forward with log-sum-exp, backward
+// preprocessing D = rowsum(dO ∘ O), dQ, dK/dV), their launch helpers, and the CUDA RuntimeOp of the graph op
+// "yolo.flash_attention2". CUDA builds only.
+//
+// Ids name the element type and the head sizes: flash_attention2_forward__bf16__d32_dv64,
+// flash_attention2_backward_dq__f32__d64_dv64, flash_attention2_backward_dkv__f16__d128_dv256,
+// flash_attention2_backward_preprocess__f16__dv64 (it does not depend on d). The tile sizes and warps per CTA are
+// template arguments too (flash_attention2_tiles() picks them from (kernel, dtype, d, d_v)); the kernel's source
+// header lists them. Registered: f32, f16, bf16 × (d, d_v) ∈ {(16,16), (32,32), (64,64), (128,128), (16,32),
+// (32,64), (64,128), (128,256)}; the launch helpers instantiate any (d, d_v) the kernels take on first use.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "vision/cuda/kernel.h"
+#include "vision/graph/op.h"
+#include "vision/models/yolo/kernels/attention/flash_attn2.h"
+
+namespace vision::models::yolo::kernels::attention {
+
+using core::DType;
+
+// What one FA2 instantiation is: its kernel, head sizes, tiles and dynamic shared memory per CTA.
+struct FlashAttention2Instance {
+  FlashAttention2Kernel kernel = FlashAttention2Kernel::forward;
+  int d = 0, d_v = 0;
+  FlashAttention2Tiles tiles;
+  size_t smem_bytes = 0;
+};
+// Throws vision::Error unless the GPU kernels take (dtype, d, d_v) (see check_flash_attention2_gpu_sizes).
+FlashAttention2Instance flash_attention2_instance(FlashAttention2Kernel kernel, DType dtype, int d, int d_v);
+
+// Descriptors; arguments in the kernel's order (lse and delta are f32 [BH, n_q]; the rest are dtype tensors).
+struct FlashAttention2Forward
+    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, void* /*o*/, void* /*lse*/,
+                             int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
+  FlashAttention2Forward(DType dtype, int d, int d_v);
+  FlashAttention2Instance instance;
+};
+struct FlashAttention2BackwardPreprocess
+    : cuda::KernelDescriptor<const void* /*o*/, const void* /*grad_o*/, void* /*delta*/, int32_t /*rows*/> {
+  FlashAttention2BackwardPreprocess(DType dtype, int d_v);
+  FlashAttention2Instance instance;
+};
+struct FlashAttention2BackwardDq
+    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
+                             const void* /*lse*/, const void* /*delta*/, void* /*grad_q*/, int32_t /*n_q*/,
+                             int32_t /*n_k*/, float /*scale*/> {
+  FlashAttention2BackwardDq(DType dtype, int d, int d_v);
+  FlashAttention2Instance instance;
+};
+struct FlashAttention2BackwardDkv
+    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
+                             const void* /*lse*/, const void* /*delta*/, void* /*grad_k*/, void* /*grad_v*/,
+                             int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
+  FlashAttention2BackwardDkv(DType dtype, int d, int d_v);
+  FlashAttention2Instance instance;
+};
+
+// Launch helpers, on stream. Tensors are contiguous device memory of dtype (f32, f16 or bf16), 16-byte aligned:
+// q [BH, n_q, d], k [BH, n_k, d], v [BH, n_k, d_v], o and grad_o [BH, n_q, d_v]; lse and delta are f32 [BH, n_q]
+// (4-byte aligned). BH in [1, 65535], n_q and n_k ≥ 1. A kernel needing more than 48 KiB of dynamic shared memory
+// gets its limit raised on the first launch (cuda::Kernel::set_max_dynamic_shared_memory), so launch once before
+// capturing a stream into a CUDA graph. Throw vision::Error on sizes the kernels do not take, misaligned pointers or
+// a CUDA failure.
+
+// o = softmax(scale · q kᵀ) v; lse = the natural-log log-sum-exp of each scaled score row (lse may be null).
+void launch_flash_attention2_forward(cudaStream_t stream, DType dtype, int d, int d_v, const void* q, const void* k,
+                                     const void* v, void* o, float* lse, int64_t batch_heads, int64_t n_q,
+                                     int64_t n_k, float scale);
+// delta [rows] = rowsum(grad_o ∘ o) over rows of d_v elements (rows = BH · n_q).
+void launch_flash_attention2_backward_preprocess(cudaStream_t stream, DType dtype, int d_v, const void* o,
+                                                 const void* grad_o, float* delta, int64_t rows);
+// grad_q from the forward's lse and the preprocessing's delta.
+void launch_flash_attention2_backward_dq(cudaStream_t stream, DType dtype, int d, int d_v, const void* q,
+                                         const void* k, const void* v, const void* grad_o, const float* lse,
+                                         const float* delta, void* grad_q, int64_t batch_heads, int64_t n_q,
+                                         int64_t n_k, float scale);
+// grad_k and grad_v (both written; neither may be null).
+void launch_flash_attention2_backward_dkv(cudaStream_t stream, DType dtype, int d, int d_v, const void* q,
+                                          const void* k, const void* v, const void* grad_o, const float* lse,
+                                          const float* delta, void* grad_k, void* grad_v, int64_t batch_heads,
+                                          int64_t n_q, int64_t n_k, float scale);
+// The whole backward: delta (scratch of BH · n_q floats, overwritten) = rowsum(grad_o ∘ o), then dQ (skipped when
+// grad_q is null), then dK/dV (skipped when both are null; one of them null is an error).
+void launch_flash_attention2_backward(cudaStream_t stream, DType dtype, int d, int d_v, const void* q, const void* k,
+                                      const void* v, const void* o, const void* grad_o, const float* lse,
+                                      float* delta, void* grad_q, void* grad_k, void* grad_v, int64_t batch_heads,
+                                      int64_t n_q, int64_t n_k, float scale);
+
+// The CUDA RuntimeOp of FlashAttention2Op: the tensors' dtype picks the kernels (the graph runs f32 today), the
+// state specs (saved lse) come from the op's CPU RuntimeOp `twin`. Its workspace holds delta and, in training, room
+// for a dK or dV that no input needs (the dK/dV kernel writes both).
+std::unique_ptr<graph::RuntimeOp> make_flash_attention2_cuda(std::unique_ptr<graph::RuntimeOp> twin, float scale,
+                                                             graph::Mode mode);
+
+}  // namespace vision::models::yolo::kernels::attention
