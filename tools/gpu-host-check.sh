@@ -33,8 +33,9 @@ echo "tests: $(( $(date +%s) - t0 )) s"
 ./build/apps/vision/vision demo --device cuda >"$out/demo_cuda.log" 2>&1; tail -8 "$out/demo_cuda.log"
 ./build/apps/vision/vision demo --device cpu >"$out/demo_cpu.log" 2>&1; tail -4 "$out/demo_cpu.log"
 if [ $bench = 1 ] && [ -x bench/attention/run.sh ]; then
-  bench/attention/run.sh >"$out/bench_attention.log" 2>&1
-  cat "$out/bench_attention.log" | tail -40
+  OUT_DIR=/tmp/bench_attention bench/attention/run.sh >/tmp/bench_attention.log 2>&1
+  tail -60 /tmp/bench_attention.log
+  cp /tmp/bench_attention/table.txt /tmp/bench_attention/ours.json /tmp/bench_attention/peer.json "$out/" 2>/dev/null
 fi
 echo "total: $(( $(date +%s) - t0 )) s"
 exit $status
