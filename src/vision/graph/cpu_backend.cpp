@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "vision/cpu/parallel.h"
 #include "vision/graph/backend.h"
 
 namespace vision::graph {
@@ -26,9 +27,7 @@ class CpuBackendContext final : public BackendContext {
                  "axpy: {} += α·{} (f32 tensors of one shape only on the CPU)", dst.str(), src.str());
     float* d = dst.data<float>();
     const float* s = src.data<float>();
-    const int64_t n = dst.numel();
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) d[i] += alpha * s[i];
+    cpu::parallel_for(dst.numel(), [&](int64_t i) { d[i] += alpha * s[i]; });
   }
   void synchronize() override {}
 };

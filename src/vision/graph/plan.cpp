@@ -224,11 +224,12 @@ void Plan::layout_memory(const Graph& graph, const std::vector<Shape>& shapes) {
            core::dtype_size(value_dtypes_[static_cast<size_t>(id)]);
   };
 
-  std::vector<int> producer(nv, -1), last_use(nv, -1);
+  std::vector<int> producer(nv, -1), last_consumer(nv, -1);
   for (int i = 0; i < S; ++i) {
     producer[static_cast<size_t>(steps_[static_cast<size_t>(i)].output)] = i;
-    for (int id : steps_[static_cast<size_t>(i)].inputs) last_use[static_cast<size_t>(id)] = i;
+    for (int id : steps_[static_cast<size_t>(i)].inputs) last_consumer[static_cast<size_t>(id)] = i;
   }
+  std::vector<int> last_use = last_consumer;  // extended below for outputs and inputs
   for (int o : graph_outputs_) last_use[static_cast<size_t>(o)] = end;
   for (int id : graph_inputs_) last_use[static_cast<size_t>(id)] = std::max(last_use[static_cast<size_t>(id)], 0);
 
@@ -283,13 +284,9 @@ void Plan::layout_memory(const Graph& graph, const std::vector<Shape>& shapes) {
     auto btime = [&](int step) { return S + (S - 1 - step); };
     for (size_t id = 0; id < nv; ++id) {
       if (!needs_grad_[id] || last_use[id] < 0) continue;
-      int last_consumer = -1;
-      for (int i = 0; i < S; ++i)
-        for (int in : steps_[static_cast<size_t>(i)].inputs)
-          if (in == static_cast<int>(id)) last_consumer = i;
       const bool is_output =
           std::find(graph_outputs_.begin(), graph_outputs_.end(), static_cast<int>(id)) != graph_outputs_.end();
-      const int first = is_output || last_consumer < 0 ? S : btime(last_consumer);
+      const int first = is_output || last_consumer[id] < 0 ? S : btime(last_consumer[id]);
       const int last = producer[id] < 0 ? end : btime(producer[id]);
       req.push_back({value_bytes(static_cast<int>(id)), first, last});
       owners.push_back({kGrad, static_cast<int>(id), 0});
