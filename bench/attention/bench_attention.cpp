@@ -144,11 +144,17 @@ struct Result {
   Timing fwd, fwdbwd;
 };
 
-Result run_shape(cudaStream_t s, const Shape& sh, int replays, int min_iters) {
+struct Options {
+  FlashAttention2Path forward = FlashAttention2Path::automatic;
+  bool deterministic = false;  // the separate dQ and dK/dV kernels instead of the fused pass with atomic dQ
+};
+
+Result run_shape(cudaStream_t s, const Shape& sh, int replays, int min_iters, const Options& opt) {
   const size_t elem = core::dtype_size(sh.dtype);
   const size_t nqk = size_t(sh.bh()) * sh.n * sh.d, nv = size_t(sh.bh()) * sh.n * sh.dv;
   DeviceBuffer q(nqk * elem), k(nqk * elem), v(nv * elem), o(nv * elem), go(nv * elem), dq(nqk * elem),
-      dk(nqk * elem), dv(nv * elem), lse(size_t(sh.bh()) * sh.n * 4), delta(size_t(sh.bh()) * sh.n * 4);
+      dk(nqk * elem), dv(nv * elem), lse(size_t(sh.bh()) * sh.n * 4), delta(size_t(sh.bh()) * sh.n * 4),
+      dq_accum(nqk * 4);
   uint64_t seed = 1;
   const std::pair<DeviceBuffer*, size_t> inputs[] = {{&q, nqk}, {&k, nqk}, {&v, nv}, {&go, nv}};
   for (const auto& [buf, count] : inputs) {
@@ -159,13 +165,14 @@ Result run_shape(cudaStream_t s, const Shape& sh, int replays, int min_iters) {
   auto* lse_p = static_cast<float*>(lse.get());
   auto forward = [&] {
     launch_flash_attention2_forward(s, sh.dtype, sh.d, sh.dv, q.get(), k.get(), v.get(), o.get(), lse_p, sh.bh(),
-                                    sh.n, sh.n, scale);
+                                    sh.n, sh.n, scale, opt.forward);
   };
   auto forward_backward = [&] {
     forward();
     launch_flash_attention2_backward(s, sh.dtype, sh.d, sh.dv, q.get(), k.get(), v.get(), o.get(), go.get(), lse_p,
-                                     static_cast<float*>(delta.get()), dq.get(), dk.get(), dv.get(), sh.bh(), sh.n,
-                                     sh.n, scale);
+                                     static_cast<float*>(delta.get()),
+                                     opt.deterministic ? nullptr : static_cast<float*>(dq_accum.get()), dq.get(),
+                                     dk.get(), dv.get(), sh.bh(), sh.n, sh.n, scale);
   };
   Result r{sh, {}, {}};
   r.fwd = time_graph(s, forward, replays, min_iters);
@@ -181,12 +188,20 @@ int main(int argc, char** argv) {
   CLI::App app{"FlashAttention-2 benchmark: forward and forward+backward of our kernels, CUDA-graph replays"};
   std::string json_path, csv_path, only;
   int replays = 15, min_iters = 5;
+  std::string forward = "auto";
+  Options opt;
   app.add_option("--json", json_path, "write the results as JSON (what run.sh and peer.py read)");
   app.add_option("--csv", csv_path, "write the results as CSV");
   app.add_option("--only", only, "run only the shapes whose key contains this text (e.g. B64_H4, bf16, N4096)");
   app.add_option("--replays", replays, "graph replays per measurement (the median is reported)")->check(CLI::Range(1, 1000));
   app.add_option("--min-iters", min_iters, "fewest iterations captured per graph")->check(CLI::Range(1, 200));
+  app.add_option("--forward", forward, "forward kernel: auto (the fastest the GPU takes), mma_sync or sm90")
+      ->check(CLI::IsMember({"auto", "mma_sync", "sm90"}));
+  app.add_flag("--deterministic", opt.deterministic,
+               "backward with the separate dQ and dK/dV kernels (bit-reproducible) instead of the fused pass");
   CLI11_PARSE(app, argc, argv);
+  opt.forward = forward == "sm90" ? FlashAttention2Path::sm90
+                                  : (forward == "mma_sync" ? FlashAttention2Path::mma_sync : FlashAttention2Path::automatic);
 
   try {
     if (!cuda::gpu_available()) {
@@ -201,12 +216,14 @@ int main(int argc, char** argv) {
     VISION_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
     std::vector<Result> results;
-    std::printf("FlashAttention-2 (ours) on %s (%s): median of %d CUDA-graph replays, per iteration\n", prop.name,
-                cuda::current_arch().c_str(), replays);
+    std::printf("FlashAttention-2 (ours) on %s (%s): median of %d CUDA-graph replays, per iteration; forward %s, "
+                "backward %s\n",
+                prop.name, cuda::current_arch().c_str(), replays, forward.c_str(),
+                opt.deterministic ? "deterministic (dQ kernel + dK/dV kernel)" : "fused dK/dV + atomic dQ");
     std::printf("%-28s %10s %9s %12s %9s\n", "shape", "fwd us", "TFLOP/s", "fwd+bwd us", "TFLOP/s");
     for (const Shape& sh : default_shapes()) {
       if (!only.empty() && sh.key().find(only) == std::string::npos) continue;
-      const Result r = run_shape(stream, sh, replays, min_iters);
+      const Result r = run_shape(stream, sh, replays, min_iters, opt);
       results.push_back(r);
       std::printf("%-28s %10.1f %9.1f %12.1f %9.1f\n", sh.key().c_str(), r.fwd.median_us,
                   tflops(sh.fwd_flops(), r.fwd.median_us), r.fwdbwd.median_us,
@@ -217,6 +234,8 @@ int main(int argc, char** argv) {
 
     nlohmann::json j;
     j["implementation"] = "vision-cpp flash_attn2.cuh";
+    j["forward"] = forward;
+    j["backward"] = opt.deterministic ? "deterministic" : "fused";
     j["device"] = prop.name;
     j["arch"] = cuda::current_arch();
     j["method"] = fmt::format("CUDA-graph replays (median of {}), CUDA events, per iteration", replays);

@@ -561,7 +561,9 @@ TEST(FlashAttention2Graph, PlansPerBatchHeadsCount) {
 // GPU kernel configuration and the NVRTC compile check of every instantiation (no GPU needed).
 
 constexpr FlashAttention2Kernel kAllKernels[] = {FlashAttention2Kernel::forward, FlashAttention2Kernel::backward_dq,
-                                                 FlashAttention2Kernel::backward_dkv};
+                                                 FlashAttention2Kernel::backward_dkv,
+                                                 FlashAttention2Kernel::backward_dkv_dq,
+                                                 FlashAttention2Kernel::forward_sm90};
 
 TEST(FlashAttention2Kernels, TilesNamesSharedMemoryAndLaunchGeometry) {
   const FlashAttention2Tiles t = flash_attention2_tiles(FlashAttention2Kernel::forward, DType::f16, 32, 64);
@@ -594,7 +596,18 @@ TEST(FlashAttention2Kernels, TilesNamesSharedMemoryAndLaunchGeometry) {
     for (int d : {16, 32, 64, 128})
       for (int dv : {d, 2 * d})
         for (FlashAttention2Kernel k : kAllKernels)
-          EXPECT_LE(flash_attention2_smem_bytes(k, dt, d, dv, flash_attention2_tiles(k, dt, d, dv)), 227u * 1024u);
+          if (flash_attention2_kernel_exists(k, dt, d, dv))
+            EXPECT_LE(flash_attention2_smem_bytes(k, dt, d, dv, flash_attention2_tiles(k, dt, d, dv)), 227u * 1024u);
+  EXPECT_EQ(flash_attention2_kernel_name(FlashAttention2Kernel::forward_sm90, DType::bf16, 32, 64,
+                                         flash_attention2_tiles(FlashAttention2Kernel::forward_sm90, DType::bf16, 32,
+                                                                64)),
+            "vision::models::yolo::kernels::attention::flash_attention2_forward_sm90<__nv_bfloat16, 32, 64, 128, 1>");
+  EXPECT_EQ(flash_attention2_smem_bytes(FlashAttention2Kernel::forward_sm90, DType::f16, 32, 64, {64, 128, 4}),
+            size_t{(64 * 32 + 2 * 128 * (32 + 64)) * 2});
+  EXPECT_FALSE(flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, DType::f16, 128, 256));
+  EXPECT_FALSE(flash_attention2_kernel_exists(FlashAttention2Kernel::backward_dkv_dq, DType::f32, 32, 64));
+  EXPECT_THROW(flash_attention2_kernel_name(FlashAttention2Kernel::forward_sm90, DType::f32, 32, 64, {128, 128, 8}),
+               Error);
 }
 
 // NVRTC, loaded at run time: the CPU-only build links no CUDA library.
@@ -672,21 +685,24 @@ class Nvrtc {
   const char* (*error_)(int) = nullptr;
 };
 
-// The instantiations of the four kernels, with the engine's tiles, compile to sm_90a cubins (ptxas checks the inline
-// PTX), and for every (dtype, d, d_v = d or 2d) the device-side shared-memory formula equals the host mirror.
+// The instantiations of every kernel, with the engine's tiles, compile to sm_90a cubins (ptxas checks the inline PTX,
+// wgmma included), and for every (dtype, d, d_v = d or 2d) the device-side shared-memory formula equals the host
+// mirror.
 TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
   std::string why;
   const auto nvrtc = Nvrtc::load(&why);
   if (!nvrtc) GTEST_SKIP() << why;
+  // flash_attn2_sm90.cuh includes flash_attn2.cuh: one program holds every kernel.
   const std::filesystem::path cuh =
-      std::filesystem::path(VISION_SOURCE_DIR) / "src/vision/models/yolo/kernels/attention/flash_attn2.cuh";
+      std::filesystem::path(VISION_SOURCE_DIR) / "src/vision/models/yolo/kernels/attention/flash_attn2_sm90.cuh";
   std::ifstream in(cuh);
   ASSERT_TRUE(in) << "cannot read " << cuh;
   std::stringstream text;
   text << in.rdbuf();
   const std::string inc = Nvrtc::cuda_home() + "/include";
   const std::vector<std::string> options = {"--gpu-architecture=sm_90a", "--std=c++17", "-I" + inc,
-                                            "-I" + inc + "/cccl"};
+                                            "-I" + inc + "/cccl",
+                                            "-I" + (std::filesystem::path(VISION_SOURCE_DIR) / "src").string()};
 
   // Every head-size pair takes ~30 s on two cores: by default only YOLO26's pair (32, 64) is compiled (the code paths
   // differ only in constants), with VISION_TEST_ALL_KERNELS=1 all of them. The shared-memory checks always cover all.
@@ -702,14 +718,20 @@ TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
     for (int d : {16, 32, 64, 128})
       for (int dv : {d, 2 * d}) {
         for (FlashAttention2Kernel k : kAllKernels) {
+          if (!flash_attention2_kernel_exists(k, dt, d, dv)) continue;
           const FlashAttention2Tiles t = flash_attention2_tiles(k, dt, d, dv);
           const std::string name = flash_attention2_kernel_name(k, dt, d, dv, t);
           if (compiled(d, dv)) names.push_back(name);
           const std::string type = name.substr(name.find('<') + 1, name.find(',') - name.find('<') - 1);
-          source += "static_assert(vision::models::yolo::kernels::attention::fa2::FlashAttention2Smem<" + type + ", " +
-                    std::to_string(d) + ", " + std::to_string(dv) + ", " + std::to_string(t.block_m) + ", " +
-                    std::to_string(t.block_n) + ">::" + std::string(flash_attention2_kernel_label(k)) +
-                    " == " + std::to_string(flash_attention2_smem_bytes(k, dt, d, dv, t)) +
+          const std::string device_bytes =
+              k == FlashAttention2Kernel::forward_sm90
+                  ? "FlashAttention2Sm90Smem<" + type + ", " + std::to_string(d) + ", " + std::to_string(dv) + ", " +
+                        std::to_string(t.block_n) + ", " + std::to_string(t.warps / 4) + ">::bytes"
+                  : "FlashAttention2Smem<" + type + ", " + std::to_string(d) + ", " + std::to_string(dv) + ", " +
+                        std::to_string(t.block_m) + ", " + std::to_string(t.block_n) +
+                        ">::" + std::string(flash_attention2_kernel_label(k));
+          source += "static_assert(vision::models::yolo::kernels::attention::fa2::" + device_bytes + " == " +
+                    std::to_string(flash_attention2_smem_bytes(k, dt, d, dv, t)) +
                     ", \"shared memory: device and host formulas differ\");\n";
         }
       }
@@ -717,6 +739,10 @@ TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
       names.push_back(flash_attention2_kernel_name(
           FlashAttention2Kernel::backward_preprocess, dt, 16, dv,
           flash_attention2_tiles(FlashAttention2Kernel::backward_preprocess, dt, 16, dv)));
+    if (dt != DType::f32)
+      names.push_back(flash_attention2_kernel_name(
+          FlashAttention2Kernel::backward_dq_convert, dt, 16, 16,
+          flash_attention2_tiles(FlashAttention2Kernel::backward_dq_convert, dt, 16, 16)));
     count += static_cast<int>(names.size());
     return nvrtc->compile(source, "flash_attn2_" + std::string(core::dtype_name(dt)) + ".cu", names, options);
   };

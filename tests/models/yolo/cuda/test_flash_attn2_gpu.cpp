@@ -57,7 +57,9 @@ TEST(FlashAttention2Descriptors, IdsNameExpressionsSharedMemoryAndRegistry) {
   std::set<std::string> ids;
   for (const auto* k : cuda::KernelRegistry::global().kernels())
     if (k->id().starts_with("flash_attention2_")) ids.insert(k->id());
-  EXPECT_EQ(ids.size(), 3u * (3 * 8 + 5)) << "forward, dQ, dK/dV per (dtype, d, d_v); preprocess per (dtype, d_v)";
+  // forward, dQ, dK/dV per (dtype, d, d_v); preprocess per (dtype, d_v); for f16/bf16 also dK/dV+dQ per (d, d_v),
+  // the wgmma forward per (d, d_v ≤ 128) (7 pairs) and the dQ conversion.
+  EXPECT_EQ(ids.size(), 3u * (3 * 8 + 5) + 2u * (8 + 7 + 1));
 
   for (DType dt : kDtypes) {
     const std::string t(core::dtype_name(dt));
@@ -130,13 +132,29 @@ TEST(FlashAttention2Descriptors, LaunchHelpersRejectBadArgumentsBeforeAnyCudaCal
       launch_flash_attention2_backward_dkv(nullptr, DType::f16, 32, 64, a, a, a, a, f, f, a, nullptr, 1, 8, 8, 1.f),
       Error);
   EXPECT_NE(error_of([&] {
-              launch_flash_attention2_backward(nullptr, DType::f16, 32, 64, a, a, a, a, a, f, f, a, a, nullptr, 1, 8,
-                                               8, 1.f);
+              launch_flash_attention2_backward(nullptr, DType::f16, 32, 64, a, a, a, a, a, f, f, f, a, a, nullptr, 1,
+                                               8, 8, 1.f);
             }).find("writes both gradients"),
             std::string::npos);
-  EXPECT_THROW(launch_flash_attention2_backward(nullptr, DType::f16, 32, 64, a, a, a, a, a, f, f, a, a, a, 1, 8, 0,
+  EXPECT_THROW(launch_flash_attention2_backward(nullptr, DType::f16, 32, 64, a, a, a, a, a, f, f, f, a, a, a, 1, 8, 0,
                                                 1.f),
                Error);
+  EXPECT_NE(error_of([&] {
+              launch_flash_attention2_backward_dkv_dq(nullptr, DType::f32, 32, 64, a, a, a, a, f, f, a, a, f, a, 1, 8,
+                                                      8, 1.f);
+            }).find("f16 or bf16"),
+            std::string::npos);
+  if (!flash_attention2_sm90_usable(DType::f16, 32, 64))  // no sm_90a device here: forcing the wgmma kernel fails
+    EXPECT_NE(error_of([&] {
+                launch_flash_attention2_forward(nullptr, DType::f16, 32, 64, a, a, a, a, f, 1, 8, 8, 1.f,
+                                                FlashAttention2Path::sm90);
+              }).find("needs an sm_90a GPU"),
+              std::string::npos);
+  EXPECT_NE(error_of([&] {
+              launch_flash_attention2_forward(nullptr, DType::f16, 128, 256, a, a, a, a, f, 1, 8, 8, 1.f,
+                                              FlashAttention2Path::sm90);
+            }).find("d_v in {16, 32, 64, 128}"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -287,12 +305,13 @@ struct DeviceProblem {
         dk(k.bytes()),
         dv(v.bytes()),
         lse(size_t(p.bh) * p.nq * 4),
-        delta(size_t(p.bh) * p.nq * 4) {}
+        delta(size_t(p.bh) * p.nq * 4),
+        dq_accum(size_t(p.bh) * p.nq * d * 4) {}
   void poison_outputs() {
-    for (DeviceBuffer* b : {&o, &dq, &dk, &dv, &lse, &delta}) b->poison();
+    for (DeviceBuffer* b : {&o, &dq, &dk, &dv, &lse, &delta, &dq_accum}) b->poison();
   }
   size_t elem;
-  DeviceBuffer q, k, v, go, o, dq, dk, dv, lse, delta;
+  DeviceBuffer q, k, v, go, o, dq, dk, dv, lse, delta, dq_accum;
 };
 
 class FlashAttention2Gpu : public testing::TestWithParam<std::tuple<DType, std::pair<int, int>>> {
@@ -308,6 +327,20 @@ class FlashAttention2Gpu : public testing::TestWithParam<std::tuple<DType, std::
   cudaStream_t stream_ = nullptr;
 };
 
+// The kernel combinations a problem runs through: the mma.sync forward with the dQ and dK/dV kernels; on 16-bit
+// types also the fused dK/dV + atomic dQ backward; on an sm_90a GPU also the wgmma forward.
+struct Variant {
+  const char* name;
+  FlashAttention2Path forward;
+  bool fused_backward;
+};
+std::vector<Variant> variants_for(DType dt, int d, int dv) {
+  std::vector<Variant> v{{"mma_sync forward, separate dQ and dK/dV", FlashAttention2Path::mma_sync, false}};
+  if (dt != DType::f32) v.push_back({"mma_sync forward, fused dK/dV/dQ", FlashAttention2Path::mma_sync, true});
+  if (flash_attention2_sm90_usable(dt, d, dv)) v.push_back({"sm90 forward", FlashAttention2Path::sm90, true});
+  return v;
+}
+
 std::vector<float> download(const DeviceBuffer& b, DType dt) {
   return decode(b.download(b.bytes()), dt);
 }
@@ -316,9 +349,10 @@ TEST_P(FlashAttention2Gpu, EveryKernelMatchesFloat64AndTheCpuTwin) {
   const auto [dt, sizes] = GetParam();
   const auto [d, dv] = sizes;
   const double tol = bound(dt);
-  for (const Problem& pr : problems_for(d, dv)) {
+  for (const Problem& pr : problems_for(d, dv))
+  for (const Variant& variant : variants_for(dt, d, dv)) {
     SCOPED_TRACE(testing::Message() << core::dtype_name(dt) << " d " << d << " dv " << dv << " bh " << pr.bh
-                                    << " nq " << pr.nq << " nk " << pr.nk);
+                                    << " nq " << pr.nq << " nk " << pr.nk << " " << variant.name);
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const auto q = rounded_random(size_t(pr.bh) * pr.nq * d, dt), k = rounded_random(size_t(pr.bh) * pr.nk * d, dt),
                v = rounded_random(size_t(pr.bh) * pr.nk * dv, dt), go = rounded_random(size_t(pr.bh) * pr.nq * dv, dt);
@@ -330,15 +364,21 @@ TEST_P(FlashAttention2Gpu, EveryKernelMatchesFloat64AndTheCpuTwin) {
     g.poison_outputs();
 
     launch_flash_attention2_forward(stream_, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.o.get(),
-                                    static_cast<float*>(g.lse.get()), pr.bh, pr.nq, pr.nk, scale);
+                                    static_cast<float*>(g.lse.get()), pr.bh, pr.nq, pr.nk, scale, variant.forward);
     launch_flash_attention2_backward_preprocess(stream_, dt, dv, g.o.get(), g.go.get(),
                                                 static_cast<float*>(g.delta.get()), int64_t{pr.bh} * pr.nq);
     const auto* lse = static_cast<const float*>(g.lse.get());
     const auto* delta = static_cast<const float*>(g.delta.get());
-    launch_flash_attention2_backward_dq(stream_, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.go.get(), lse, delta,
-                                        g.dq.get(), pr.bh, pr.nq, pr.nk, scale);
-    launch_flash_attention2_backward_dkv(stream_, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.go.get(), lse, delta,
-                                         g.dk.get(), g.dv.get(), pr.bh, pr.nq, pr.nk, scale);
+    if (variant.fused_backward) {
+      launch_flash_attention2_backward_dkv_dq(stream_, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.go.get(), lse,
+                                              delta, g.dk.get(), g.dv.get(), static_cast<float*>(g.dq_accum.get()),
+                                              g.dq.get(), pr.bh, pr.nq, pr.nk, scale);
+    } else {
+      launch_flash_attention2_backward_dq(stream_, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.go.get(), lse, delta,
+                                          g.dq.get(), pr.bh, pr.nq, pr.nk, scale);
+      launch_flash_attention2_backward_dkv(stream_, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.go.get(), lse,
+                                           delta, g.dk.get(), g.dv.get(), pr.bh, pr.nq, pr.nk, scale);
+    }
     VISION_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const auto o = download(g.o, dt), dq = download(g.dq, dt), dk = download(g.dk, dt), dvv = download(g.dv, dt),
                lse_out = download(g.lse, DType::f32), delta_out = download(g.delta, DType::f32);
@@ -403,9 +443,10 @@ TEST(FlashAttention2GpuCapture, ForwardAndBackwardReplayFromACudaGraph) {
     auto run = [&] {
       launch_flash_attention2_forward(s, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.o.get(),
                                       static_cast<float*>(g.lse.get()), pr.bh, pr.nq, pr.nk, 0.125f);
+      // Deterministic mode (no dq_accum), so that the replay can be compared bit for bit.
       launch_flash_attention2_backward(s, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.o.get(), g.go.get(),
                                        static_cast<const float*>(g.lse.get()), static_cast<float*>(g.delta.get()),
-                                       g.dq.get(), g.dk.get(), g.dv.get(), pr.bh, pr.nq, pr.nk, 0.125f);
+                                       nullptr, g.dq.get(), g.dk.get(), g.dv.get(), pr.bh, pr.nq, pr.nk, 0.125f);
     };
     auto results = [&] {
       VISION_CUDA_CHECK(cudaStreamSynchronize(s));

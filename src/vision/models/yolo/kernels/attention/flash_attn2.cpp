@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -387,8 +389,22 @@ std::string_view flash_attention2_kernel_label(FlashAttention2Kernel kernel) {
     case FlashAttention2Kernel::backward_preprocess: return "backward_preprocess";
     case FlashAttention2Kernel::backward_dq: return "backward_dq";
     case FlashAttention2Kernel::backward_dkv: return "backward_dkv";
+    case FlashAttention2Kernel::backward_dkv_dq: return "backward_dkv_dq";
+    case FlashAttention2Kernel::backward_dq_convert: return "backward_dq_convert";
+    case FlashAttention2Kernel::forward_sm90: return "forward_sm90";
   }
   return "?";
+}
+
+bool flash_attention2_kernel_exists(FlashAttention2Kernel kernel, DType dtype, int d, int d_v) {
+  check_flash_attention2_gpu_sizes(dtype, d, d_v);
+  switch (kernel) {
+    case FlashAttention2Kernel::backward_dkv_dq:
+    case FlashAttention2Kernel::backward_dq_convert: return dtype != DType::f32;
+    case FlashAttention2Kernel::forward_sm90:
+      return dtype != DType::f32 && (d_v == 16 || d_v == 32 || d_v == 64 || d_v == 128);
+    default: return true;
+  }
 }
 
 void check_flash_attention2_gpu_sizes(DType dtype, int64_t d, int64_t d_v) {
@@ -402,8 +418,41 @@ void check_flash_attention2_gpu_sizes(DType dtype, int64_t d, int64_t d_v) {
                d_v);
 }
 
+namespace {
+
+// VISION_FA2_TILES="forward_sm90=64,128,4;backward_dkv_dq=64,128,8" replaces the table's tiles of the kernels it
+// names, for every dtype and size (a tuning aid for bench_attention; read once per process; the kernel names and
+// shared-memory sizes follow, and check_tiles validates them at first use).
+const std::vector<std::pair<std::string, FlashAttention2Tiles>>& tile_overrides() {
+  static const auto overrides = [] {
+    std::vector<std::pair<std::string, FlashAttention2Tiles>> out;
+    const char* env = std::getenv("VISION_FA2_TILES");
+    if (!env) return out;
+    std::string spec(env);
+    size_t pos = 0;
+    while (pos < spec.size()) {
+      const size_t end = std::min(spec.find(';', pos), spec.size());
+      const std::string item = spec.substr(pos, end - pos);
+      pos = end + 1;
+      if (item.empty()) continue;
+      const size_t eq = item.find('=');
+      FlashAttention2Tiles t;
+      VISION_CHECK(eq != std::string::npos && std::sscanf(item.c_str() + eq + 1, "%d,%d,%d", &t.block_m, &t.block_n,
+                                                          &t.warps) == 3,
+                   "VISION_FA2_TILES: '{}' is not kernel=block_m,block_n,warps", item);
+      out.emplace_back(item.substr(0, eq), t);
+    }
+    return out;
+  }();
+  return overrides;
+}
+
+}  // namespace
+
 FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, DType dtype, int d, int d_v) {
   check_flash_attention2_gpu_sizes(dtype, d, d_v);
+  for (const auto& [label, tiles] : tile_overrides())
+    if (label == flash_attention2_kernel_label(kernel)) return tiles;
   const bool f32 = dtype == DType::f32;
   switch (kernel) {
     case FlashAttention2Kernel::forward:
@@ -412,8 +461,11 @@ FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, DType 
     case FlashAttention2Kernel::backward_dq:
       return f32 ? FlashAttention2Tiles{32, 32, 4} : FlashAttention2Tiles{64, d + d_v >= 384 ? 32 : 64, 4};
     case FlashAttention2Kernel::backward_dkv:
+    case FlashAttention2Kernel::backward_dkv_dq:
       return f32 ? FlashAttention2Tiles{32, d + d_v >= 384 ? 16 : 32, 4}
                  : FlashAttention2Tiles{d + d_v <= 128 ? 64 : (d + d_v <= 256 ? 32 : 16), 64, 4};
+    case FlashAttention2Kernel::backward_dq_convert: return {4 * 32 * 8, 0, 8};
+    case FlashAttention2Kernel::forward_sm90: return {64, 128, 4};  // one warpgroup; three CTAs per SM
   }
   fail("flash_attention2: unknown kernel");
 }
@@ -437,8 +489,19 @@ void check_tiles(FlashAttention2Kernel kernel, DType dtype, FlashAttention2Tiles
     VISION_CHECK(t.block_m == w, "flash_attention2 preprocess: block_m must equal warps (one row per warp)");
     return;
   }
+  if (kernel == FlashAttention2Kernel::backward_dq_convert) {
+    VISION_CHECK(t.block_m == 4 * 32 * w, "flash_attention2 dq_convert: block_m must be 4 · 32 · warps");
+    return;
+  }
+  if (kernel == FlashAttention2Kernel::forward_sm90) {
+    VISION_CHECK(!f32 && (w == 4 || w == 8 || w == 12) && t.block_m == 16 * w && (t.block_n == 64 || t.block_n == 128),
+                 "flash_attention2 forward_sm90: tiles {}x{} with {} warps (1 to 3 warpgroups of 64 query rows, "
+                 "block_n 64 or 128, 16-bit types)",
+                 t.block_m, t.block_n, w);
+    return;
+  }
   // The block a CTA owns, and the one it steps through.
-  const bool dkv = kernel == FlashAttention2Kernel::backward_dkv;
+  const bool dkv = kernel == FlashAttention2Kernel::backward_dkv || kernel == FlashAttention2Kernel::backward_dkv_dq;
   const int own = dkv ? t.block_n : t.block_m, step = dkv ? t.block_m : t.block_n;
   if (f32)
     VISION_CHECK(own > 0 && own % (2 * w) == 0 && step > 0 && step % 16 == 0,
@@ -459,8 +522,16 @@ std::string flash_attention2_kernel_name(FlashAttention2Kernel kernel, DType dty
   check_flash_attention2_gpu_sizes(dtype, d, d_v);
   check_tiles(kernel, dtype, t);
   constexpr std::string_view ns = "vision::models::yolo::kernels::attention::";
+  VISION_CHECK(flash_attention2_kernel_exists(kernel, dtype, d, d_v),
+               "flash_attention2 {}: no kernel for {} with d_v = {}", flash_attention2_kernel_label(kernel),
+               core::dtype_name(dtype), d_v);
   if (kernel == FlashAttention2Kernel::backward_preprocess)
     return fmt::format("{}flash_attention2_backward_preprocess<{}, {}, {}>", ns, cuda_type_name(dtype), d_v, t.warps);
+  if (kernel == FlashAttention2Kernel::backward_dq_convert)
+    return fmt::format("{}flash_attention2_backward_dq_convert<{}, {}>", ns, cuda_type_name(dtype), t.warps);
+  if (kernel == FlashAttention2Kernel::forward_sm90)
+    return fmt::format("{}flash_attention2_forward_sm90<{}, {}, {}, {}, {}>", ns, cuda_type_name(dtype), d, d_v,
+                       t.block_n, t.warps / 4);
   return fmt::format("{}flash_attention2_{}<{}, {}, {}, {}, {}, {}>", ns, flash_attention2_kernel_label(kernel),
                      cuda_type_name(dtype), d, d_v, t.block_m, t.block_n, t.warps);
 }
@@ -482,6 +553,11 @@ size_t flash_attention2_smem_bytes(FlashAttention2Kernel kernel, DType dtype, in
     case FlashAttention2Kernel::backward_dkv:
       return f32 ? (bn * (D + 1) + bn * (DV + 1) + bm * (D + 1) + bm * (DV + 1) + 2 * bn * (bm + 1) + 2 * bm) * 4
                  : (bn * (D + 8) + bn * (DV + 8) + 2 * (bm * (D + 8) + bm * (DV + 8))) * 2 + 2 * 2 * bm * 4;
+    case FlashAttention2Kernel::backward_dkv_dq:
+      return (bn * (D + 8) + bn * (DV + 8) + 2 * (bm * (D + 8) + bm * (DV + 8))) * 2 + 2 * 2 * bm * 4 +
+             bn * (bm + 8) * 2;
+    case FlashAttention2Kernel::backward_dq_convert: return 0;
+    case FlashAttention2Kernel::forward_sm90: return (bm * D + 2 * bn * (D + DV)) * 2;
   }
   fail("flash_attention2: unknown kernel");
 }
@@ -498,12 +574,21 @@ FlashAttention2Launch flash_attention2_launch(FlashAttention2Kernel kernel, DTyp
   auto blocks = [](int64_t n, int b) { return static_cast<unsigned>((n + b - 1) / b); };
   switch (kernel) {
     case FlashAttention2Kernel::forward:
+    case FlashAttention2Kernel::forward_sm90:
     case FlashAttention2Kernel::backward_dq:
       l.grid = {blocks(s.n_q, t.block_m), static_cast<unsigned>(s.batch_heads), 1};
       break;
     case FlashAttention2Kernel::backward_dkv:
+    case FlashAttention2Kernel::backward_dkv_dq:
       l.grid = {blocks(s.n_k, t.block_n), static_cast<unsigned>(s.batch_heads), 1};
       break;
+    case FlashAttention2Kernel::backward_dq_convert: {
+      const int64_t n = s.batch_heads * s.n_q * s.d_qk;
+      VISION_CHECK(n <= std::numeric_limits<int32_t>::max(),
+                   "flash_attention2 dq_convert: BH · n_q · d = {} is out of range", n);
+      l.grid = {blocks(n, t.block_m), 1, 1};
+      break;
+    }
     case FlashAttention2Kernel::backward_preprocess:
       l.grid = {blocks(s.batch_heads * s.n_q, t.block_m), 1, 1};
       break;

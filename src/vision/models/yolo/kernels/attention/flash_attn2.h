@@ -50,12 +50,25 @@ void flash_attention2_backward_dkv_cpu(const Tensor& q, const Tensor& k, const T
 // ---------------------------------------------------------------------------------------------------------------
 // GPU kernels (flash_attn2.cuh): what the kernel system needs to instantiate and launch them.
 
-enum class FlashAttention2Kernel : uint8_t { forward, backward_preprocess, backward_dq, backward_dkv };
+//   forward, backward_preprocess, backward_dq, backward_dkv: flash_attn2.cuh, every dtype, sm_80+;
+//   backward_dkv_dq: dK/dV plus dQ accumulated in f32 with atomics, and backward_dq_convert, which rounds that
+//     accumulator to grad_q: flash_attn2.cuh, f16/bf16 (the non-deterministic, faster backward);
+//   forward_sm90: flash_attn2_sm90.cuh, wgmma on sm_90a, f16/bf16, d_v ∈ {16, 32, 64, 128}.
+enum class FlashAttention2Kernel : uint8_t {
+  forward,
+  backward_preprocess,
+  backward_dq,
+  backward_dkv,
+  backward_dkv_dq,
+  backward_dq_convert,
+  forward_sm90,
+};
 std::string_view flash_attention2_kernel_label(FlashAttention2Kernel kernel);  // "forward", "backward_dq", ...
 
-// Tile sizes of one instantiation. forward / backward_dq: block_m query rows per CTA, block_n keys per step;
-// backward_dkv: block_n keys per CTA, block_m queries per step; backward_preprocess: block_m rows per CTA (one per
-// warp), block_n unused.
+// Tile sizes of one instantiation. forward / forward_sm90 / backward_dq: block_m query rows per CTA, block_n keys
+// per step; backward_dkv / backward_dkv_dq: block_n keys per CTA, block_m queries per step; backward_preprocess:
+// block_m rows per CTA (one per warp), block_n unused; backward_dq_convert: block_m = 4 · 32 · warps elements per
+// CTA, block_n unused. forward_sm90: warps = 4 per warpgroup, block_m = 64 per warpgroup.
 struct FlashAttention2Tiles {
   int block_m = 0, block_n = 0, warps = 0;
 };
@@ -63,6 +76,9 @@ struct FlashAttention2Tiles {
 // Throws vision::Error unless the GPU kernels take (dtype, d, d_v): f32/f16/bf16, d ∈ {16, 32, 64, 128}, d_v a
 // multiple of 16 in [16, 256].
 void check_flash_attention2_gpu_sizes(core::DType dtype, int64_t d, int64_t d_v);
+// Whether `kernel` exists for (dtype, d_v) at all (backward_dkv_dq, backward_dq_convert and forward_sm90 are
+// 16-bit only; forward_sm90 needs d_v ∈ {16, 32, 64, 128}); sizes as check_flash_attention2_gpu_sizes.
+bool flash_attention2_kernel_exists(FlashAttention2Kernel kernel, core::DType dtype, int d, int d_v);
 // The tile sizes the engine instantiates (chosen so that no instantiation spills registers, except the tensor-core
 // dK/dV kernel at d = 128, d_v = 256 which spills a few bytes).
 FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, core::DType dtype, int d, int d_v);

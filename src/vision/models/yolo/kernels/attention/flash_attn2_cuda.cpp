@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/cuda/check.h"
+#include "vision/cuda/device.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/kernel_info_cuda.h"
 
@@ -22,6 +24,7 @@ using core::Shape;
 using core::Tensor;
 
 constexpr const char* kFile = "vision/models/yolo/kernels/attention/flash_attn2.cuh";
+constexpr const char* kFileSm90 = "vision/models/yolo/kernels/attention/flash_attn2_sm90.cuh";
 constexpr const char* kScope = "vision::models::yolo::kernels::attention";
 
 // The (d, d_v) pairs registered (and snapshot/compile-tested): YOLO26's PSA runs d_v = 2 · d.
@@ -32,13 +35,19 @@ constexpr int kValueSizes[] = {16, 32, 64, 128, 256};
 cuda::KernelSpec spec_of(const FlashAttention2Instance& in, DType dtype, const char* params) {
   cuda::KernelSpec spec;
   spec.name = fmt::format("flash_attention2_{}", flash_attention2_kernel_label(in.kernel));
-  spec.file = kFile;
+  spec.file = in.kernel == FlashAttention2Kernel::forward_sm90 ? kFileSm90 : kFile;
   spec.dtype = dtype;
   spec.scope = kScope;
   spec.params = params;
   if (in.kernel == FlashAttention2Kernel::backward_preprocess) {
     spec.constants = {{"dv", in.d_v}, {"w", in.tiles.warps}};
     spec.id_constants = 1;
+  } else if (in.kernel == FlashAttention2Kernel::backward_dq_convert) {
+    spec.constants = {{"w", in.tiles.warps}};
+    spec.id_constants = 0;
+  } else if (in.kernel == FlashAttention2Kernel::forward_sm90) {
+    spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"bn", in.tiles.block_n}, {"wg", in.tiles.warps / 4}};
+    spec.id_constants = 2;
   } else {
     spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"bm", in.tiles.block_m}, {"bn", in.tiles.block_n},
                       {"w", in.tiles.warps}};
@@ -53,6 +62,9 @@ constexpr const char* kDqParams =
     "const {T}*, const {T}*, const {T}*, const {T}*, const float*, const float*, {T}*, int, int, float";
 constexpr const char* kDkvParams =
     "const {T}*, const {T}*, const {T}*, const {T}*, const float*, const float*, {T}*, {T}*, int, int, float";
+constexpr const char* kDkvDqParams =
+    "const {T}*, const {T}*, const {T}*, const {T}*, const float*, const float*, {T}*, {T}*, float*, int, int, float";
+constexpr const char* kDqConvertParams = "const float*, {T}*, int";
 
 void register_flash_attention2_kernels(cuda::KernelRegistry& r) {
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
@@ -60,8 +72,13 @@ void register_flash_attention2_kernels(cuda::KernelRegistry& r) {
       r.add<FlashAttention2Forward>(t, d, dv);
       r.add<FlashAttention2BackwardDq>(t, d, dv);
       r.add<FlashAttention2BackwardDkv>(t, d, dv);
+      if (flash_attention2_kernel_exists(FlashAttention2Kernel::backward_dkv_dq, t, d, dv))
+        r.add<FlashAttention2BackwardDkvDq>(t, d, dv);
+      if (flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, t, d, dv))
+        r.add<FlashAttention2ForwardSm90>(t, d, dv);
     }
     for (int dv : kValueSizes) r.add<FlashAttention2BackwardPreprocess>(t, dv);
+    if (t != DType::f32) r.add<FlashAttention2BackwardDqConvert>(t);
   }
 }
 VISION_REGISTER_KERNELS(register_flash_attention2_kernels);
@@ -117,12 +134,57 @@ FlashAttention2BackwardDkv::FlashAttention2BackwardDkv(DType t, int d, int dv)
           spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_dkv, t, d, dv), t, kDkvParams)),
       instance(flash_attention2_instance(FlashAttention2Kernel::backward_dkv, t, d, dv)) {}
 
+FlashAttention2BackwardDkvDq::FlashAttention2BackwardDkvDq(DType t, int d, int dv)
+    : KernelDescriptor(
+          spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_dkv_dq, t, d, dv), t, kDkvDqParams)),
+      instance(flash_attention2_instance(FlashAttention2Kernel::backward_dkv_dq, t, d, dv)) {}
+
+// The conversion kernel has no head sizes; 16 stands in for them where the tile table asks.
+FlashAttention2BackwardDqConvert::FlashAttention2BackwardDqConvert(DType t)
+    : KernelDescriptor(spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_dq_convert, t, 16, 16), t,
+                               kDqConvertParams)),
+      instance(flash_attention2_instance(FlashAttention2Kernel::backward_dq_convert, t, 16, 16)) {}
+
+FlashAttention2ForwardSm90::FlashAttention2ForwardSm90(DType t, int d, int dv)
+    : KernelDescriptor(
+          spec_of(flash_attention2_instance(FlashAttention2Kernel::forward_sm90, t, d, dv), t, kForwardParams)),
+      instance(flash_attention2_instance(FlashAttention2Kernel::forward_sm90, t, d, dv)) {}
+
+bool flash_attention2_sm90_usable(DType dtype, int d, int d_v) {
+  if (!flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, dtype, d, d_v)) return false;
+  static const bool sm90a = [] {
+    try {
+      return cuda::current_arch() == "sm_90a";
+    } catch (const Error&) {
+      return false;
+    }
+  }();
+  return sm90a;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Launch helpers
 
 void launch_flash_attention2_forward(cudaStream_t stream, DType dtype, int d, int d_v, const void* q, const void* k,
                                      const void* v, void* o, float* lse, int64_t batch_heads, int64_t n_q,
-                                     int64_t n_k, float scale) {
+                                     int64_t n_k, float scale, FlashAttention2Path path) {
+  // The wgmma kernel keeps its running max on the raw scores, which needs scale > 0 (every real softmax scale).
+  const bool sm90 = path == FlashAttention2Path::sm90 ||
+                    (path == FlashAttention2Path::automatic && scale > 0 && flash_attention2_sm90_usable(dtype, d, d_v));
+  if (sm90) {
+    VISION_CHECK(flash_attention2_sm90_usable(dtype, d, d_v),
+                 "flash_attention2 forward_sm90: needs an sm_90a GPU, f16/bf16 and d_v in {{16, 32, 64, 128}} (got "
+                 "{}, d_v = {})",
+                 core::dtype_name(dtype), d_v);
+    VISION_CHECK(scale > 0, "flash_attention2 forward_sm90: the softmax scale must be positive (got {})", scale);
+    const auto& kernel = cuda::kernel_instance<FlashAttention2ForwardSm90>(dtype, d, d_v);
+    const FlashAttention2Launch l = geometry(kernel.instance, dtype, batch_heads, n_q, n_k);
+    check_aligned16({{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}}, "forward_sm90");
+    if (lse) check_aligned(lse, 4, "lse", "forward_sm90");
+    kernel.launch(stream, grid_of(l), dim3(l.threads), l.smem_bytes, q, k, v, o, lse, static_cast<int32_t>(n_q),
+                  static_cast<int32_t>(n_k), scale);
+    return;
+  }
   const auto& kernel = cuda::kernel_instance<FlashAttention2Forward>(dtype, d, d_v);
   const FlashAttention2Launch l = geometry(kernel.instance, dtype, batch_heads, n_q, n_k);
   check_aligned16({{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}}, "forward");
@@ -172,10 +234,36 @@ void launch_flash_attention2_backward_dkv(cudaStream_t stream, DType dtype, int 
                 static_cast<int32_t>(n_q), static_cast<int32_t>(n_k), scale);
 }
 
+void launch_flash_attention2_backward_dkv_dq(cudaStream_t stream, DType dtype, int d, int d_v, const void* q,
+                                             const void* k, const void* v, const void* grad_o, const float* lse,
+                                             const float* delta, void* grad_k, void* grad_v, float* dq_accum,
+                                             void* grad_q, int64_t batch_heads, int64_t n_q, int64_t n_k,
+                                             float scale) {
+  VISION_CHECK(flash_attention2_kernel_exists(FlashAttention2Kernel::backward_dkv_dq, dtype, d, d_v),
+               "flash_attention2 backward_dkv_dq: {} is not supported (f16 or bf16)", core::dtype_name(dtype));
+  const auto& kernel = cuda::kernel_instance<FlashAttention2BackwardDkvDq>(dtype, d, d_v);
+  const auto& convert = cuda::kernel_instance<FlashAttention2BackwardDqConvert>(dtype);
+  const FlashAttention2Launch l = geometry(kernel.instance, dtype, batch_heads, n_q, n_k);
+  const FlashAttention2Launch lc =
+      flash_attention2_launch(FlashAttention2Kernel::backward_dq_convert, dtype,
+                              AttentionSizes{batch_heads, n_q, n_k, d, d_v}, convert.instance.tiles);
+  check_aligned16({{q, "q"}, {k, "k"}, {v, "v"}, {grad_o, "grad_o"}, {grad_k, "grad_k"}, {grad_v, "grad_v"},
+                   {dq_accum, "dq_accum"}, {grad_q, "grad_q"}},
+                  "backward_dkv_dq");
+  check_aligned(lse, 4, "lse", "backward_dkv_dq");
+  check_aligned(delta, 4, "delta", "backward_dkv_dq");
+  const size_t accum_bytes = static_cast<size_t>(batch_heads * n_q * d) * sizeof(float);
+  VISION_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, accum_bytes, stream));
+  kernel.launch(stream, grid_of(l), dim3(l.threads), l.smem_bytes, q, k, v, grad_o, lse, delta, grad_k, grad_v,
+                dq_accum, static_cast<int32_t>(n_q), static_cast<int32_t>(n_k), scale);
+  convert.launch(stream, grid_of(lc), dim3(lc.threads), 0, static_cast<const float*>(dq_accum), grad_q,
+                 static_cast<int32_t>(batch_heads * n_q * d));
+}
+
 void launch_flash_attention2_backward(cudaStream_t stream, DType dtype, int d, int d_v, const void* q, const void* k,
                                       const void* v, const void* o, const void* grad_o, const float* lse,
-                                      float* delta, void* grad_q, void* grad_k, void* grad_v, int64_t batch_heads,
-                                      int64_t n_q, int64_t n_k, float scale) {
+                                      float* delta, float* dq_accum, void* grad_q, void* grad_k, void* grad_v,
+                                      int64_t batch_heads, int64_t n_q, int64_t n_k, float scale) {
   VISION_CHECK((grad_k == nullptr) == (grad_v == nullptr),
                "flash_attention2 backward: the dK/dV kernel writes both gradients; pass both grad_k and grad_v (or "
                "scratch for the one not needed), or neither");
@@ -185,6 +273,11 @@ void launch_flash_attention2_backward(cudaStream_t stream, DType dtype, int d, i
   VISION_CHECK(batch_heads <= std::numeric_limits<int32_t>::max() / n_q,
                "flash_attention2 backward: BH · n_q = {} · {} is out of range", batch_heads, n_q);
   launch_flash_attention2_backward_preprocess(stream, dtype, d_v, o, grad_o, delta, batch_heads * n_q);
+  if (grad_q && grad_k && dq_accum && dtype != DType::f32) {
+    launch_flash_attention2_backward_dkv_dq(stream, dtype, d, d_v, q, k, v, grad_o, lse, delta, grad_k, grad_v,
+                                            dq_accum, grad_q, batch_heads, n_q, n_k, scale);
+    return;
+  }
   if (grad_q)
     launch_flash_attention2_backward_dq(stream, dtype, d, d_v, q, k, v, grad_o, lse, delta, grad_q, batch_heads, n_q,
                                         n_k, scale);
@@ -266,7 +359,7 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
     void* grad_v = gv.defined() ? gv.raw() : (gk.defined() ? scratch : nullptr);
     launch_flash_attention2_backward(stream(ctx.backend), dtype, static_cast<int>(s.d_qk), static_cast<int>(s.d_v),
                                      q.raw(), k.raw(), v.raw(), ctx.output.raw(), ctx.grad_output.raw(),
-                                     static_cast<const float*>(ctx.saved[0].raw()), delta,
+                                     static_cast<const float*>(ctx.saved[0].raw()), delta, /*dq_accum=*/nullptr,
                                      gq.defined() ? gq.raw() : nullptr, grad_k, grad_v, s.batch_heads, s.n_q, s.n_k,
                                      scale_);
   }

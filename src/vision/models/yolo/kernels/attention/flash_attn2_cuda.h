@@ -59,6 +59,33 @@ struct FlashAttention2BackwardDkv
   FlashAttention2BackwardDkv(DType dtype, int d, int d_v);
   FlashAttention2Instance instance;
 };
+// f16/bf16 only: dK/dV plus dQ added (f32 atomics) into dq_accum, then rounded to grad_q by the conversion kernel.
+struct FlashAttention2BackwardDkvDq
+    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
+                             const void* /*lse*/, const void* /*delta*/, void* /*grad_k*/, void* /*grad_v*/,
+                             void* /*dq_accum*/, int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
+  FlashAttention2BackwardDkvDq(DType dtype, int d, int d_v);
+  FlashAttention2Instance instance;
+};
+struct FlashAttention2BackwardDqConvert
+    : cuda::KernelDescriptor<const void* /*dq_accum*/, void* /*grad_q*/, int32_t /*n*/> {
+  explicit FlashAttention2BackwardDqConvert(DType dtype);
+  FlashAttention2Instance instance;
+};
+// sm_90a only (flash_attn2_sm90.cuh): the forward on wgmma; f16/bf16, d_v ∈ {16, 32, 64, 128}.
+struct FlashAttention2ForwardSm90
+    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, void* /*o*/, void* /*lse*/,
+                             int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
+  FlashAttention2ForwardSm90(DType dtype, int d, int d_v);
+  FlashAttention2Instance instance;
+};
+
+// Whether launch_flash_attention2_forward can take the wgmma kernel: an sm_90a device (the current one, probed once
+// per process), f16/bf16 and d_v ∈ {16, 32, 64, 128}.
+bool flash_attention2_sm90_usable(DType dtype, int d, int d_v);
+
+// Which forward kernel runs: the fastest one the device and sizes allow, or one forced (tests, benchmarks).
+enum class FlashAttention2Path : uint8_t { automatic, mma_sync, sm90 };
 
 // Launch helpers, on stream. Tensors are contiguous device memory of dtype (f32, f16 or bf16), 16-byte aligned:
 // q [BH, n_q, d], k [BH, n_k, d], v [BH, n_k, d_v], o and grad_o [BH, n_q, d_v]; lse and delta are f32 [BH, n_q]
@@ -68,9 +95,11 @@ struct FlashAttention2BackwardDkv
 // a CUDA failure.
 
 // o = softmax(scale · q kᵀ) v; lse = the natural-log log-sum-exp of each scaled score row (lse may be null).
+// FlashAttention2Path::sm90 where flash_attention2_sm90_usable() is false is an error.
 void launch_flash_attention2_forward(cudaStream_t stream, DType dtype, int d, int d_v, const void* q, const void* k,
                                      const void* v, void* o, float* lse, int64_t batch_heads, int64_t n_q,
-                                     int64_t n_k, float scale);
+                                     int64_t n_k, float scale,
+                                     FlashAttention2Path path = FlashAttention2Path::automatic);
 // delta [rows] = rowsum(grad_o ∘ o) over rows of d_v elements (rows = BH · n_q).
 void launch_flash_attention2_backward_preprocess(cudaStream_t stream, DType dtype, int d_v, const void* o,
                                                  const void* grad_o, float* delta, int64_t rows);
@@ -84,12 +113,24 @@ void launch_flash_attention2_backward_dkv(cudaStream_t stream, DType dtype, int 
                                           const void* k, const void* v, const void* grad_o, const float* lse,
                                           const float* delta, void* grad_k, void* grad_v, int64_t batch_heads,
                                           int64_t n_q, int64_t n_k, float scale);
-// The whole backward: delta (scratch of BH · n_q floats, overwritten) = rowsum(grad_o ∘ o), then dQ (skipped when
-// grad_q is null), then dK/dV (skipped when both are null; one of them null is an error).
+// dK/dV and dQ in one pass (f16/bf16): dq_accum (scratch of BH · n_q · d floats, 16-byte aligned) is zeroed, the
+// fused kernel adds dQ into it with f32 atomics, and a conversion kernel rounds it into grad_q. Faster than the dQ
+// kernel plus the dK/dV kernel (bench/attention/NOTES.md), but the order of the additions, and so the last bits of
+// grad_q, vary from run to run.
+void launch_flash_attention2_backward_dkv_dq(cudaStream_t stream, DType dtype, int d, int d_v, const void* q,
+                                             const void* k, const void* v, const void* grad_o, const float* lse,
+                                             const float* delta, void* grad_k, void* grad_v, float* dq_accum,
+                                             void* grad_q, int64_t batch_heads, int64_t n_q, int64_t n_k,
+                                             float scale);
+// The whole backward: delta (scratch of BH · n_q floats, overwritten) = rowsum(grad_o ∘ o), then the gradients.
+// With dq_accum (scratch of BH · n_q · d floats) and all three gradients wanted, f16/bf16 take the fused
+// non-deterministic pass (launch_flash_attention2_backward_dkv_dq). Otherwise (dq_accum null: the deterministic
+// mode; f32; or a gradient not wanted) dQ (skipped when grad_q is null) then dK/dV (skipped when both are null; one
+// of them null is an error), each by its own kernel, bit-for-bit reproducible.
 void launch_flash_attention2_backward(cudaStream_t stream, DType dtype, int d, int d_v, const void* q, const void* k,
                                       const void* v, const void* o, const void* grad_o, const float* lse,
-                                      float* delta, void* grad_q, void* grad_k, void* grad_v, int64_t batch_heads,
-                                      int64_t n_q, int64_t n_k, float scale);
+                                      float* delta, float* dq_accum, void* grad_q, void* grad_k, void* grad_v,
+                                      int64_t batch_heads, int64_t n_q, int64_t n_k, float scale);
 
 // The CUDA RuntimeOp of FlashAttention2Op: the tensors' dtype picks the kernels (the graph runs f32 today), the
 // state specs (saved lse) come from the op's CPU RuntimeOp `twin`. Its workspace holds delta and, in training, room

@@ -1,0 +1,400 @@
+// FlashAttention-2 forward for Hopper (sm_90a): the same function as flash_attention2_forward in flash_attn2.cuh
+// (o and the natural-log log-sum-exp, any n_q, n_k ≥ 1, runtime softmax scale), with both products on the
+// warpgroup tensor-core instructions (wgmma.mma_async) instead of mma.sync.
+//
+//   flash_attention2_forward_sm90<T, D, DV, BLOCK_N, NUM_WARPGROUPS>     grid (ceil(n_q / BLOCK_M), BH),
+//       BLOCK_M = 64 · NUM_WARPGROUPS, 128 · NUM_WARPGROUPS threads, dynamic shared memory
+//       FlashAttention2Sm90Smem<T, D, DV, BLOCK_N, NUM_WARPGROUPS>::bytes (the launcher raises the limit).
+//       T ∈ {__half, __nv_bfloat16}; D ∈ {16, 32, 64, 128}; DV ∈ {16, 32, 64, 128}; BLOCK_N ∈ {64, 128}.
+//
+// Design. Warpgroup w owns query rows m0 + 64w .. +63. Q is staged once; K and V tiles stream through two
+// shared-memory stages (cp.async, 16-byte, zero-filled past n_k), the next tile's copy overlapping this tile's work:
+//   S = Q·K_jᵀ        wgmma m64n{BLOCK_N}k16, A and B from shared memory (both K-major);
+//   online softmax     on the S accumulators in registers (the accumulator layout is mma.sync's C layout per warp);
+//   O += P·V_j         wgmma m64n{DV}k16, A = P from registers (rounded to T), B = V_j from shared memory
+//                      (MN-major: V is stored [key][d_v], the instruction transposes it).
+// Shared tiles use the swizzled canonical layouts of wgmma. A tile of R rows × C 16-bit columns (2C bytes a row) is
+// cut into column atoms W = min(2C, 128) bytes wide (W ∈ {32, 64, 128}: the 32-, 64- or 128-byte swizzle); atom
+// column a holds rows 0..R-1, 8-row groups of 8W contiguous bytes, and byte b of row r of a group sits at
+// (r·W + b) XOR (((r·W) >> 7) mod (W/16)) << 4 (the 16-byte chunks of a row permuted by the row's index), so that
+// the tensor cores read 8 rows of a group without bank conflicts. Q and K are read K-major (rows = queries or keys,
+// columns = head dims: stride byte offset 8W between row groups); V is read MN-major through the same layout
+// (rows = keys = the k dimension: stride 8W between key groups, leading byte offset R·W between d_v atom columns).
+// The tile loader gives consecutive threads consecutive 16-byte chunks of a row: coalesced global reads and, the
+// swizzle being a permutation within a row, conflict-free shared writes. Tiles start 1024-byte aligned.
+// Compiles for every architecture (the kernel registry builds each kernel for sm_80 and sm_90a); only an sm_90a
+// build has a body: elsewhere it traps, and the launcher never picks it.
+#pragma once
+
+#include "vision/models/yolo/kernels/attention/flash_attn2.cuh"
+
+namespace vision::models::yolo::kernels::attention {
+
+namespace fa2 {
+
+template <typename T, int D, int DV, int BN, int NWG>
+struct FlashAttention2Sm90Smem {
+  static constexpr int bytes = (64 * NWG * D + 2 * BN * (D + DV)) * 2;  // Q, then two stages of K and V
+};
+
+// The swizzled layout of a ROWS × COLS 16-bit tile (see the top of the file).
+template <int ROWS, int COLS>
+struct Swizzled {
+  static_assert(ROWS % 8 == 0 && (COLS == 16 || COLS == 32 || COLS % 64 == 0), "swizzled tile: unsupported shape");
+  static constexpr int kW = COLS * 2 < 128 ? COLS * 2 : 128;                     // atom width, bytes
+  static constexpr int kMode = kW == 128 ? 1 : (kW == 64 ? 2 : 3);               // descriptor layout type
+  static constexpr int kGroup = 8 * kW;                                          // bytes per 8-row group
+  static constexpr int kColumn = ROWS * kW;                                      // bytes per atom column
+  // Byte offset of the 16-byte chunk c (columns 8c .. 8c+7) of row r.
+  static __device__ __forceinline__ int chunk_offset(int r, int c) {
+    constexpr int kChunks = kW / 16;
+    const int a = c / kChunks, within = (r & 7) * kW + (c % kChunks) * 16;
+    return a * kColumn + (r >> 3) * kGroup + (within ^ (((within >> 7) & (kChunks - 1)) << 4));
+  }
+};
+
+// Stages rows [row0, row0 + ROWS) of a [n, COLS] 16-bit matrix into a swizzled tile; rows ≥ n are zero-filled.
+template <typename T, int ROWS, int COLS, int THREADS>
+__device__ __forceinline__ void load_swizzled_async(T* tile, const T* g, int row0, int n) {
+  constexpr int kChunks = COLS / 8, kTotal = ROWS * kChunks;
+  unsigned char* base = reinterpret_cast<unsigned char*>(tile);
+#pragma unroll
+  for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
+    const int i = it * THREADS + static_cast<int>(threadIdx.x);
+    if (kTotal % THREADS == 0 || i < kTotal) {
+      const int r = i / kChunks, c = i % kChunks;
+      const bool valid = row0 + r < n;
+      const T* src = valid ? g + static_cast<long long>(row0 + r) * COLS + c * 8 : g;
+      cp_async_16(base + Swizzled<ROWS, COLS>::chunk_offset(r, c), src, valid);
+    }
+  }
+}
+
+// wgmma shared-memory matrix descriptor: start address, leading and stride byte offsets (each >> 4), layout type.
+__device__ __forceinline__ unsigned long long smem_desc(unsigned addr, unsigned leading_bytes, unsigned stride_bytes,
+                                                        int mode) {
+  return static_cast<unsigned long long>((addr & 0x3FFFFu) >> 4) |
+         (static_cast<unsigned long long>(leading_bytes >> 4) << 16) |
+         (static_cast<unsigned long long>(stride_bytes >> 4) << 32) | (static_cast<unsigned long long>(mode) << 62);
+}
+// K-major operand: the 8-row groups from row0 (a multiple of 8), k16 step kk (columns 16kk .. 16kk+15).
+template <int ROWS, int COLS>
+__device__ __forceinline__ unsigned long long kmajor_desc(const void* tile, int row0, int kk) {
+  using L = Swizzled<ROWS, COLS>;
+  const int bytes = kk * 32;  // from the start of the row
+  const unsigned addr = smem_addr(tile) + (bytes / L::kW) * L::kColumn + (row0 >> 3) * L::kGroup + bytes % L::kW;
+  return smem_desc(addr, 16, L::kGroup, L::kMode);
+}
+// MN-major operand (rows = the k dimension, columns = n): k16 step kk (rows 16kk .. 16kk+15), every column.
+template <int ROWS, int COLS>
+__device__ __forceinline__ unsigned long long mnmajor_desc(const void* tile, int kk) {
+  using L = Swizzled<ROWS, COLS>;
+  return smem_desc(smem_addr(tile) + kk * 2 * L::kGroup, L::kColumn, L::kGroup, L::kMode);
+}
+
+// 2^x by the special-function unit (flush-to-zero: results below 2^-126 are 0, which softmax weights can be).
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins registers at this point of the instruction stream: wgmma reads and writes its registers asynchronously, so the
+// compiler must neither sink their last ordinary writes below wgmma.fence nor hoist their first reads above
+// wgmma.wait_group. An empty volatile asm that "modifies" each register, placed next to those, orders them.
+template <int N>
+__device__ __forceinline__ void pin(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin(unsigned (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
+}
+
+// Orders this thread's earlier shared-memory writes (cp.async included) before later reads by the tensor cores.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// wgmma.mma_async m64nNk16 with f32 accumulators d[N/8][4] (the mma.sync C layout per warp, n8 tile by n8 tile),
+// always accumulating (the callers zero d first). The scale-d predicate is set from a register holding 1.
+#define FA2_ACC4(c) "+f"(d[c][0]), "+f"(d[c][1]), "+f"(d[c][2]), "+f"(d[c][3])
+#define FA2_WGMMA_SS(SHAPE, TY, REGS, A, B, P)                                                       \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY \
+  " " REGS ", %" A ", %" B ", p, 1, 1, 0, 0;\n}\n"
+#define FA2_WGMMA_RS(SHAPE, TY, REGS, A0, A1, A2, A3, B, P)                                          \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY \
+  " " REGS ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B ", p, 1, 1, 1;\n}\n"
+
+template <int N>
+struct Wgmma;
+
+template <>
+struct Wgmma<16> {
+#define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define FA2_OPS FA2_ACC4(0), FA2_ACC4(1)
+  // d += A (64×16, shared memory, K-major) · B (16×16, shared memory, K-major).
+  template <typename T>
+  static __device__ __forceinline__ void ss(float (&d)[2][4], unsigned long long a, unsigned long long b) {
+    if constexpr (IsSame<T, __half>::value)
+      asm volatile(FA2_WGMMA_SS("m64n16k16", "f16", FA2_REGS, "8", "9", "10") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+    else
+      asm volatile(FA2_WGMMA_SS("m64n16k16", "bf16", FA2_REGS, "8", "9", "10") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+  }
+  // d += A (64×16, registers) · B (16×16, shared memory, MN-major).
+  template <typename T>
+  static __device__ __forceinline__ void rs(float (&d)[2][4], const unsigned (&a)[4], unsigned long long b) {
+    if constexpr (IsSame<T, __half>::value)
+      asm volatile(FA2_WGMMA_RS("m64n16k16", "f16", FA2_REGS, "8", "9", "10", "11", "12", "13")
+                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+    else
+      asm volatile(FA2_WGMMA_RS("m64n16k16", "bf16", FA2_REGS, "8", "9", "10", "11", "12", "13")
+                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+#undef FA2_OPS
+#undef FA2_REGS
+};
+
+template <>
+struct Wgmma<32> {
+#define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FA2_OPS FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3)
+  // d += A (64×16, shared memory, K-major) · B (16×32, shared memory, K-major).
+  template <typename T>
+  static __device__ __forceinline__ void ss(float (&d)[4][4], unsigned long long a, unsigned long long b) {
+    if constexpr (IsSame<T, __half>::value)
+      asm volatile(FA2_WGMMA_SS("m64n32k16", "f16", FA2_REGS, "16", "17", "18") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+    else
+      asm volatile(FA2_WGMMA_SS("m64n32k16", "bf16", FA2_REGS, "16", "17", "18") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+  }
+  // d += A (64×16, registers) · B (16×32, shared memory, MN-major).
+  template <typename T>
+  static __device__ __forceinline__ void rs(float (&d)[4][4], const unsigned (&a)[4], unsigned long long b) {
+    if constexpr (IsSame<T, __half>::value)
+      asm volatile(FA2_WGMMA_RS("m64n32k16", "f16", FA2_REGS, "16", "17", "18", "19", "20", "21")
+                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+    else
+      asm volatile(FA2_WGMMA_RS("m64n32k16", "bf16", FA2_REGS, "16", "17", "18", "19", "20", "21")
+                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+#undef FA2_OPS
+#undef FA2_REGS
+};
+
+template <>
+struct Wgmma<64> {
+#define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA2_OPS FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3), FA2_ACC4(4), FA2_ACC4(5), FA2_ACC4(6), FA2_ACC4(7)
+  // d += A (64×16, shared memory, K-major) · B (16×64, shared memory, K-major).
+  template <typename T>
+  static __device__ __forceinline__ void ss(float (&d)[8][4], unsigned long long a, unsigned long long b) {
+    if constexpr (IsSame<T, __half>::value)
+      asm volatile(FA2_WGMMA_SS("m64n64k16", "f16", FA2_REGS, "32", "33", "34") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+    else
+      asm volatile(FA2_WGMMA_SS("m64n64k16", "bf16", FA2_REGS, "32", "33", "34") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+  }
+  // d += A (64×16, registers) · B (16×64, shared memory, MN-major).
+  template <typename T>
+  static __device__ __forceinline__ void rs(float (&d)[8][4], const unsigned (&a)[4], unsigned long long b) {
+    if constexpr (IsSame<T, __half>::value)
+      asm volatile(FA2_WGMMA_RS("m64n64k16", "f16", FA2_REGS, "32", "33", "34", "35", "36", "37")
+                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+    else
+      asm volatile(FA2_WGMMA_RS("m64n64k16", "bf16", FA2_REGS, "32", "33", "34", "35", "36", "37")
+                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+#undef FA2_OPS
+#undef FA2_REGS
+};
+
+template <>
+struct Wgmma<128> {
+#define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA2_OPS FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3), FA2_ACC4(4), FA2_ACC4(5), FA2_ACC4(6), FA2_ACC4(7), FA2_ACC4(8), FA2_ACC4(9), FA2_ACC4(10), FA2_ACC4(11), FA2_ACC4(12), FA2_ACC4(13), FA2_ACC4(14), FA2_ACC4(15)
+  // d += A (64×16, shared memory, K-major) · B (16×128, shared memory, K-major).
+  template <typename T>
+  static __device__ __forceinline__ void ss(float (&d)[16][4], unsigned long long a, unsigned long long b) {
+    if constexpr (IsSame<T, __half>::value)
+      asm volatile(FA2_WGMMA_SS("m64n128k16", "f16", FA2_REGS, "64", "65", "66") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+    else
+      asm volatile(FA2_WGMMA_SS("m64n128k16", "bf16", FA2_REGS, "64", "65", "66") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+  }
+  // d += A (64×16, registers) · B (16×128, shared memory, MN-major).
+  template <typename T>
+  static __device__ __forceinline__ void rs(float (&d)[16][4], const unsigned (&a)[4], unsigned long long b) {
+    if constexpr (IsSame<T, __half>::value)
+      asm volatile(FA2_WGMMA_RS("m64n128k16", "f16", FA2_REGS, "64", "65", "66", "67", "68", "69")
+                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+    else
+      asm volatile(FA2_WGMMA_RS("m64n128k16", "bf16", FA2_REGS, "64", "65", "66", "67", "68", "69")
+                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+#undef FA2_OPS
+#undef FA2_REGS
+};
+
+#undef FA2_WGMMA_RS
+#undef FA2_WGMMA_SS
+#undef FA2_ACC4
+
+template <typename T, int D, int DV, int BN, int NWG>
+__device__ __forceinline__ void forward_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                             T* __restrict__ o, float* __restrict__ lse, int n_q, int n_k,
+                                             float scale) {
+  static_assert(!IsF32<T>::value, "flash_attention2_forward_sm90: T must be __half or __nv_bfloat16");
+  static_assert(D == 16 || D == 32 || D == 64 || D == 128, "flash_attention2_forward_sm90: HEAD_DIM 16..128");
+  static_assert(DV == 16 || DV == 32 || DV == 64 || DV == 128, "flash_attention2_forward_sm90: HEAD_DIM_V 16..128");
+  static_assert(BN == 64 || BN == 128, "flash_attention2_forward_sm90: BLOCK_N must be 64 or 128");
+  constexpr int BM = 64 * NWG, kThreads = 128 * NWG;
+  extern __shared__ __align__(1024) unsigned char fa2_sm90_smem[];  // the swizzle needs 1024-byte aligned tiles
+  T* sQ = reinterpret_cast<T*>(fa2_sm90_smem);
+  if (smem_addr(sQ) & 1023) __trap();
+  T* sK = sQ + BM * D;       // two stages
+  T* sV = sK + 2 * BN * D;   // two stages
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int m0 = static_cast<int>(blockIdx.x) * BM;
+  const long long bh = blockIdx.y;
+  const T* kb = k + bh * n_k * D;
+  const T* vb = v + bh * n_k * DV;
+
+  load_swizzled_async<T, BM, D, kThreads>(sQ, q + bh * n_q * D, m0, n_q);
+  load_swizzled_async<T, BN, D, kThreads>(sK, kb, 0, n_k);
+  load_swizzled_async<T, BN, DV, kThreads>(sV, vb, 0, n_k);
+  cp_async_commit();
+
+  float acc_o[DV / 8][4];
+#pragma unroll
+  for (int i = 0; i < DV / 8; ++i) acc_o[i][0] = acc_o[i][1] = acc_o[i][2] = acc_o[i][3] = 0.0f;
+  float row_max[2] = {neg_inf(), neg_inf()}, row_sum[2] = {0.0f, 0.0f};
+  const float sl2 = scale * Constants::kLog2e;
+  const int n_blocks = (n_k + BN - 1) / BN;
+
+  for (int j = 0; j < n_blocks; ++j) {
+    const int n0 = j * BN;
+    if (j + 1 < n_blocks) {  // stage (j + 1) & 1 was released by the barrier that ended iteration j − 1
+      load_swizzled_async<T, BN, D, kThreads>(sK + ((j + 1) & 1) * BN * D, kb, n0 + BN, n_k);
+      load_swizzled_async<T, BN, DV, kThreads>(sV + ((j + 1) & 1) * BN * DV, vb, n0 + BN, n_k);
+    }
+    cp_async_commit();   // possibly empty: one group per iteration keeps the count uniform
+    cp_async_wait<1>();  // block j (and Q) have landed
+    fence_proxy_async();
+    __syncthreads();
+    const T* cK = sK + (j & 1) * BN * D;
+    const T* cV = sV + (j & 1) * BN * DV;
+
+    // S = Q·K_jᵀ (64 × BN per warpgroup).
+    float acc_s[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) acc_s[i][0] = acc_s[i][1] = acc_s[i][2] = acc_s[i][3] = 0.0f;
+    pin(acc_s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      Wgmma<BN>::template ss<T>(acc_s, kmajor_desc<BM, D>(sQ, wg * 64, kk), kmajor_desc<BN, D>(cK, 0, kk));
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(acc_s);
+
+    // Online softmax, rows g and g + 8 of this warp's 16, in log2 units: the running max is kept on the raw scores
+    // (scale > 0: the launcher takes this kernel only then), and p = 2^(s·sl2 − max·sl2) is one FFMA and one
+    // MUFU.EX2. Keys ≥ n_k (only in the last block) get −inf.
+    if (n0 + BN > n_k) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (n0 + nt * 8 + 2 * t + (e & 1) >= n_k) acc_s[nt][e] = neg_inf();
+    }
+    float mx[2] = {row_max[0], row_max[1]};
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], acc_s[nt][e]);
+    float alpha[2], neg_max[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = quad_max(mx[r]);  // finite: block j holds at least one valid key
+      alpha[r] = ex2_approx((row_max[r] - mx[r]) * sl2);  // 0 on the first block (row_max = −inf)
+      row_max[r] = mx[r];
+      row_sum[r] *= alpha[r];
+      neg_max[r] = -mx[r] * sl2;
+    }
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc_s[nt][e] = ex2_approx(fmaf(acc_s[nt][e], sl2, neg_max[e >> 1]));
+        row_sum[e >> 1] += acc_s[nt][e];
+      }
+#pragma unroll
+    for (int i = 0; i < DV / 8; ++i) {
+      acc_o[i][0] *= alpha[0];
+      acc_o[i][1] *= alpha[0];
+      acc_o[i][2] *= alpha[1];
+      acc_o[i][3] *= alpha[1];
+    }
+
+    // O += P·V_j.
+    unsigned p[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) acc_to_a<T>(p[kk], acc_s, kk);
+    pin(acc_o);
+    pin(p);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) Wgmma<DV>::template rs<T>(acc_o, p[kk], mnmajor_desc<BN, DV>(cV, kk));
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(acc_o);
+    pin(p);
+    __syncthreads();  // every warpgroup is done with stage j & 1 before iteration j + 1 refills it
+  }
+  cp_async_wait<0>();
+
+  T* ob = o + bh * n_q * DV;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(row_sum[r]);
+    const float inv = 1.0f / l;
+    const int row = m0 + wg * 64 + warp * 16 + g + 8 * r;
+    if (row < n_q) {
+#pragma unroll
+      for (int dn = 0; dn < DV / 8; ++dn)
+        *reinterpret_cast<unsigned*>(ob + static_cast<long long>(row) * DV + dn * 8 + 2 * t) =
+            pack2<T>(acc_o[dn][2 * r] * inv, acc_o[dn][2 * r + 1] * inv);
+      if (lse != nullptr && t == 0) lse[bh * n_q + row] = (row_max[r] * sl2 + log2f(l)) * Constants::kLn2;
+    }
+  }
+}
+
+}  // namespace fa2
+
+template <typename T, int HEAD_DIM, int HEAD_DIM_V, int BLOCK_N, int NUM_WARPGROUPS>
+__global__ void __launch_bounds__(NUM_WARPGROUPS * 128, NUM_WARPGROUPS == 1 ? 3 : 1)
+    flash_attention2_forward_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                  T* __restrict__ o, float* __restrict__ lse, int n_q, int n_k, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  fa2::forward_sm90<T, HEAD_DIM, HEAD_DIM_V, BLOCK_N, NUM_WARPGROUPS>(q, k, v, o, lse, n_q, n_k, scale);
+#else
+  __trap();  // sm_90a only; the launcher never picks this kernel elsewhere
+#endif
+}
+
+}  // namespace vision::models::yolo::kernels::attention
