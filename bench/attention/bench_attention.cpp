@@ -172,7 +172,7 @@ Result run_shape(cudaStream_t s, const Shape& sh, int replays, int min_iters, co
     launch_flash_attention2_backward(s, sh.dtype, sh.d, sh.dv, q.get(), k.get(), v.get(), o.get(), go.get(), lse_p,
                                      static_cast<float*>(delta.get()),
                                      opt.deterministic ? nullptr : static_cast<float*>(dq_accum.get()), dq.get(),
-                                     dk.get(), dv.get(), sh.bh(), sh.n, sh.n, scale);
+                                     dk.get(), dv.get(), sh.bh(), sh.n, sh.n, scale, opt.forward);
   };
   Result r{sh, {}, {}};
   r.fwd = time_graph(s, forward, replays, min_iters);
@@ -195,7 +195,8 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "run only the shapes whose key contains this text (e.g. B64_H4, bf16, N4096)");
   app.add_option("--replays", replays, "graph replays per measurement (the median is reported)")->check(CLI::Range(1, 1000));
   app.add_option("--min-iters", min_iters, "fewest iterations captured per graph")->check(CLI::Range(1, 200));
-  app.add_option("--forward", forward, "forward kernel: auto (the fastest the GPU takes), mma_sync or sm90")
+  app.add_option("--forward", forward,
+                 "kernel family: auto (the fastest the GPU takes), mma_sync or sm90 (forward and fused backward)")
       ->check(CLI::IsMember({"auto", "mma_sync", "sm90"}));
   app.add_flag("--deterministic", opt.deterministic,
                "backward with the separate dQ and dK/dV kernels (bit-reproducible) instead of the fused pass");

@@ -4,16 +4,11 @@
 #   bench/attention/sweep.sh [bench_attention binary]
 set -uo pipefail
 bin=${1:-build/bench/attention/bench_attention}
-shapes=(B1_H2_N400_d32_dv64_f16 B16_H4_N400_d32_dv64_f16 B64_H4_N1600_d32_dv64_f16 B8_H16_N1024_d64_dv64
-        B8_H16_N4096_d128_dv128)
+shapes=(B1_H2_N400_d32_dv64_f16 B16_H4_N400_d32_dv64_f16 B64_H4_N1600_d32_dv64_f16 B64_H2_N400_d32_dv64_f16
+        B8_H16_N1024_d64_dv64 B8_H16_N1024_d128 B8_H16_N4096_d64 B8_H16_N4096_d128_dv128)
 configs=(
-  "sm90|forward_sm90=64,64,4"
-  "sm90|forward_sm90=64,128,4"
-  "sm90|forward_sm90=128,64,8"
-  "sm90|forward_sm90=128,128,8"
-  "sm90|forward_sm90=192,64,12"
-  "sm90|forward_sm90=192,128,12"
-  "mma_sync|"
+  "auto|"
+  "auto|backward_sm90=64,128,8"
 )
 for c in "${configs[@]}"; do
   fwd=${c%%|*}

@@ -37,13 +37,18 @@ const std::vector<std::string> kSnapshotIds = {
     "maxpool2d_forward__f32__k5_s1_p2",
     "maxpool2d_backward__f16__k5_s1_p2",
     // FlashAttention-2: each code path once (tensor-core and f32 forward, preprocessing, dQ, tensor-core and f32
-    // dK/dV), at YOLO26's PSA head sizes (32, 64) and the largest f32 instantiation (over 48 KiB of shared memory).
+    // dK/dV, the fused dK/dV + atomic dQ and its conversion, the Hopper wgmma forward and backward), at YOLO26's PSA
+    // head sizes (32, 64) and the largest f32 instantiation (over 48 KiB of shared memory).
     "flash_attention2_forward__bf16__d32_dv64",
     "flash_attention2_forward__f32__d64_dv64",
     "flash_attention2_backward_preprocess__f16__dv64",
     "flash_attention2_backward_dq__f16__d32_dv64",
     "flash_attention2_backward_dkv__bf16__d32_dv64",
     "flash_attention2_backward_dkv__f32__d128_dv256",
+    "flash_attention2_backward_dkv_dq__f16__d32_dv64",
+    "flash_attention2_backward_dq_convert__bf16",
+    "flash_attention2_forward_sm90__bf16__d32_dv64",
+    "flash_attention2_backward_sm90__f16__d32_dv64",
 };
 
 bool blessing() {

@@ -98,6 +98,8 @@ struct FlashAttention2Smem {
   static constexpr int backward_dkv =
       kF32 ? (BN * (D + 1) + BN * (DV + 1) + BM * (D + 1) + BM * (DV + 1) + 2 * BN * (BM + 1) + 2 * BM) * 4
            : (BN * (D + 8) + BN * (DV + 8) + 2 * (BM * (D + 8) + BM * (DV + 8))) * 2 + 2 * 2 * BM * 4;
+  // 16-bit only: the dK/dV tiles and a dSᵀ tile.
+  static constexpr int backward_dkv_dq = backward_dkv + BN * (BM + 8) * 2;
 };
 
 __device__ __forceinline__ unsigned char* dynamic_smem() {
@@ -181,6 +183,16 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
+}
+
+// p[0] += a, p[1] += b in global memory (p 8-byte aligned): one vector reduction on sm_90, two atomics before.
+__device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
 }
 
 // c (16×8, f32) += a (16×16, row) · b (16×8, col), 16-bit inputs.
@@ -748,21 +760,26 @@ __device__ __forceinline__ void backward_dq_f32(const float* __restrict__ q, con
 // dK/dV, tensor cores. Warp w owns key rows n0 + 16w .. +15 and computes Sᵀ = K·Qᵀ directly; Q/dO tiles and their
 // lse/delta rows double-buffered.
 
-template <typename T, int D, int DV, int BM, int BN, int W>
+// With FUSE_DQ, each CTA also adds its key block's share of dQ, scale · dS·K_block, to the f32 accumulator dq_accum
+// [BH, n_q, D] (zeroed by the caller) with atomic adds: dSᵀ goes through shared memory, and every warp takes
+// 16 × 16 pieces of the query block's dQ. One recomputation of P and dP then serves all three gradients; the sum's
+// order (and so its rounding) depends on scheduling.
+template <typename T, int D, int DV, int BM, int BN, int W, bool FUSE_DQ>
 __device__ __forceinline__ void backward_dkv_mma(const T* __restrict__ q, const T* __restrict__ k,
                                                  const T* __restrict__ v, const T* __restrict__ grad_o,
                                                  const float* __restrict__ lse, const float* __restrict__ delta,
-                                                 T* __restrict__ grad_k, T* __restrict__ grad_v, int n_q, int n_k,
-                                                 float scale) {
+                                                 T* __restrict__ grad_k, T* __restrict__ grad_v,
+                                                 float* __restrict__ dq_accum, int n_q, int n_k, float scale) {
   static_assert(BN == 16 * W, "tensor-core dK/dV: BLOCK_N must be 16 · NUM_WARPS");
   static_assert(BM % 16 == 0, "tensor-core dK/dV: BLOCK_M must be a multiple of 16");
-  constexpr int kThreads = W * 32, LDK = D + 8, LDV = DV + 8, LDQ = D + 8, LDO = DV + 8;
+  constexpr int kThreads = W * 32, LDK = D + 8, LDV = DV + 8, LDQ = D + 8, LDO = DV + 8, LDS = BM + 8;
   T* sK = reinterpret_cast<T*>(dynamic_smem());
   T* sV = sK + BN * LDK;
   T* sQ = sV + BN * LDV;       // two stages
   T* sdO = sQ + 2 * BM * LDQ;  // two stages
   float* sL = reinterpret_cast<float*>(sdO + 2 * BM * LDO);  // two stages of lse, then two of delta
   float* sD = sL + 2 * BM;
+  T* sdS = reinterpret_cast<T*>(sD + 2 * BM);  // FUSE_DQ: dSᵀ [BN keys][BM queries]
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -868,6 +885,13 @@ __device__ __forceinline__ void backward_dkv_mma(const T* __restrict__ q, const 
     for (int kk = 0; kk < BM / 16; ++kk) {
       unsigned a[4];
       acc_to_a<T>(a, acc_s, kk);
+      if constexpr (FUSE_DQ) {  // dSᵀ rows of this warp into shared memory, as rounded for the products
+        T* dst = sdS + (warp * 16 + g) * LDS + kk * 16 + 2 * t;
+        *reinterpret_cast<unsigned*>(dst) = a[0];
+        *reinterpret_cast<unsigned*>(dst + 8 * LDS) = a[1];
+        *reinterpret_cast<unsigned*>(dst + 8) = a[2];
+        *reinterpret_cast<unsigned*>(dst + 8 * LDS + 8) = a[3];
+      }
 #pragma unroll
       for (int dn = 0; dn < D / 16; ++dn) {
         unsigned b[4];
@@ -876,7 +900,34 @@ __device__ __forceinline__ void backward_dkv_mma(const T* __restrict__ q, const 
         mma_16816<T>(acc_dk[2 * dn + 1], a, b[2], b[3]);
       }
     }
-    __syncthreads();  // every warp is done with stage i & 1 before it is refilled
+    if constexpr (FUSE_DQ) {
+      __syncthreads();  // dSᵀ of the whole key block is in shared memory
+      // dQ_i += scale · dS·K: 16 × 16 pieces (query tile, head-column chunk) dealt round-robin to the warps.
+      for (int piece = warp; piece < (BM / 16) * (D / 16); piece += W) {
+        const int mt = piece / (D / 16), dn = piece % (D / 16);
+        float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          unsigned a[4], b[4];
+          // A = dS (queries × keys) from dSᵀ stored [key][query]: the transposing ldmatrix.
+          ldmatrix_x4_trans(a, sdS + (kk * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + mt * 16 +
+                                   ((lane >> 3) & 1) * 8);
+          load_b_kn<LDK>(b, sK, kk * 16, dn * 16, lane);
+          mma_16816<T>(acc[0], a, b[0], b[1]);
+          mma_16816<T>(acc[1], a, b[2], b[3]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = m0 + mt * 16 + g + 8 * r;
+          if (row < n_q) {
+            float* dst = dq_accum + (bh * n_q + row) * D + dn * 16 + 2 * t;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) atomic_add2(dst + 8 * h, acc[h][2 * r] * scale, acc[h][2 * r + 1] * scale);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with stage i & 1 (and dSᵀ) before they are refilled
   }
   cp_async_wait<0>();
 
@@ -1085,8 +1136,36 @@ __global__ void __launch_bounds__(NUM_WARPS * 32)
     fa2::backward_dkv_f32<HEAD_DIM, HEAD_DIM_V, BLOCK_M, BLOCK_N, NUM_WARPS>(q, k, v, grad_o, lse, delta, grad_k,
                                                                              grad_v, n_q, n_k, scale);
   else
-    fa2::backward_dkv_mma<T, HEAD_DIM, HEAD_DIM_V, BLOCK_M, BLOCK_N, NUM_WARPS>(q, k, v, grad_o, lse, delta, grad_k,
-                                                                                grad_v, n_q, n_k, scale);
+    fa2::backward_dkv_mma<T, HEAD_DIM, HEAD_DIM_V, BLOCK_M, BLOCK_N, NUM_WARPS, false>(
+        q, k, v, grad_o, lse, delta, grad_k, grad_v, nullptr, n_q, n_k, scale);
+}
+
+// dK/dV as flash_attention2_backward_dkv, plus scale · dS·K added into dq_accum [BH, n_q, HEAD_DIM] (f32, zeroed
+// by the caller) with atomics; flash_attention2_backward_dq_convert then rounds it to grad_q. 16-bit T only.
+template <typename T, int HEAD_DIM, int HEAD_DIM_V = HEAD_DIM, int BLOCK_M = 64, int BLOCK_N = 64, int NUM_WARPS = 4>
+__global__ void __launch_bounds__(NUM_WARPS * 32)
+    flash_attention2_backward_dkv_dq(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                     const T* __restrict__ grad_o, const float* __restrict__ lse,
+                                     const float* __restrict__ delta, T* __restrict__ grad_k, T* __restrict__ grad_v,
+                                     float* __restrict__ dq_accum, int n_q, int n_k, float scale) {
+  fa2::check_shapes<T, HEAD_DIM, HEAD_DIM_V>();
+  static_assert(!fa2::IsF32<T>::value, "flash_attention2_backward_dkv_dq: T must be __half or __nv_bfloat16");
+  fa2::backward_dkv_mma<T, HEAD_DIM, HEAD_DIM_V, BLOCK_M, BLOCK_N, NUM_WARPS, true>(
+      q, k, v, grad_o, lse, delta, grad_k, grad_v, dq_accum, n_q, n_k, scale);
+}
+
+// grad_q [n] = dq_accum [n] rounded to T (n = BH · n_q · HEAD_DIM, a multiple of 4), four elements per thread.
+template <typename T, int NUM_WARPS = 8>
+__global__ void __launch_bounds__(NUM_WARPS * 32)
+    flash_attention2_backward_dq_convert(const float* __restrict__ dq_accum, T* __restrict__ grad_q, int n) {
+  static_assert(!fa2::IsF32<T>::value, "flash_attention2_backward_dq_convert: T must be __half or __nv_bfloat16");
+  const long long i = (static_cast<long long>(blockIdx.x) * NUM_WARPS * 32 + threadIdx.x) * 4;
+  if (i >= n) return;
+  const float4 x = *reinterpret_cast<const float4*>(dq_accum + i);
+  uint2 y;
+  y.x = fa2::pack2<T>(x.x, x.y);
+  y.y = fa2::pack2<T>(x.z, x.w);
+  *reinterpret_cast<uint2*>(grad_q + i) = y;
 }
 
 }  // namespace vision::models::yolo::kernels::attention

@@ -563,7 +563,8 @@ TEST(FlashAttention2Graph, PlansPerBatchHeadsCount) {
 constexpr FlashAttention2Kernel kAllKernels[] = {FlashAttention2Kernel::forward, FlashAttention2Kernel::backward_dq,
                                                  FlashAttention2Kernel::backward_dkv,
                                                  FlashAttention2Kernel::backward_dkv_dq,
-                                                 FlashAttention2Kernel::forward_sm90};
+                                                 FlashAttention2Kernel::forward_sm90,
+                                                 FlashAttention2Kernel::backward_sm90};
 
 TEST(FlashAttention2Kernels, TilesNamesSharedMemoryAndLaunchGeometry) {
   const FlashAttention2Tiles t = flash_attention2_tiles(FlashAttention2Kernel::forward, DType::f16, 32, 64);
@@ -601,7 +602,7 @@ TEST(FlashAttention2Kernels, TilesNamesSharedMemoryAndLaunchGeometry) {
   EXPECT_EQ(flash_attention2_kernel_name(FlashAttention2Kernel::forward_sm90, DType::bf16, 32, 64,
                                          flash_attention2_tiles(FlashAttention2Kernel::forward_sm90, DType::bf16, 32,
                                                                 64)),
-            "vision::models::yolo::kernels::attention::flash_attention2_forward_sm90<__nv_bfloat16, 32, 64, 128, 1>");
+            "vision::models::yolo::kernels::attention::flash_attention2_forward_sm90<__nv_bfloat16, 32, 64, 64, 1>");
   EXPECT_EQ(flash_attention2_smem_bytes(FlashAttention2Kernel::forward_sm90, DType::f16, 32, 64, {64, 128, 4}),
             size_t{(64 * 32 + 2 * 128 * (32 + 64)) * 2});
   EXPECT_FALSE(flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, DType::f16, 128, 256));
@@ -723,10 +724,11 @@ TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
           const std::string name = flash_attention2_kernel_name(k, dt, d, dv, t);
           if (compiled(d, dv)) names.push_back(name);
           const std::string type = name.substr(name.find('<') + 1, name.find(',') - name.find('<') - 1);
+          const bool sm90 = k == FlashAttention2Kernel::forward_sm90 || k == FlashAttention2Kernel::backward_sm90;
           const std::string device_bytes =
-              k == FlashAttention2Kernel::forward_sm90
-                  ? "FlashAttention2Sm90Smem<" + type + ", " + std::to_string(d) + ", " + std::to_string(dv) + ", " +
-                        std::to_string(t.block_n) + ", " + std::to_string(t.warps / 4) + ">::bytes"
+              sm90 ? "FlashAttention2Sm90Smem<" + type + ", " + std::to_string(d) + ", " + std::to_string(dv) + ", " +
+                         std::to_string(t.block_n) + ", " + std::to_string(t.warps / 4) +
+                         (k == FlashAttention2Kernel::forward_sm90 ? ">::bytes" : ">::backward")
                   : "FlashAttention2Smem<" + type + ", " + std::to_string(d) + ", " + std::to_string(dv) + ", " +
                         std::to_string(t.block_m) + ", " + std::to_string(t.block_n) +
                         ">::" + std::string(flash_attention2_kernel_label(k));

@@ -58,8 +58,8 @@ TEST(FlashAttention2Descriptors, IdsNameExpressionsSharedMemoryAndRegistry) {
   for (const auto* k : cuda::KernelRegistry::global().kernels())
     if (k->id().starts_with("flash_attention2_")) ids.insert(k->id());
   // forward, dQ, dK/dV per (dtype, d, d_v); preprocess per (dtype, d_v); for f16/bf16 also dK/dV+dQ per (d, d_v),
-  // the wgmma forward per (d, d_v ≤ 128) (7 pairs) and the dQ conversion.
-  EXPECT_EQ(ids.size(), 3u * (3 * 8 + 5) + 2u * (8 + 7 + 1));
+  // the wgmma forward and backward per (d, d_v ≤ 128) (7 pairs) and the dQ conversion.
+  EXPECT_EQ(ids.size(), 3u * (3 * 8 + 5) + 2u * (8 + 2 * 7 + 1));
 
   for (DType dt : kDtypes) {
     const std::string t(core::dtype_name(dt));
@@ -328,7 +328,7 @@ class FlashAttention2Gpu : public testing::TestWithParam<std::tuple<DType, std::
 };
 
 // The kernel combinations a problem runs through: the mma.sync forward with the dQ and dK/dV kernels; on 16-bit
-// types also the fused dK/dV + atomic dQ backward; on an sm_90a GPU also the wgmma forward.
+// types also the fused dK/dV + atomic dQ backward; on an sm_90a GPU also the wgmma forward and backward.
 struct Variant {
   const char* name;
   FlashAttention2Path forward;
@@ -337,7 +337,7 @@ struct Variant {
 std::vector<Variant> variants_for(DType dt, int d, int dv) {
   std::vector<Variant> v{{"mma_sync forward, separate dQ and dK/dV", FlashAttention2Path::mma_sync, false}};
   if (dt != DType::f32) v.push_back({"mma_sync forward, fused dK/dV/dQ", FlashAttention2Path::mma_sync, true});
-  if (flash_attention2_sm90_usable(dt, d, dv)) v.push_back({"sm90 forward", FlashAttention2Path::sm90, true});
+  if (flash_attention2_sm90_usable(dt, d, dv)) v.push_back({"sm90 forward and backward", FlashAttention2Path::sm90, true});
   return v;
 }
 
@@ -372,7 +372,7 @@ TEST_P(FlashAttention2Gpu, EveryKernelMatchesFloat64AndTheCpuTwin) {
     if (variant.fused_backward) {
       launch_flash_attention2_backward_dkv_dq(stream_, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.go.get(), lse,
                                               delta, g.dk.get(), g.dv.get(), static_cast<float*>(g.dq_accum.get()),
-                                              g.dq.get(), pr.bh, pr.nq, pr.nk, scale);
+                                              g.dq.get(), pr.bh, pr.nq, pr.nk, scale, variant.forward);
     } else {
       launch_flash_attention2_backward_dq(stream_, dt, d, dv, g.q.get(), g.k.get(), g.v.get(), g.go.get(), lse, delta,
                                           g.dq.get(), pr.bh, pr.nq, pr.nk, scale);

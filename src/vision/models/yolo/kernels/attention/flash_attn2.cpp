@@ -392,6 +392,7 @@ std::string_view flash_attention2_kernel_label(FlashAttention2Kernel kernel) {
     case FlashAttention2Kernel::backward_dkv_dq: return "backward_dkv_dq";
     case FlashAttention2Kernel::backward_dq_convert: return "backward_dq_convert";
     case FlashAttention2Kernel::forward_sm90: return "forward_sm90";
+    case FlashAttention2Kernel::backward_sm90: return "backward_sm90";
   }
   return "?";
 }
@@ -402,6 +403,7 @@ bool flash_attention2_kernel_exists(FlashAttention2Kernel kernel, DType dtype, i
     case FlashAttention2Kernel::backward_dkv_dq:
     case FlashAttention2Kernel::backward_dq_convert: return dtype != DType::f32;
     case FlashAttention2Kernel::forward_sm90:
+    case FlashAttention2Kernel::backward_sm90:
       return dtype != DType::f32 && (d_v == 16 || d_v == 32 || d_v == 64 || d_v == 128);
     default: return true;
   }
@@ -465,7 +467,13 @@ FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, DType 
       return f32 ? FlashAttention2Tiles{32, d + d_v >= 384 ? 16 : 32, 4}
                  : FlashAttention2Tiles{d + d_v <= 128 ? 64 : (d + d_v <= 256 ? 32 : 16), 64, 4};
     case FlashAttention2Kernel::backward_dq_convert: return {4 * 32 * 8, 0, 8};
-    case FlashAttention2Kernel::forward_sm90: return {64, 128, 4};  // one warpgroup; three CTAs per SM
+    // Measured on the H200 (bench/attention/NOTES.md, v2): one warpgroup with 64-key steps is best up to d = 64,
+    // two warpgroups with 128-key steps at d = 128.
+    case FlashAttention2Kernel::forward_sm90:
+      return d >= 128 ? FlashAttention2Tiles{128, 128, 8} : FlashAttention2Tiles{64, d >= 64 ? 128 : 64, 4};
+    // One warpgroup of 64 keys per CTA up to d = 64 (three CTAs per SM), two at d = 128 (K/V loads shared).
+    case FlashAttention2Kernel::backward_sm90:
+      return d >= 128 ? FlashAttention2Tiles{64, 128, 8} : FlashAttention2Tiles{64, 64, 4};
   }
   fail("flash_attention2: unknown kernel");
 }
@@ -491,6 +499,13 @@ void check_tiles(FlashAttention2Kernel kernel, DType dtype, FlashAttention2Tiles
   }
   if (kernel == FlashAttention2Kernel::backward_dq_convert) {
     VISION_CHECK(t.block_m == 4 * 32 * w, "flash_attention2 dq_convert: block_m must be 4 · 32 · warps");
+    return;
+  }
+  if (kernel == FlashAttention2Kernel::backward_sm90) {
+    VISION_CHECK(!f32 && (w == 4 || w == 8) && t.block_m == 64 && t.block_n == 16 * w,
+                 "flash_attention2 backward_sm90: tiles {}x{} with {} warps (64 queries per step, 1 or 2 warpgroups "
+                 "of 64 keys, 16-bit types)",
+                 t.block_m, t.block_n, w);
     return;
   }
   if (kernel == FlashAttention2Kernel::forward_sm90) {
@@ -532,6 +547,9 @@ std::string flash_attention2_kernel_name(FlashAttention2Kernel kernel, DType dty
   if (kernel == FlashAttention2Kernel::forward_sm90)
     return fmt::format("{}flash_attention2_forward_sm90<{}, {}, {}, {}, {}>", ns, cuda_type_name(dtype), d, d_v,
                        t.block_n, t.warps / 4);
+  if (kernel == FlashAttention2Kernel::backward_sm90)
+    return fmt::format("{}flash_attention2_backward_sm90<{}, {}, {}, {}>", ns, cuda_type_name(dtype), d, d_v,
+                       t.warps / 4);
   return fmt::format("{}flash_attention2_{}<{}, {}, {}, {}, {}, {}>", ns, flash_attention2_kernel_label(kernel),
                      cuda_type_name(dtype), d, d_v, t.block_m, t.block_n, t.warps);
 }
@@ -558,6 +576,8 @@ size_t flash_attention2_smem_bytes(FlashAttention2Kernel kernel, DType dtype, in
              bn * (bm + 8) * 2;
     case FlashAttention2Kernel::backward_dq_convert: return 0;
     case FlashAttention2Kernel::forward_sm90: return (bm * D + 2 * bn * (D + DV)) * 2;
+    case FlashAttention2Kernel::backward_sm90:
+      return (bn * (D + DV) + 2 * bm * (D + DV) + bn * bm) * 2 + 2 * 2 * bm * 4;
   }
   fail("flash_attention2: unknown kernel");
 }
@@ -580,6 +600,7 @@ FlashAttention2Launch flash_attention2_launch(FlashAttention2Kernel kernel, DTyp
       break;
     case FlashAttention2Kernel::backward_dkv:
     case FlashAttention2Kernel::backward_dkv_dq:
+    case FlashAttention2Kernel::backward_sm90:
       l.grid = {blocks(s.n_k, t.block_n), static_cast<unsigned>(s.batch_heads), 1};
       break;
     case FlashAttention2Kernel::backward_dq_convert: {

@@ -53,7 +53,8 @@ void flash_attention2_backward_dkv_cpu(const Tensor& q, const Tensor& k, const T
 //   forward, backward_preprocess, backward_dq, backward_dkv: flash_attn2.cuh, every dtype, sm_80+;
 //   backward_dkv_dq: dK/dV plus dQ accumulated in f32 with atomics, and backward_dq_convert, which rounds that
 //     accumulator to grad_q: flash_attn2.cuh, f16/bf16 (the non-deterministic, faster backward);
-//   forward_sm90: flash_attn2_sm90.cuh, wgmma on sm_90a, f16/bf16, d_v ∈ {16, 32, 64, 128}.
+//   forward_sm90, backward_sm90 (dK/dV + atomic dQ, as backward_dkv_dq): flash_attn2_sm90.cuh, wgmma on sm_90a,
+//     f16/bf16, d_v ∈ {16, 32, 64, 128}.
 enum class FlashAttention2Kernel : uint8_t {
   forward,
   backward_preprocess,
@@ -62,13 +63,15 @@ enum class FlashAttention2Kernel : uint8_t {
   backward_dkv_dq,
   backward_dq_convert,
   forward_sm90,
+  backward_sm90,
 };
 std::string_view flash_attention2_kernel_label(FlashAttention2Kernel kernel);  // "forward", "backward_dq", ...
 
 // Tile sizes of one instantiation. forward / forward_sm90 / backward_dq: block_m query rows per CTA, block_n keys
 // per step; backward_dkv / backward_dkv_dq: block_n keys per CTA, block_m queries per step; backward_preprocess:
 // block_m rows per CTA (one per warp), block_n unused; backward_dq_convert: block_m = 4 · 32 · warps elements per
-// CTA, block_n unused. forward_sm90: warps = 4 per warpgroup, block_m = 64 per warpgroup.
+// CTA, block_n unused. forward_sm90: warps = 4 per warpgroup, block_m = 64 per warpgroup. backward_sm90: block_m =
+// 64 queries per step, block_n = 64 keys per warpgroup.
 struct FlashAttention2Tiles {
   int block_m = 0, block_n = 0, warps = 0;
 };

@@ -35,7 +35,9 @@ constexpr int kValueSizes[] = {16, 32, 64, 128, 256};
 cuda::KernelSpec spec_of(const FlashAttention2Instance& in, DType dtype, const char* params) {
   cuda::KernelSpec spec;
   spec.name = fmt::format("flash_attention2_{}", flash_attention2_kernel_label(in.kernel));
-  spec.file = in.kernel == FlashAttention2Kernel::forward_sm90 ? kFileSm90 : kFile;
+  const bool sm90 =
+      in.kernel == FlashAttention2Kernel::forward_sm90 || in.kernel == FlashAttention2Kernel::backward_sm90;
+  spec.file = sm90 ? kFileSm90 : kFile;
   spec.dtype = dtype;
   spec.scope = kScope;
   spec.params = params;
@@ -45,6 +47,9 @@ cuda::KernelSpec spec_of(const FlashAttention2Instance& in, DType dtype, const c
   } else if (in.kernel == FlashAttention2Kernel::backward_dq_convert) {
     spec.constants = {{"w", in.tiles.warps}};
     spec.id_constants = 0;
+  } else if (in.kernel == FlashAttention2Kernel::backward_sm90) {
+    spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"wg", in.tiles.warps / 4}};
+    spec.id_constants = 2;
   } else if (in.kernel == FlashAttention2Kernel::forward_sm90) {
     spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"bn", in.tiles.block_n}, {"wg", in.tiles.warps / 4}};
     spec.id_constants = 2;
@@ -74,8 +79,10 @@ void register_flash_attention2_kernels(cuda::KernelRegistry& r) {
       r.add<FlashAttention2BackwardDkv>(t, d, dv);
       if (flash_attention2_kernel_exists(FlashAttention2Kernel::backward_dkv_dq, t, d, dv))
         r.add<FlashAttention2BackwardDkvDq>(t, d, dv);
-      if (flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, t, d, dv))
+      if (flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, t, d, dv)) {
         r.add<FlashAttention2ForwardSm90>(t, d, dv);
+        r.add<FlashAttention2BackwardSm90>(t, d, dv);
+      }
     }
     for (int dv : kValueSizes) r.add<FlashAttention2BackwardPreprocess>(t, dv);
     if (t != DType::f32) r.add<FlashAttention2BackwardDqConvert>(t);
@@ -144,6 +151,11 @@ FlashAttention2BackwardDqConvert::FlashAttention2BackwardDqConvert(DType t)
     : KernelDescriptor(spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_dq_convert, t, 16, 16), t,
                                kDqConvertParams)),
       instance(flash_attention2_instance(FlashAttention2Kernel::backward_dq_convert, t, 16, 16)) {}
+
+FlashAttention2BackwardSm90::FlashAttention2BackwardSm90(DType t, int d, int dv)
+    : KernelDescriptor(
+          spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_sm90, t, d, dv), t, kDkvDqParams)),
+      instance(flash_attention2_instance(FlashAttention2Kernel::backward_sm90, t, d, dv)) {}
 
 FlashAttention2ForwardSm90::FlashAttention2ForwardSm90(DType t, int d, int dv)
     : KernelDescriptor(
@@ -237,13 +249,17 @@ void launch_flash_attention2_backward_dkv(cudaStream_t stream, DType dtype, int 
 void launch_flash_attention2_backward_dkv_dq(cudaStream_t stream, DType dtype, int d, int d_v, const void* q,
                                              const void* k, const void* v, const void* grad_o, const float* lse,
                                              const float* delta, void* grad_k, void* grad_v, float* dq_accum,
-                                             void* grad_q, int64_t batch_heads, int64_t n_q, int64_t n_k,
-                                             float scale) {
+                                             void* grad_q, int64_t batch_heads, int64_t n_q, int64_t n_k, float scale,
+                                             FlashAttention2Path path) {
   VISION_CHECK(flash_attention2_kernel_exists(FlashAttention2Kernel::backward_dkv_dq, dtype, d, d_v),
                "flash_attention2 backward_dkv_dq: {} is not supported (f16 or bf16)", core::dtype_name(dtype));
-  const auto& kernel = cuda::kernel_instance<FlashAttention2BackwardDkvDq>(dtype, d, d_v);
+  const bool sm90 = path == FlashAttention2Path::sm90 ||
+                    (path == FlashAttention2Path::automatic && flash_attention2_sm90_usable(dtype, d, d_v));
+  VISION_CHECK(!sm90 || flash_attention2_sm90_usable(dtype, d, d_v),
+               "flash_attention2 backward_sm90: needs an sm_90a GPU, f16/bf16 and d_v in {{16, 32, 64, 128}} (got {}, "
+               "d_v = {})",
+               core::dtype_name(dtype), d_v);
   const auto& convert = cuda::kernel_instance<FlashAttention2BackwardDqConvert>(dtype);
-  const FlashAttention2Launch l = geometry(kernel.instance, dtype, batch_heads, n_q, n_k);
   const FlashAttention2Launch lc =
       flash_attention2_launch(FlashAttention2Kernel::backward_dq_convert, dtype,
                               AttentionSizes{batch_heads, n_q, n_k, d, d_v}, convert.instance.tiles);
@@ -254,8 +270,15 @@ void launch_flash_attention2_backward_dkv_dq(cudaStream_t stream, DType dtype, i
   check_aligned(delta, 4, "delta", "backward_dkv_dq");
   const size_t accum_bytes = static_cast<size_t>(batch_heads * n_q * d) * sizeof(float);
   VISION_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, accum_bytes, stream));
-  kernel.launch(stream, grid_of(l), dim3(l.threads), l.smem_bytes, q, k, v, grad_o, lse, delta, grad_k, grad_v,
-                dq_accum, static_cast<int32_t>(n_q), static_cast<int32_t>(n_k), scale);
+  auto launch = [&](const auto& kernel) {
+    const FlashAttention2Launch l = geometry(kernel.instance, dtype, batch_heads, n_q, n_k);
+    kernel.launch(stream, grid_of(l), dim3(l.threads), l.smem_bytes, q, k, v, grad_o, lse, delta, grad_k, grad_v,
+                  dq_accum, static_cast<int32_t>(n_q), static_cast<int32_t>(n_k), scale);
+  };
+  if (sm90)
+    launch(cuda::kernel_instance<FlashAttention2BackwardSm90>(dtype, d, d_v));
+  else
+    launch(cuda::kernel_instance<FlashAttention2BackwardDkvDq>(dtype, d, d_v));
   convert.launch(stream, grid_of(lc), dim3(lc.threads), 0, static_cast<const float*>(dq_accum), grad_q,
                  static_cast<int32_t>(batch_heads * n_q * d));
 }
@@ -263,7 +286,8 @@ void launch_flash_attention2_backward_dkv_dq(cudaStream_t stream, DType dtype, i
 void launch_flash_attention2_backward(cudaStream_t stream, DType dtype, int d, int d_v, const void* q, const void* k,
                                       const void* v, const void* o, const void* grad_o, const float* lse,
                                       float* delta, float* dq_accum, void* grad_q, void* grad_k, void* grad_v,
-                                      int64_t batch_heads, int64_t n_q, int64_t n_k, float scale) {
+                                      int64_t batch_heads, int64_t n_q, int64_t n_k, float scale,
+                                      FlashAttention2Path path) {
   VISION_CHECK((grad_k == nullptr) == (grad_v == nullptr),
                "flash_attention2 backward: the dK/dV kernel writes both gradients; pass both grad_k and grad_v (or "
                "scratch for the one not needed), or neither");
@@ -275,7 +299,7 @@ void launch_flash_attention2_backward(cudaStream_t stream, DType dtype, int d, i
   launch_flash_attention2_backward_preprocess(stream, dtype, d_v, o, grad_o, delta, batch_heads * n_q);
   if (grad_q && grad_k && dq_accum && dtype != DType::f32) {
     launch_flash_attention2_backward_dkv_dq(stream, dtype, d, d_v, q, k, v, grad_o, lse, delta, grad_k, grad_v,
-                                            dq_accum, grad_q, batch_heads, n_q, n_k, scale);
+                                            dq_accum, grad_q, batch_heads, n_q, n_k, scale, path);
     return;
   }
   if (grad_q)

@@ -72,7 +72,15 @@ struct FlashAttention2BackwardDqConvert
   explicit FlashAttention2BackwardDqConvert(DType dtype);
   FlashAttention2Instance instance;
 };
-// sm_90a only (flash_attn2_sm90.cuh): the forward on wgmma; f16/bf16, d_v ∈ {16, 32, 64, 128}.
+// sm_90a only (flash_attn2_sm90.cuh): dK/dV + atomic dQ on wgmma (the arguments of FlashAttention2BackwardDkvDq) and
+// the forward on wgmma; f16/bf16, d_v ∈ {16, 32, 64, 128}.
+struct FlashAttention2BackwardSm90
+    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
+                             const void* /*lse*/, const void* /*delta*/, void* /*grad_k*/, void* /*grad_v*/,
+                             void* /*dq_accum*/, int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
+  FlashAttention2BackwardSm90(DType dtype, int d, int d_v);
+  FlashAttention2Instance instance;
+};
 struct FlashAttention2ForwardSm90
     : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, void* /*o*/, void* /*lse*/,
                              int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
@@ -80,11 +88,11 @@ struct FlashAttention2ForwardSm90
   FlashAttention2Instance instance;
 };
 
-// Whether launch_flash_attention2_forward can take the wgmma kernel: an sm_90a device (the current one, probed once
-// per process), f16/bf16 and d_v ∈ {16, 32, 64, 128}.
+// Whether the launchers can take the wgmma kernels: an sm_90a device (the current one, probed once per process),
+// f16/bf16 and d_v ∈ {16, 32, 64, 128}.
 bool flash_attention2_sm90_usable(DType dtype, int d, int d_v);
 
-// Which forward kernel runs: the fastest one the device and sizes allow, or one forced (tests, benchmarks).
+// Which kernels run: the fastest the device and sizes allow, or a family forced (tests, benchmarks).
 enum class FlashAttention2Path : uint8_t { automatic, mma_sync, sm90 };
 
 // Launch helpers, on stream. Tensors are contiguous device memory of dtype (f32, f16 or bf16), 16-byte aligned:
@@ -113,7 +121,7 @@ void launch_flash_attention2_backward_dkv(cudaStream_t stream, DType dtype, int 
                                           const void* k, const void* v, const void* grad_o, const float* lse,
                                           const float* delta, void* grad_k, void* grad_v, int64_t batch_heads,
                                           int64_t n_q, int64_t n_k, float scale);
-// dK/dV and dQ in one pass (f16/bf16): dq_accum (scratch of BH · n_q · d floats, 16-byte aligned) is zeroed, the
+// dK/dV and dQ in one pass (f16/bf16; the wgmma kernel on sm_90a unless path says mma_sync): dq_accum (scratch of BH · n_q · d floats, 16-byte aligned) is zeroed, the
 // fused kernel adds dQ into it with f32 atomics, and a conversion kernel rounds it into grad_q. Faster than the dQ
 // kernel plus the dK/dV kernel (bench/attention/NOTES.md), but the order of the additions, and so the last bits of
 // grad_q, vary from run to run.
@@ -121,7 +129,7 @@ void launch_flash_attention2_backward_dkv_dq(cudaStream_t stream, DType dtype, i
                                              const void* k, const void* v, const void* grad_o, const float* lse,
                                              const float* delta, void* grad_k, void* grad_v, float* dq_accum,
                                              void* grad_q, int64_t batch_heads, int64_t n_q, int64_t n_k,
-                                             float scale);
+                                             float scale, FlashAttention2Path path = FlashAttention2Path::automatic);
 // The whole backward: delta (scratch of BH · n_q floats, overwritten) = rowsum(grad_o ∘ o), then the gradients.
 // With dq_accum (scratch of BH · n_q · d floats) and all three gradients wanted, f16/bf16 take the fused
 // non-deterministic pass (launch_flash_attention2_backward_dkv_dq). Otherwise (dq_accum null: the deterministic
@@ -130,7 +138,8 @@ void launch_flash_attention2_backward_dkv_dq(cudaStream_t stream, DType dtype, i
 void launch_flash_attention2_backward(cudaStream_t stream, DType dtype, int d, int d_v, const void* q, const void* k,
                                       const void* v, const void* o, const void* grad_o, const float* lse,
                                       float* delta, float* dq_accum, void* grad_q, void* grad_k, void* grad_v,
-                                      int64_t batch_heads, int64_t n_q, int64_t n_k, float scale);
+                                      int64_t batch_heads, int64_t n_q, int64_t n_k, float scale,
+                                      FlashAttention2Path path = FlashAttention2Path::automatic);
 
 // The CUDA RuntimeOp of FlashAttention2Op: the tensors' dtype picks the kernels (the graph runs f32 today), the
 // state specs (saved lse) come from the op's CPU RuntimeOp `twin`. Its workspace holds delta and, in training, room

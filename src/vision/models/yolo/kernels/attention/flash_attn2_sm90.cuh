@@ -35,6 +35,9 @@ namespace fa2 {
 template <typename T, int D, int DV, int BN, int NWG>
 struct FlashAttention2Sm90Smem {
   static constexpr int bytes = (64 * NWG * D + 2 * BN * (D + DV)) * 2;  // Q, then two stages of K and V
+  // K, V (64·NWG keys), two stages of Q and dO (64 queries), a 64 × 64 dSᵀ tile per warpgroup, two stages of lse
+  // and delta.
+  static constexpr int backward = (64 * NWG * (D + DV) + 2 * 64 * (D + DV) + NWG * 64 * 64) * 2 + 2 * 2 * 64 * 4;
 };
 
 // The swizzled layout of a ROWS × COLS 16-bit tile (see the top of the file).
@@ -85,11 +88,18 @@ __device__ __forceinline__ unsigned long long kmajor_desc(const void* tile, int 
   const unsigned addr = smem_addr(tile) + (bytes / L::kW) * L::kColumn + (row0 >> 3) * L::kGroup + bytes % L::kW;
   return smem_desc(addr, 16, L::kGroup, L::kMode);
 }
-// MN-major operand (rows = the k dimension, columns = n): k16 step kk (rows 16kk .. 16kk+15), every column.
+// MN-major operand (rows = the k dimension, columns = m or n): k16 step kk (rows row0 + 16kk ..), from atom
+// column col_atom on (each atom column is 64 of the 16-bit columns when the tile is 64 or more wide).
 template <int ROWS, int COLS>
-__device__ __forceinline__ unsigned long long mnmajor_desc(const void* tile, int kk) {
+__device__ __forceinline__ unsigned long long mnmajor_desc(const void* tile, int kk, int row0 = 0, int col_atom = 0) {
   using L = Swizzled<ROWS, COLS>;
-  return smem_desc(smem_addr(tile) + kk * 2 * L::kGroup, L::kColumn, L::kGroup, L::kMode);
+  return smem_desc(smem_addr(tile) + col_atom * L::kColumn + ((row0 >> 3) + 2 * kk) * L::kGroup, L::kColumn,
+                   L::kGroup, L::kMode);
+}
+
+// Named barrier over the 128 threads of warpgroup wg (ids 1.. ; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_barrier(int wg) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory");
 }
 
 // 2^x by the special-function unit (flush-to-zero: results below 2^-126 are 0, which softmax weights can be).
@@ -129,9 +139,9 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // wgmma.mma_async m64nNk16 with f32 accumulators d[N/8][4] (the mma.sync C layout per warp, n8 tile by n8 tile),
 // always accumulating (the callers zero d first). The scale-d predicate is set from a register holding 1.
 #define FA2_ACC4(c) "+f"(d[c][0]), "+f"(d[c][1]), "+f"(d[c][2]), "+f"(d[c][3])
-#define FA2_WGMMA_SS(SHAPE, TY, REGS, A, B, P)                                                       \
+#define FA2_WGMMA_SS(SHAPE, TY, REGS, A, B, P, TA, TB)                                               \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY \
-  " " REGS ", %" A ", %" B ", p, 1, 1, 0, 0;\n}\n"
+  " " REGS ", %" A ", %" B ", p, 1, 1, %" TA ", %" TB ";\n}\n"
 #define FA2_WGMMA_RS(SHAPE, TY, REGS, A0, A1, A2, A3, B, P)                                          \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY \
   " " REGS ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B ", p, 1, 1, 1;\n}\n"
@@ -143,13 +153,14 @@ template <>
 struct Wgmma<16> {
 #define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define FA2_OPS FA2_ACC4(0), FA2_ACC4(1)
-  // d += A (64×16, shared memory, K-major) · B (16×16, shared memory, K-major).
-  template <typename T>
+  // d += A (64×16, shared memory) · B (16×16, shared memory, K-major).
+  // TA, TB: 0 = K-major, 1 = MN-major (transposed) operand.
+  template <typename T, int TA = 0, int TB = 0>
   static __device__ __forceinline__ void ss(float (&d)[2][4], unsigned long long a, unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
-      asm volatile(FA2_WGMMA_SS("m64n16k16", "f16", FA2_REGS, "8", "9", "10") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+      asm volatile(FA2_WGMMA_SS("m64n16k16", "f16", FA2_REGS, "8", "9", "10", "11", "12") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
     else
-      asm volatile(FA2_WGMMA_SS("m64n16k16", "bf16", FA2_REGS, "8", "9", "10") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+      asm volatile(FA2_WGMMA_SS("m64n16k16", "bf16", FA2_REGS, "8", "9", "10", "11", "12") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
   }
   // d += A (64×16, registers) · B (16×16, shared memory, MN-major).
   template <typename T>
@@ -169,13 +180,14 @@ template <>
 struct Wgmma<32> {
 #define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FA2_OPS FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3)
-  // d += A (64×16, shared memory, K-major) · B (16×32, shared memory, K-major).
-  template <typename T>
+  // d += A (64×16, shared memory) · B (16×32, shared memory, K-major).
+  // TA, TB: 0 = K-major, 1 = MN-major (transposed) operand.
+  template <typename T, int TA = 0, int TB = 0>
   static __device__ __forceinline__ void ss(float (&d)[4][4], unsigned long long a, unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
-      asm volatile(FA2_WGMMA_SS("m64n32k16", "f16", FA2_REGS, "16", "17", "18") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+      asm volatile(FA2_WGMMA_SS("m64n32k16", "f16", FA2_REGS, "16", "17", "18", "19", "20") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
     else
-      asm volatile(FA2_WGMMA_SS("m64n32k16", "bf16", FA2_REGS, "16", "17", "18") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+      asm volatile(FA2_WGMMA_SS("m64n32k16", "bf16", FA2_REGS, "16", "17", "18", "19", "20") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
   }
   // d += A (64×16, registers) · B (16×32, shared memory, MN-major).
   template <typename T>
@@ -196,13 +208,14 @@ struct Wgmma<64> {
 #define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA2_OPS FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3), FA2_ACC4(4), FA2_ACC4(5), FA2_ACC4(6), FA2_ACC4(7)
-  // d += A (64×16, shared memory, K-major) · B (16×64, shared memory, K-major).
-  template <typename T>
+  // d += A (64×16, shared memory) · B (16×64, shared memory, K-major).
+  // TA, TB: 0 = K-major, 1 = MN-major (transposed) operand.
+  template <typename T, int TA = 0, int TB = 0>
   static __device__ __forceinline__ void ss(float (&d)[8][4], unsigned long long a, unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
-      asm volatile(FA2_WGMMA_SS("m64n64k16", "f16", FA2_REGS, "32", "33", "34") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+      asm volatile(FA2_WGMMA_SS("m64n64k16", "f16", FA2_REGS, "32", "33", "34", "35", "36") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
     else
-      asm volatile(FA2_WGMMA_SS("m64n64k16", "bf16", FA2_REGS, "32", "33", "34") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+      asm volatile(FA2_WGMMA_SS("m64n64k16", "bf16", FA2_REGS, "32", "33", "34", "35", "36") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
   }
   // d += A (64×16, registers) · B (16×64, shared memory, MN-major).
   template <typename T>
@@ -225,13 +238,14 @@ struct Wgmma<128> {
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define FA2_OPS FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3), FA2_ACC4(4), FA2_ACC4(5), FA2_ACC4(6), FA2_ACC4(7), FA2_ACC4(8), FA2_ACC4(9), FA2_ACC4(10), FA2_ACC4(11), FA2_ACC4(12), FA2_ACC4(13), FA2_ACC4(14), FA2_ACC4(15)
-  // d += A (64×16, shared memory, K-major) · B (16×128, shared memory, K-major).
-  template <typename T>
+  // d += A (64×16, shared memory) · B (16×128, shared memory, K-major).
+  // TA, TB: 0 = K-major, 1 = MN-major (transposed) operand.
+  template <typename T, int TA = 0, int TB = 0>
   static __device__ __forceinline__ void ss(float (&d)[16][4], unsigned long long a, unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
-      asm volatile(FA2_WGMMA_SS("m64n128k16", "f16", FA2_REGS, "64", "65", "66") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+      asm volatile(FA2_WGMMA_SS("m64n128k16", "f16", FA2_REGS, "64", "65", "66", "67", "68") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
     else
-      asm volatile(FA2_WGMMA_SS("m64n128k16", "bf16", FA2_REGS, "64", "65", "66") : FA2_OPS : "l"(a), "l"(b), "r"(1));
+      asm volatile(FA2_WGMMA_SS("m64n128k16", "bf16", FA2_REGS, "64", "65", "66", "67", "68") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
   }
   // d += A (64×16, registers) · B (16×128, shared memory, MN-major).
   template <typename T>
@@ -384,6 +398,197 @@ __device__ __forceinline__ void forward_sm90(const T* __restrict__ q, const T* _
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------------------------
+// Backward for Hopper: dK, dV and dQ in one pass (dQ added into an f32 accumulator with atomics, as
+// flash_attention2_backward_dkv_dq does with mma.sync). CTA: NWG warpgroups, BLOCK_N = 64·NWG keys; warpgroup w owns
+// keys n0 + 64w .. +63 and steps through the queries 64 at a time (Q, dO, lse, delta double-buffered, shared by the
+// warpgroups). Per step, per warpgroup:
+//   Sᵀ = K_w·Q_iᵀ, dPᵀ = V_w·dO_iᵀ      wgmma m64n64, A and B K-major from shared memory;
+//   Pᵀ = 2^(Sᵀ·sl2 − lse_i·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − delta_i)   in registers (queries ≥ n_q give 0);
+//   dV += Pᵀ·dO_i, dK += dSᵀ·Q_i          wgmma m64n{DV}, m64n{D}, A from registers, B MN-major;
+//   dQ_i += dS·K_w                         dSᵀ goes to the warpgroup's shared tile, then wgmma m64n{D} with A and B
+//                                          MN-major, and red.global.add.v2.f32 into dq_accum (scale applied).
+// (A bulk reduction through shared memory, cp.reduce.async.bulk, measured slower than the per-thread reductions.)
+// The products are issued in three commit groups so that the exponentials overlap dPᵀ, and dSᵀ overlaps dV.
+template <typename T, int D, int DV, int NWG>
+__device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                              const T* __restrict__ grad_o, const float* __restrict__ lse,
+                                              const float* __restrict__ delta, T* __restrict__ grad_k,
+                                              T* __restrict__ grad_v, float* __restrict__ dq_accum, int n_q, int n_k,
+                                              float scale) {
+  static_assert(!IsF32<T>::value, "flash_attention2_backward_sm90: T must be __half or __nv_bfloat16");
+  static_assert(D == 16 || D == 32 || D == 64 || D == 128, "flash_attention2_backward_sm90: HEAD_DIM 16..128");
+  static_assert(DV == 16 || DV == 32 || DV == 64 || DV == 128, "flash_attention2_backward_sm90: HEAD_DIM_V 16..128");
+  constexpr int BM = 64, BN = 64 * NWG, kThreads = 128 * NWG;
+  extern __shared__ __align__(1024) unsigned char fa2_sm90_smem[];
+  T* sK = reinterpret_cast<T*>(fa2_sm90_smem);
+  T* sV = sK + BN * D;
+  T* sQ = sV + BN * DV;         // two stages
+  T* sdO = sQ + 2 * BM * D;     // two stages
+  T* sdS = sdO + 2 * BM * DV;   // one 64 × BM tile per warpgroup
+  float* sL = reinterpret_cast<float*>(sdS + NWG * 64 * BM);  // two stages of lse, then two of delta
+  float* sD = sL + 2 * BM;
+  if (smem_addr(sK) & 1023) __trap();
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = static_cast<int>(blockIdx.x) * BN;
+  const long long bh = blockIdx.y;
+  const T* qb = q + bh * n_q * D;
+  const T* ob = grad_o + bh * n_q * DV;
+  const float* lb = lse + bh * n_q;
+  const float* db = delta + bh * n_q;
+  T* my_dS = sdS + wg * 64 * BM;
+
+  load_swizzled_async<T, BN, D, kThreads>(sK, k + bh * n_k * D, n0, n_k);
+  load_swizzled_async<T, BN, DV, kThreads>(sV, v + bh * n_k * DV, n0, n_k);
+  load_swizzled_async<T, BM, D, kThreads>(sQ, qb, 0, n_q);
+  load_swizzled_async<T, BM, DV, kThreads>(sdO, ob, 0, n_q);
+  load_rows_async<BM, kThreads>(sL, lb, 0, n_q);
+  load_rows_async<BM, kThreads>(sD, db, 0, n_q);
+  cp_async_commit();
+
+  float acc_dk[D / 8][4], acc_dv[DV / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc_dk[i][0] = acc_dk[i][1] = acc_dk[i][2] = acc_dk[i][3] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < DV / 8; ++i) acc_dv[i][0] = acc_dv[i][1] = acc_dv[i][2] = acc_dv[i][3] = 0.0f;
+  const float sl2 = scale * Constants::kLog2e;
+  const int m_blocks = (n_q + BM - 1) / BM;
+
+  for (int i = 0; i < m_blocks; ++i) {
+    const int m0 = i * BM;
+    if (i + 1 < m_blocks) {  // stage (i + 1) & 1 was released by the barrier of iteration i
+      const int st = (i + 1) & 1;
+      load_swizzled_async<T, BM, D, kThreads>(sQ + st * BM * D, qb, m0 + BM, n_q);
+      load_swizzled_async<T, BM, DV, kThreads>(sdO + st * BM * DV, ob, m0 + BM, n_q);
+      load_rows_async<BM, kThreads>(sL + st * BM, lb, m0 + BM, n_q);
+      load_rows_async<BM, kThreads>(sD + st * BM, db, m0 + BM, n_q);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_proxy_async();
+    __syncthreads();
+    const T* cQ = sQ + (i & 1) * BM * D;
+    const T* cdO = sdO + (i & 1) * BM * DV;
+    const float* cL = sL + (i & 1) * BM;
+    const float* cD = sD + (i & 1) * BM;
+
+    // Sᵀ and dPᵀ (64 keys × 64 queries per warpgroup).
+    float acc_s[BM / 8][4], acc_dp[BM / 8][4];
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[j][e] = acc_dp[j][e] = 0.0f;
+    pin(acc_s);
+    pin(acc_dp);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      Wgmma<BM>::template ss<T>(acc_s, kmajor_desc<BN, D>(sK, wg * 64, kk), kmajor_desc<BM, D>(cQ, 0, kk));
+    wgmma_commit();  // group 1: Sᵀ
+#pragma unroll
+    for (int kk = 0; kk < DV / 16; ++kk)
+      Wgmma<BM>::template ss<T>(acc_dp, kmajor_desc<BN, DV>(sV, wg * 64, kk), kmajor_desc<BM, DV>(cdO, 0, kk));
+    wgmma_commit();  // group 2: dPᵀ
+    wgmma_wait<1>();
+    pin(acc_s);
+
+    // Pᵀ (queries ≥ n_q give 0), rounded to T as the A operand of dV += Pᵀ·dO_i, issued while dPᵀ may still run.
+    unsigned pp[BM / 16][4], ps[BM / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < BM / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = nt * 8 + 2 * t + (e & 1);
+        acc_s[nt][e] =
+            m0 + qi < n_q ? ex2_approx(fmaf(acc_s[nt][e], sl2, -cL[qi] * Constants::kLog2e)) : 0.0f;
+      }
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) acc_to_a<T>(pp[kk], acc_s, kk);
+    pin(acc_dv);
+    pin(pp);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) Wgmma<DV>::template rs<T>(acc_dv, pp[kk], mnmajor_desc<BM, DV>(cdO, kk));
+    wgmma_commit();  // group 3: dV
+    wgmma_wait<1>();  // dPᵀ has landed
+    pin(acc_dp);
+
+    // dSᵀ = Pᵀ ∘ (dPᵀ − delta_i), rounded to T; also to this warpgroup's shared tile for dQ.
+#pragma unroll
+    for (int nt = 0; nt < BM / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dp[nt][e] = acc_s[nt][e] * (acc_dp[nt][e] - cD[nt * 8 + 2 * t + (e & 1)]);
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      acc_to_a<T>(ps[kk], acc_dp, kk);
+      // Rows (keys) warp·16 + g and + 8, columns (queries) 16kk + 2t (+ 8) of the warpgroup's 64 × BM dSᵀ tile.
+      unsigned char* tile = reinterpret_cast<unsigned char*>(my_dS);
+      const int r = warp * 16 + g, c = 2 * kk, off = 4 * t;
+      *reinterpret_cast<unsigned*>(tile + Swizzled<64, BM>::chunk_offset(r, c) + off) = ps[kk][0];
+      *reinterpret_cast<unsigned*>(tile + Swizzled<64, BM>::chunk_offset(r + 8, c) + off) = ps[kk][1];
+      *reinterpret_cast<unsigned*>(tile + Swizzled<64, BM>::chunk_offset(r, c + 1) + off) = ps[kk][2];
+      *reinterpret_cast<unsigned*>(tile + Swizzled<64, BM>::chunk_offset(r + 8, c + 1) + off) = ps[kk][3];
+    }
+    fence_proxy_async();
+    warpgroup_barrier(wg);  // the warpgroup's dSᵀ tile is complete
+
+    // dK += dSᵀ·Q_i, dQ_i (64 queries × D) = dS·K_w.
+    float acc_dq[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) acc_dq[j][0] = acc_dq[j][1] = acc_dq[j][2] = acc_dq[j][3] = 0.0f;
+    pin(acc_dk);
+    pin(acc_dq);
+    pin(ps);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) Wgmma<D>::template rs<T>(acc_dk, ps[kk], mnmajor_desc<BM, D>(cQ, kk));
+#pragma unroll
+    for (int kk = 0; kk < 64 / 16; ++kk)
+      Wgmma<D>::template ss<T, 1, 1>(acc_dq, mnmajor_desc<64, BM>(my_dS, kk), mnmajor_desc<BN, D>(sK, kk, wg * 64));
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(acc_dv);
+    pin(acc_dk);
+    pin(acc_dq);
+    pin(pp);
+    pin(ps);
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + warp * 16 + g + 8 * r;
+      if (row < n_q) {
+        float* dst = dq_accum + (bh * n_q + row) * D + 2 * t;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn)
+          atomic_add2(dst + dn * 8, acc_dq[dn][2 * r] * scale, acc_dq[dn][2 * r + 1] * scale);
+      }
+    }
+    __syncthreads();  // every warpgroup is done with stage i & 1 before iteration i + 1 refills it
+  }
+  cp_async_wait<0>();
+
+  T* dkb = grad_k + bh * n_k * D;
+  T* dvb = grad_v + bh * n_k * DV;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = n0 + wg * 64 + warp * 16 + g + 8 * r;
+    if (row < n_k) {
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+        *reinterpret_cast<unsigned*>(dkb + static_cast<long long>(row) * D + dn * 8 + 2 * t) =
+            pack2<T>(acc_dk[dn][2 * r] * scale, acc_dk[dn][2 * r + 1] * scale);
+#pragma unroll
+      for (int dn = 0; dn < DV / 8; ++dn)
+        *reinterpret_cast<unsigned*>(dvb + static_cast<long long>(row) * DV + dn * 8 + 2 * t) =
+            pack2<T>(acc_dv[dn][2 * r], acc_dv[dn][2 * r + 1]);
+    }
+  }
+}
+
 }  // namespace fa2
 
 template <typename T, int HEAD_DIM, int HEAD_DIM_V, int BLOCK_N, int NUM_WARPGROUPS>
@@ -392,6 +597,23 @@ __global__ void __launch_bounds__(NUM_WARPGROUPS * 128, NUM_WARPGROUPS == 1 ? 3 
                                   T* __restrict__ o, float* __restrict__ lse, int n_q, int n_k, float scale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   fa2::forward_sm90<T, HEAD_DIM, HEAD_DIM_V, BLOCK_N, NUM_WARPGROUPS>(q, k, v, o, lse, n_q, n_k, scale);
+#else
+  __trap();  // sm_90a only; the launcher never picks this kernel elsewhere
+#endif
+}
+
+// dK, dV and dQ in one pass on Hopper: grid (ceil(n_k / (64 · NUM_WARPGROUPS)), BH), 128 · NUM_WARPGROUPS threads,
+// dynamic shared memory FlashAttention2Sm90Smem<...>::backward bytes; dq_accum [BH, n_q, HEAD_DIM] f32 zeroed by the
+// caller (flash_attention2_backward_dq_convert rounds it to grad_q). lse and delta as for the other backward kernels.
+template <typename T, int HEAD_DIM, int HEAD_DIM_V, int NUM_WARPGROUPS>
+__global__ void __launch_bounds__(NUM_WARPGROUPS * 128, NUM_WARPGROUPS == 1 ? 3 : 1)
+    flash_attention2_backward_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                   const T* __restrict__ grad_o, const float* __restrict__ lse,
+                                   const float* __restrict__ delta, T* __restrict__ grad_k, T* __restrict__ grad_v,
+                                   float* __restrict__ dq_accum, int n_q, int n_k, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  fa2::backward_sm90<T, HEAD_DIM, HEAD_DIM_V, NUM_WARPGROUPS>(q, k, v, grad_o, lse, delta, grad_k, grad_v, dq_accum,
+                                                              n_q, n_k, scale);
 #else
   __trap();  // sm_90a only; the launcher never picks this kernel elsewhere
 #endif
