@@ -36,6 +36,11 @@
 //   flash_attention2_backward_dkv<T, D, DV, BLOCK_M, BLOCK_N, W>      grid (ceil(n_k / BLOCK_N), BH)
 //       (q, k, v, grad_o, lse, delta, grad_k, grad_v, n_q, n_k, scale). One CTA per key block, iterating over query
 //       blocks (double-buffered on the tensor-core path): each dK/dV row has one owner, so no atomics.
+//   flash_attention2_backward_dkv_dq<T, D, DV, BLOCK_M, BLOCK_N, W>   grid (ceil(n_k / BLOCK_N), BH), 16-bit T only
+//       (..., grad_k, grad_v, dq_accum, n_q, n_k, scale): dK/dV as above, plus scale · dS·K added into the f32
+//       dq_accum [BH, n_q, D] (zeroed by the caller) with atomics: P and dP computed once for all three gradients.
+//   flash_attention2_backward_dq_convert<T, W>                        grid (ceil(n / (4 · 32 · W)))
+//       (dq_accum, grad_q, n = BH · n_q · D): grad_q = dq_accum rounded to T.
 //   Tensor-core constraints: BLOCK_M = 16·W (forward, dQ), BLOCK_N = 16·W (dK/dV), the other block a multiple of 16.
 //   f32 constraints: the owned block (BLOCK_M in forward/dQ, BLOCK_N in dK/dV) a multiple of 2·W, the other of 16.
 //

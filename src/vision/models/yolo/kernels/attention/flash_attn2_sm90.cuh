@@ -1,13 +1,16 @@
-// FlashAttention-2 forward for Hopper (sm_90a): the same function as flash_attention2_forward in flash_attn2.cuh
-// (o and the natural-log log-sum-exp, any n_q, n_k ≥ 1, runtime softmax scale), with both products on the
-// warpgroup tensor-core instructions (wgmma.mma_async) instead of mma.sync.
+// FlashAttention-2 for Hopper (sm_90a), every product on the warpgroup tensor-core instructions (wgmma.mma_async)
+// instead of mma.sync: the forward computes what flash_attention2_forward in flash_attn2.cuh does (o and the
+// natural-log log-sum-exp, any n_q, n_k ≥ 1, a runtime softmax scale, here > 0), the backward what
+// flash_attention2_backward_dkv_dq does (dK, dV, and dQ added into an f32 accumulator).
 //
 //   flash_attention2_forward_sm90<T, D, DV, BLOCK_N, NUM_WARPGROUPS>     grid (ceil(n_q / BLOCK_M), BH),
 //       BLOCK_M = 64 · NUM_WARPGROUPS, 128 · NUM_WARPGROUPS threads, dynamic shared memory
 //       FlashAttention2Sm90Smem<T, D, DV, BLOCK_N, NUM_WARPGROUPS>::bytes (the launcher raises the limit).
-//       T ∈ {__half, __nv_bfloat16}; D ∈ {16, 32, 64, 128}; DV ∈ {16, 32, 64, 128}; BLOCK_N ∈ {64, 128}.
+//   flash_attention2_backward_sm90<T, D, DV, NUM_WARPGROUPS>             grid (ceil(n_k / (64 · NUM_WARPGROUPS)), BH),
+//       128 · NUM_WARPGROUPS threads, FlashAttention2Sm90Smem<...>::backward bytes (design above the kernel).
+//   T ∈ {__half, __nv_bfloat16}; D ∈ {16, 32, 64, 128}; DV ∈ {16, 32, 64, 128}; BLOCK_N ∈ {64, 128}.
 //
-// Design. Warpgroup w owns query rows m0 + 64w .. +63. Q is staged once; K and V tiles stream through two
+// Forward design. Warpgroup w owns query rows m0 + 64w .. +63. Q is staged once; K and V tiles stream through two
 // shared-memory stages (cp.async, 16-byte, zero-filled past n_k), the next tile's copy overlapping this tile's work:
 //   S = Q·K_jᵀ        wgmma m64n{BLOCK_N}k16, A and B from shared memory (both K-major);
 //   online softmax     on the S accumulators in registers (the accumulator layout is mma.sync's C layout per warp);
@@ -151,26 +154,33 @@ struct Wgmma;
 
 template <>
 struct Wgmma<16> {
-#define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7}"
-#define FA2_OPS FA2_ACC4(0), FA2_ACC4(1)
-  // d += A (64×16, shared memory) · B (16×16, shared memory, K-major).
-  // TA, TB: 0 = K-major, 1 = MN-major (transposed) operand.
+#define FA2_REGS \
+  "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define FA2_OPS \
+  FA2_ACC4(0), FA2_ACC4(1)
+  // d += A (64×16, shared memory) · B (16×16, shared memory); TA, TB: 0 = K-major, 1 = MN-major (transposed).
   template <typename T, int TA = 0, int TB = 0>
   static __device__ __forceinline__ void ss(float (&d)[2][4], unsigned long long a, unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
-      asm volatile(FA2_WGMMA_SS("m64n16k16", "f16", FA2_REGS, "8", "9", "10", "11", "12") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+      asm volatile(FA2_WGMMA_SS("m64n16k16", "f16", FA2_REGS, "8", "9", "10", "11", "12")
+                   : FA2_OPS
+                   : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
     else
-      asm volatile(FA2_WGMMA_SS("m64n16k16", "bf16", FA2_REGS, "8", "9", "10", "11", "12") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+      asm volatile(FA2_WGMMA_SS("m64n16k16", "bf16", FA2_REGS, "8", "9", "10", "11", "12")
+                   : FA2_OPS
+                   : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
   }
   // d += A (64×16, registers) · B (16×16, shared memory, MN-major).
   template <typename T>
   static __device__ __forceinline__ void rs(float (&d)[2][4], const unsigned (&a)[4], unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
       asm volatile(FA2_WGMMA_RS("m64n16k16", "f16", FA2_REGS, "8", "9", "10", "11", "12", "13")
-                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                   : FA2_OPS
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
     else
       asm volatile(FA2_WGMMA_RS("m64n16k16", "bf16", FA2_REGS, "8", "9", "10", "11", "12", "13")
-                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                   : FA2_OPS
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   }
 #undef FA2_OPS
 #undef FA2_REGS
@@ -178,26 +188,33 @@ struct Wgmma<16> {
 
 template <>
 struct Wgmma<32> {
-#define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define FA2_OPS FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3)
-  // d += A (64×16, shared memory) · B (16×32, shared memory, K-major).
-  // TA, TB: 0 = K-major, 1 = MN-major (transposed) operand.
+#define FA2_REGS \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FA2_OPS \
+  FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3)
+  // d += A (64×16, shared memory) · B (16×32, shared memory); TA, TB: 0 = K-major, 1 = MN-major (transposed).
   template <typename T, int TA = 0, int TB = 0>
   static __device__ __forceinline__ void ss(float (&d)[4][4], unsigned long long a, unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
-      asm volatile(FA2_WGMMA_SS("m64n32k16", "f16", FA2_REGS, "16", "17", "18", "19", "20") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+      asm volatile(FA2_WGMMA_SS("m64n32k16", "f16", FA2_REGS, "16", "17", "18", "19", "20")
+                   : FA2_OPS
+                   : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
     else
-      asm volatile(FA2_WGMMA_SS("m64n32k16", "bf16", FA2_REGS, "16", "17", "18", "19", "20") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+      asm volatile(FA2_WGMMA_SS("m64n32k16", "bf16", FA2_REGS, "16", "17", "18", "19", "20")
+                   : FA2_OPS
+                   : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
   }
   // d += A (64×16, registers) · B (16×32, shared memory, MN-major).
   template <typename T>
   static __device__ __forceinline__ void rs(float (&d)[4][4], const unsigned (&a)[4], unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
       asm volatile(FA2_WGMMA_RS("m64n32k16", "f16", FA2_REGS, "16", "17", "18", "19", "20", "21")
-                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                   : FA2_OPS
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
     else
       asm volatile(FA2_WGMMA_RS("m64n32k16", "bf16", FA2_REGS, "16", "17", "18", "19", "20", "21")
-                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                   : FA2_OPS
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   }
 #undef FA2_OPS
 #undef FA2_REGS
@@ -205,27 +222,35 @@ struct Wgmma<32> {
 
 template <>
 struct Wgmma<64> {
-#define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FA2_OPS FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3), FA2_ACC4(4), FA2_ACC4(5), FA2_ACC4(6), FA2_ACC4(7)
-  // d += A (64×16, shared memory) · B (16×64, shared memory, K-major).
-  // TA, TB: 0 = K-major, 1 = MN-major (transposed) operand.
+#define FA2_REGS \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA2_OPS \
+  FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3), \
+  FA2_ACC4(4), FA2_ACC4(5), FA2_ACC4(6), FA2_ACC4(7)
+  // d += A (64×16, shared memory) · B (16×64, shared memory); TA, TB: 0 = K-major, 1 = MN-major (transposed).
   template <typename T, int TA = 0, int TB = 0>
   static __device__ __forceinline__ void ss(float (&d)[8][4], unsigned long long a, unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
-      asm volatile(FA2_WGMMA_SS("m64n64k16", "f16", FA2_REGS, "32", "33", "34", "35", "36") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+      asm volatile(FA2_WGMMA_SS("m64n64k16", "f16", FA2_REGS, "32", "33", "34", "35", "36")
+                   : FA2_OPS
+                   : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
     else
-      asm volatile(FA2_WGMMA_SS("m64n64k16", "bf16", FA2_REGS, "32", "33", "34", "35", "36") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+      asm volatile(FA2_WGMMA_SS("m64n64k16", "bf16", FA2_REGS, "32", "33", "34", "35", "36")
+                   : FA2_OPS
+                   : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
   }
   // d += A (64×16, registers) · B (16×64, shared memory, MN-major).
   template <typename T>
   static __device__ __forceinline__ void rs(float (&d)[8][4], const unsigned (&a)[4], unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
       asm volatile(FA2_WGMMA_RS("m64n64k16", "f16", FA2_REGS, "32", "33", "34", "35", "36", "37")
-                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                   : FA2_OPS
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
     else
       asm volatile(FA2_WGMMA_RS("m64n64k16", "bf16", FA2_REGS, "32", "33", "34", "35", "36", "37")
-                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                   : FA2_OPS
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   }
 #undef FA2_OPS
 #undef FA2_REGS
@@ -233,29 +258,39 @@ struct Wgmma<64> {
 
 template <>
 struct Wgmma<128> {
-#define FA2_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define FA2_OPS FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3), FA2_ACC4(4), FA2_ACC4(5), FA2_ACC4(6), FA2_ACC4(7), FA2_ACC4(8), FA2_ACC4(9), FA2_ACC4(10), FA2_ACC4(11), FA2_ACC4(12), FA2_ACC4(13), FA2_ACC4(14), FA2_ACC4(15)
-  // d += A (64×16, shared memory) · B (16×128, shared memory, K-major).
-  // TA, TB: 0 = K-major, 1 = MN-major (transposed) operand.
+#define FA2_REGS \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA2_OPS \
+  FA2_ACC4(0), FA2_ACC4(1), FA2_ACC4(2), FA2_ACC4(3), \
+  FA2_ACC4(4), FA2_ACC4(5), FA2_ACC4(6), FA2_ACC4(7), \
+  FA2_ACC4(8), FA2_ACC4(9), FA2_ACC4(10), FA2_ACC4(11), \
+  FA2_ACC4(12), FA2_ACC4(13), FA2_ACC4(14), FA2_ACC4(15)
+  // d += A (64×16, shared memory) · B (16×128, shared memory); TA, TB: 0 = K-major, 1 = MN-major (transposed).
   template <typename T, int TA = 0, int TB = 0>
   static __device__ __forceinline__ void ss(float (&d)[16][4], unsigned long long a, unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
-      asm volatile(FA2_WGMMA_SS("m64n128k16", "f16", FA2_REGS, "64", "65", "66", "67", "68") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+      asm volatile(FA2_WGMMA_SS("m64n128k16", "f16", FA2_REGS, "64", "65", "66", "67", "68")
+                   : FA2_OPS
+                   : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
     else
-      asm volatile(FA2_WGMMA_SS("m64n128k16", "bf16", FA2_REGS, "64", "65", "66", "67", "68") : FA2_OPS : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+      asm volatile(FA2_WGMMA_SS("m64n128k16", "bf16", FA2_REGS, "64", "65", "66", "67", "68")
+                   : FA2_OPS
+                   : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
   }
   // d += A (64×16, registers) · B (16×128, shared memory, MN-major).
   template <typename T>
   static __device__ __forceinline__ void rs(float (&d)[16][4], const unsigned (&a)[4], unsigned long long b) {
     if constexpr (IsSame<T, __half>::value)
       asm volatile(FA2_WGMMA_RS("m64n128k16", "f16", FA2_REGS, "64", "65", "66", "67", "68", "69")
-                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                   : FA2_OPS
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
     else
       asm volatile(FA2_WGMMA_RS("m64n128k16", "bf16", FA2_REGS, "64", "65", "66", "67", "68", "69")
-                   : FA2_OPS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                   : FA2_OPS
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   }
 #undef FA2_OPS
 #undef FA2_REGS
