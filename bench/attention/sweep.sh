@@ -8,7 +8,7 @@ shapes=(B1_H2_N400_d32_dv64_f16 B16_H4_N400_d32_dv64_f16 B64_H4_N1600_d32_dv64_f
         B8_H16_N1024_d64_dv64 B8_H16_N1024_d128 B8_H16_N4096_d64 B8_H16_N4096_d128_dv128)
 configs=(
   "auto|"
-  "auto|backward_sm90=64,128,8"
+  "auto|backward_sm90=64,64,4"
 )
 for c in "${configs[@]}"; do
   fwd=${c%%|*}

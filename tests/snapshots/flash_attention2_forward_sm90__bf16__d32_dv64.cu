@@ -1215,8 +1215,9 @@ template <typename T, int D, int DV, int BN, int NWG>
 struct FlashAttention2Sm90Smem {
   static constexpr int bytes = (64 * NWG * D + 2 * BN * (D + DV)) * 2;  // Q, then two stages of K and V
   // K, V (64·NWG keys), two stages of Q and dO (64 queries), a 64 × 64 dSᵀ tile per warpgroup, two stages of lse
-  // and delta.
-  static constexpr int backward = (64 * NWG * (D + DV) + 2 * 64 * (D + DV) + NWG * 64 * 64) * 2 + 2 * 2 * 64 * 4;
+  // and delta, and with two warpgroups the dQ halves they exchange.
+  static constexpr int backward = (64 * NWG * (D + DV) + 2 * 64 * (D + DV) + NWG * 64 * 64) * 2 + 2 * 2 * 64 * 4 +
+                                  (NWG == 2 ? 2 * 64 * (D / 2 + 8) * 4 : 0);
 };
 
 // The swizzled layout of a ROWS × COLS 16-bit tile (see the top of the file).
@@ -1610,6 +1611,47 @@ __device__ __forceinline__ void forward_sm90(const T* __restrict__ q, const T* _
 }
 
 
+// The end of a backward step: warpgroup W (of NWG) adds its dQ partial acc_dq (64 queries from m0 × D, scale not
+// yet applied) into dq_accum. With two warpgroups (whose partials cover the same queries) each first hands the other
+// half of its columns to the other through sX ([2][64][D/2 + 8] f32) and adds the half it receives: half the
+// reduction traffic to L2, which bounds the pass at large N. Contains a __syncthreads when NWG = 2.
+template <int W, int NWG, int D>
+__device__ __forceinline__ void reduce_dq(float (&acc_dq)[D / 8][4], float* sX, float* __restrict__ dq_accum,
+                                          long long bh, int n_q, int m0, int warp, int g, int t, float scale) {
+  constexpr int LDX = D / 2 + 8;
+  constexpr int kOwnTiles = NWG == 2 ? D / 16 : D / 8;  // n8 column tiles this warpgroup reduces
+  constexpr int kOwn0 = NWG == 2 ? W * kOwnTiles : 0, kOther0 = NWG == 2 ? (1 - W) * kOwnTiles : 0;
+  if constexpr (NWG == 2) {
+    float* give = sX + W * 64 * LDX;
+    const float* take = sX + (1 - W) * 64 * LDX;
+#pragma unroll
+    for (int j = 0; j < kOwnTiles; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<float2*>(give + (warp * 16 + g + 8 * r) * LDX + j * 8 + 2 * t) =
+            make_float2(acc_dq[kOther0 + j][2 * r], acc_dq[kOther0 + j][2 * r + 1]);
+    __syncthreads();  // both halves are in shared memory
+#pragma unroll
+    for (int j = 0; j < kOwnTiles; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float2 x = *reinterpret_cast<const float2*>(take + (warp * 16 + g + 8 * r) * LDX + j * 8 + 2 * t);
+        acc_dq[kOwn0 + j][2 * r] += x.x;
+        acc_dq[kOwn0 + j][2 * r + 1] += x.y;
+      }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = m0 + warp * 16 + g + 8 * r;
+    if (row < n_q) {
+      float* dst = dq_accum + (bh * n_q + row) * D + 2 * t;
+#pragma unroll
+      for (int j = 0; j < kOwnTiles; ++j)
+        atomic_add2(dst + (kOwn0 + j) * 8, acc_dq[kOwn0 + j][2 * r] * scale, acc_dq[kOwn0 + j][2 * r + 1] * scale);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Backward for Hopper: dK, dV and dQ in one pass (dQ added into an f32 accumulator with atomics, as
 // flash_attention2_backward_dkv_dq does with mma.sync). CTA: NWG warpgroups, BLOCK_N = 64·NWG keys; warpgroup w owns
@@ -1640,6 +1682,7 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
   T* sdS = sdO + 2 * BM * DV;   // one 64 × BM tile per warpgroup
   float* sL = reinterpret_cast<float*>(sdS + NWG * 64 * BM);  // two stages of lse, then two of delta
   float* sD = sL + 2 * BM;
+  float* sX = sD + 2 * BM;  // NWG = 2: the dQ halves the warpgroups exchange (reduce_dq)
   if (smem_addr(sK) & 1023) __trap();
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -1768,16 +1811,15 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
     pin(pp);
     pin(ps);
 
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = m0 + warp * 16 + g + 8 * r;
-      if (row < n_q) {
-        float* dst = dq_accum + (bh * n_q + row) * D + 2 * t;
-#pragma unroll
-        for (int dn = 0; dn < D / 8; ++dn)
-          atomic_add2(dst + dn * 8, acc_dq[dn][2 * r] * scale, acc_dq[dn][2 * r + 1] * scale);
-      }
-    }
+    // dQ_i into dq_accum. With two warpgroups (their partials cover the same queries), each first hands the other
+    // half of its columns to the other warpgroup through shared memory and adds the half it receives: half the
+    // reduction traffic to L2, which bounds this pass at large N.
+    // The register indices must be compile-time constants (a run-time index would put acc_dq in local memory), so
+    // the reduction is instantiated per warpgroup index.
+    if (NWG == 1 || wg == 0)
+      reduce_dq<0, NWG, D>(acc_dq, sX, dq_accum, bh, n_q, m0, warp, g, t, scale);
+    else
+      reduce_dq<1, NWG, D>(acc_dq, sX, dq_accum, bh, n_q, m0, warp, g, t, scale);
     __syncthreads();  // every warpgroup is done with stage i & 1 before iteration i + 1 refills it
   }
   cp_async_wait<0>();

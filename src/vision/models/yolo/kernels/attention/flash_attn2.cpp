@@ -471,9 +471,10 @@ FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, DType 
     // two warpgroups with 128-key steps at d = 128.
     case FlashAttention2Kernel::forward_sm90:
       return d >= 128 ? FlashAttention2Tiles{128, 128, 8} : FlashAttention2Tiles{64, d >= 64 ? 128 : 64, 4};
-    // One warpgroup of 64 keys per CTA up to d = 64 (three CTAs per SM), two at d = 128 (K/V loads shared).
+    // Measured on the H200 (NOTES.md, v3): one warpgroup of 64 keys per CTA at d ≤ 32 (three CTAs per SM), two from
+    // d = 64 on (K/V loads shared, dQ halves summed in shared memory before the atomics).
     case FlashAttention2Kernel::backward_sm90:
-      return d >= 128 ? FlashAttention2Tiles{64, 128, 8} : FlashAttention2Tiles{64, 64, 4};
+      return d >= 64 ? FlashAttention2Tiles{64, 128, 8} : FlashAttention2Tiles{64, 64, 4};
   }
   fail("flash_attention2: unknown kernel");
 }
@@ -577,7 +578,8 @@ size_t flash_attention2_smem_bytes(FlashAttention2Kernel kernel, DType dtype, in
     case FlashAttention2Kernel::backward_dq_convert: return 0;
     case FlashAttention2Kernel::forward_sm90: return (bm * D + 2 * bn * (D + DV)) * 2;
     case FlashAttention2Kernel::backward_sm90:
-      return (bn * (D + DV) + 2 * bm * (D + DV) + bn * bm) * 2 + 2 * 2 * bm * 4;
+      return (bn * (D + DV) + 2 * bm * (D + DV) + bn * bm) * 2 + 2 * 2 * bm * 4 +
+             (t.warps == 8 ? 2 * 64 * (D / 2 + 8) * 4 : 0);
   }
   fail("flash_attention2: unknown kernel");
 }
