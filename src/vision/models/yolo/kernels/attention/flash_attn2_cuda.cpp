@@ -32,35 +32,6 @@ constexpr std::pair<int, int> kHeadSizes[] = {{16, 16}, {32, 32}, {64, 64},  {12
                                               {16, 32}, {32, 64}, {64, 128}, {128, 256}};
 constexpr int kValueSizes[] = {16, 32, 64, 128, 256};
 
-cuda::KernelSpec spec_of(const FlashAttention2Instance& in, DType dtype, const char* params) {
-  cuda::KernelSpec spec;
-  spec.name = fmt::format("flash_attention2_{}", flash_attention2_kernel_label(in.kernel));
-  const bool sm90 =
-      in.kernel == FlashAttention2Kernel::forward_sm90 || in.kernel == FlashAttention2Kernel::backward_sm90;
-  spec.file = sm90 ? kFileSm90 : kFile;
-  spec.dtype = dtype;
-  spec.scope = kScope;
-  spec.params = params;
-  if (in.kernel == FlashAttention2Kernel::backward_preprocess) {
-    spec.constants = {{"dv", in.d_v}, {"w", in.tiles.warps}};
-    spec.id_constants = 1;
-  } else if (in.kernel == FlashAttention2Kernel::backward_dq_convert) {
-    spec.constants = {{"w", in.tiles.warps}};
-    spec.id_constants = 0;
-  } else if (in.kernel == FlashAttention2Kernel::backward_sm90) {
-    spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"wg", in.tiles.warps / 4}};
-    spec.id_constants = 2;
-  } else if (in.kernel == FlashAttention2Kernel::forward_sm90) {
-    spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"bn", in.tiles.block_n}, {"wg", in.tiles.warps / 4}};
-    spec.id_constants = 2;
-  } else {
-    spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"bm", in.tiles.block_m}, {"bn", in.tiles.block_n},
-                      {"w", in.tiles.warps}};
-    spec.id_constants = 2;
-  }
-  return spec;
-}
-
 constexpr const char* kForwardParams = "const {T}*, const {T}*, const {T}*, {T}*, float*, int, int, float";
 constexpr const char* kPreprocessParams = "const {T}*, const {T}*, float*, int";
 constexpr const char* kDqParams =
@@ -70,6 +41,20 @@ constexpr const char* kDkvParams =
 constexpr const char* kDkvDqParams =
     "const {T}*, const {T}*, const {T}*, const {T}*, const float*, const float*, {T}*, {T}*, float*, int, int, float";
 constexpr const char* kDqConvertParams = "const float*, {T}*, int";
+
+const char* params_of(FlashAttention2Kernel kernel) {
+  switch (kernel) {
+    case FlashAttention2Kernel::forward:
+    case FlashAttention2Kernel::forward_sm90: return kForwardParams;
+    case FlashAttention2Kernel::backward_preprocess: return kPreprocessParams;
+    case FlashAttention2Kernel::backward_dq: return kDqParams;
+    case FlashAttention2Kernel::backward_dkv: return kDkvParams;
+    case FlashAttention2Kernel::backward_dkv_dq:
+    case FlashAttention2Kernel::backward_sm90: return kDkvDqParams;
+    case FlashAttention2Kernel::backward_dq_convert: return kDqConvertParams;
+  }
+  fail("flash_attention2: unknown kernel");
+}
 
 void register_flash_attention2_kernels(cuda::KernelRegistry& r) {
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
@@ -122,45 +107,60 @@ FlashAttention2Instance flash_attention2_instance(FlashAttention2Kernel kernel, 
   return in;
 }
 
+cuda::KernelSpec flash_attention2_spec(const FlashAttention2Instance& in, DType dtype) {
+  cuda::KernelSpec spec;
+  spec.name = fmt::format("flash_attention2_{}", flash_attention2_kernel_label(in.kernel));
+  const bool sm90 =
+      in.kernel == FlashAttention2Kernel::forward_sm90 || in.kernel == FlashAttention2Kernel::backward_sm90;
+  spec.file = sm90 ? kFileSm90 : kFile;
+  spec.dtype = dtype;
+  spec.scope = kScope;
+  spec.params = params_of(in.kernel);
+  if (in.kernel == FlashAttention2Kernel::backward_preprocess) {
+    spec.constants = {{"dv", in.d_v}, {"w", in.tiles.warps}};
+    spec.id_constants = 1;
+  } else if (in.kernel == FlashAttention2Kernel::backward_dq_convert) {
+    spec.constants = {{"w", in.tiles.warps}};
+    spec.id_constants = 0;
+  } else if (in.kernel == FlashAttention2Kernel::backward_sm90) {
+    spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"wg", in.tiles.warps / 4}};
+    spec.id_constants = 2;
+  } else if (in.kernel == FlashAttention2Kernel::forward_sm90) {
+    spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"bn", in.tiles.block_n}, {"wg", in.tiles.warps / 4}};
+    spec.id_constants = 2;
+  } else {
+    spec.constants = {{"d", in.d}, {"dv", in.d_v}, {"bm", in.tiles.block_m}, {"bn", in.tiles.block_n},
+                      {"w", in.tiles.warps}};
+    spec.id_constants = 2;
+  }
+  return spec;
+}
+
 FlashAttention2Forward::FlashAttention2Forward(DType t, int d, int dv)
-    : KernelDescriptor(spec_of(flash_attention2_instance(FlashAttention2Kernel::forward, t, d, dv), t, kForwardParams)),
-      instance(flash_attention2_instance(FlashAttention2Kernel::forward, t, d, dv)) {}
+    : FlashAttention2Descriptor(FlashAttention2Kernel::forward, t, d, dv) {}
 
 // The preprocessing kernel has no d; 16 stands in for it where the tile table asks.
 FlashAttention2BackwardPreprocess::FlashAttention2BackwardPreprocess(DType t, int dv)
-    : KernelDescriptor(spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_preprocess, t, 16, dv), t,
-                               kPreprocessParams)),
-      instance(flash_attention2_instance(FlashAttention2Kernel::backward_preprocess, t, 16, dv)) {}
+    : FlashAttention2Descriptor(FlashAttention2Kernel::backward_preprocess, t, 16, dv) {}
 
 FlashAttention2BackwardDq::FlashAttention2BackwardDq(DType t, int d, int dv)
-    : KernelDescriptor(spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_dq, t, d, dv), t, kDqParams)),
-      instance(flash_attention2_instance(FlashAttention2Kernel::backward_dq, t, d, dv)) {}
+    : FlashAttention2Descriptor(FlashAttention2Kernel::backward_dq, t, d, dv) {}
 
 FlashAttention2BackwardDkv::FlashAttention2BackwardDkv(DType t, int d, int dv)
-    : KernelDescriptor(
-          spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_dkv, t, d, dv), t, kDkvParams)),
-      instance(flash_attention2_instance(FlashAttention2Kernel::backward_dkv, t, d, dv)) {}
+    : FlashAttention2Descriptor(FlashAttention2Kernel::backward_dkv, t, d, dv) {}
 
 FlashAttention2BackwardDkvDq::FlashAttention2BackwardDkvDq(DType t, int d, int dv)
-    : KernelDescriptor(
-          spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_dkv_dq, t, d, dv), t, kDkvDqParams)),
-      instance(flash_attention2_instance(FlashAttention2Kernel::backward_dkv_dq, t, d, dv)) {}
+    : FlashAttention2Descriptor(FlashAttention2Kernel::backward_dkv_dq, t, d, dv) {}
 
 // The conversion kernel has no head sizes; 16 stands in for them where the tile table asks.
 FlashAttention2BackwardDqConvert::FlashAttention2BackwardDqConvert(DType t)
-    : KernelDescriptor(spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_dq_convert, t, 16, 16), t,
-                               kDqConvertParams)),
-      instance(flash_attention2_instance(FlashAttention2Kernel::backward_dq_convert, t, 16, 16)) {}
+    : FlashAttention2Descriptor(FlashAttention2Kernel::backward_dq_convert, t, 16, 16) {}
 
 FlashAttention2BackwardSm90::FlashAttention2BackwardSm90(DType t, int d, int dv)
-    : KernelDescriptor(
-          spec_of(flash_attention2_instance(FlashAttention2Kernel::backward_sm90, t, d, dv), t, kDkvDqParams)),
-      instance(flash_attention2_instance(FlashAttention2Kernel::backward_sm90, t, d, dv)) {}
+    : FlashAttention2Descriptor(FlashAttention2Kernel::backward_sm90, t, d, dv) {}
 
 FlashAttention2ForwardSm90::FlashAttention2ForwardSm90(DType t, int d, int dv)
-    : KernelDescriptor(
-          spec_of(flash_attention2_instance(FlashAttention2Kernel::forward_sm90, t, d, dv), t, kForwardParams)),
-      instance(flash_attention2_instance(FlashAttention2Kernel::forward_sm90, t, d, dv)) {}
+    : FlashAttention2Descriptor(FlashAttention2Kernel::forward_sm90, t, d, dv) {}
 
 bool flash_attention2_sm90_usable(DType dtype, int d, int d_v) {
   if (!flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, dtype, d, d_v)) return false;
@@ -177,17 +177,27 @@ bool flash_attention2_sm90_usable(DType dtype, int d, int d_v) {
 // ---------------------------------------------------------------------------------------------------------------
 // Launch helpers
 
+namespace {
+
+// Whether a launch takes the wgmma kernels: forced by path (an error where they cannot run: `kernel` names the
+// kernel in the message), or chosen automatically where they can (and `preferred` holds).
+bool takes_sm90(FlashAttention2Path path, DType dtype, int d, int d_v, const char* kernel, bool preferred = true) {
+  if (path == FlashAttention2Path::mma_sync) return false;
+  const bool usable = flash_attention2_sm90_usable(dtype, d, d_v);
+  if (path == FlashAttention2Path::automatic) return usable && preferred;
+  VISION_CHECK(usable,
+               "flash_attention2 {}: needs an sm_90a GPU, f16/bf16 and d_v in {{16, 32, 64, 128}} (got {}, d_v = {})",
+               kernel, core::dtype_name(dtype), d_v);
+  return true;
+}
+
+}  // namespace
+
 void launch_flash_attention2_forward(cudaStream_t stream, DType dtype, int d, int d_v, const void* q, const void* k,
                                      const void* v, void* o, float* lse, int64_t batch_heads, int64_t n_q,
                                      int64_t n_k, float scale, FlashAttention2Path path) {
   // The wgmma kernel keeps its running max on the raw scores, which needs scale > 0 (every real softmax scale).
-  const bool sm90 = path == FlashAttention2Path::sm90 ||
-                    (path == FlashAttention2Path::automatic && scale > 0 && flash_attention2_sm90_usable(dtype, d, d_v));
-  if (sm90) {
-    VISION_CHECK(flash_attention2_sm90_usable(dtype, d, d_v),
-                 "flash_attention2 forward_sm90: needs an sm_90a GPU, f16/bf16 and d_v in {{16, 32, 64, 128}} (got "
-                 "{}, d_v = {})",
-                 core::dtype_name(dtype), d_v);
+  if (takes_sm90(path, dtype, d, d_v, "forward_sm90", /*preferred=*/scale > 0)) {
     VISION_CHECK(scale > 0, "flash_attention2 forward_sm90: the softmax scale must be positive (got {})", scale);
     const auto& kernel = cuda::kernel_instance<FlashAttention2ForwardSm90>(dtype, d, d_v);
     const FlashAttention2Launch l = geometry(kernel.instance, dtype, batch_heads, n_q, n_k);
@@ -253,12 +263,7 @@ void launch_flash_attention2_backward_dkv_dq(cudaStream_t stream, DType dtype, i
                                              FlashAttention2Path path) {
   VISION_CHECK(flash_attention2_kernel_exists(FlashAttention2Kernel::backward_dkv_dq, dtype, d, d_v),
                "flash_attention2 backward_dkv_dq: {} is not supported (f16 or bf16)", core::dtype_name(dtype));
-  const bool sm90 = path == FlashAttention2Path::sm90 ||
-                    (path == FlashAttention2Path::automatic && flash_attention2_sm90_usable(dtype, d, d_v));
-  VISION_CHECK(!sm90 || flash_attention2_sm90_usable(dtype, d, d_v),
-               "flash_attention2 backward_sm90: needs an sm_90a GPU, f16/bf16 and d_v in {{16, 32, 64, 128}} (got {}, "
-               "d_v = {})",
-               core::dtype_name(dtype), d_v);
+  const bool sm90 = takes_sm90(path, dtype, d, d_v, "backward_sm90");
   const auto& convert = cuda::kernel_instance<FlashAttention2BackwardDqConvert>(dtype);
   const FlashAttention2Launch lc =
       flash_attention2_launch(FlashAttention2Kernel::backward_dq_convert, dtype,

@@ -33,59 +33,66 @@ struct FlashAttention2Instance {
 // Throws vision::Error unless the GPU kernels take (dtype, d, d_v) (see check_flash_attention2_gpu_sizes).
 FlashAttention2Instance flash_attention2_instance(FlashAttention2Kernel kernel, DType dtype, int d, int d_v);
 
+// The kernel spec of an instantiation: name, file, constants (the id), and the parameter list of its kernel.
+cuda::KernelSpec flash_attention2_spec(const FlashAttention2Instance& in, DType dtype);
+
+// What every FA2 descriptor is: a typed kernel descriptor plus the instantiation it was built from.
+template <typename... Params>
+struct FlashAttention2Descriptor : cuda::KernelDescriptor<Params...> {
+  FlashAttention2Descriptor(FlashAttention2Kernel kernel, DType dtype, int d, int d_v)
+      : FlashAttention2Descriptor(flash_attention2_instance(kernel, dtype, d, d_v), dtype) {}
+  FlashAttention2Instance instance;
+
+ private:
+  FlashAttention2Descriptor(const FlashAttention2Instance& in, DType dtype)
+      : cuda::KernelDescriptor<Params...>(flash_attention2_spec(in, dtype)), instance(in) {}
+};
+
 // Descriptors; arguments in the kernel's order (lse and delta are f32 [BH, n_q]; the rest are dtype tensors).
 struct FlashAttention2Forward
-    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, void* /*o*/, void* /*lse*/,
+    : FlashAttention2Descriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, void* /*o*/, void* /*lse*/,
                              int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
   FlashAttention2Forward(DType dtype, int d, int d_v);
-  FlashAttention2Instance instance;
 };
 struct FlashAttention2BackwardPreprocess
-    : cuda::KernelDescriptor<const void* /*o*/, const void* /*grad_o*/, void* /*delta*/, int32_t /*rows*/> {
+    : FlashAttention2Descriptor<const void* /*o*/, const void* /*grad_o*/, void* /*delta*/, int32_t /*rows*/> {
   FlashAttention2BackwardPreprocess(DType dtype, int d_v);
-  FlashAttention2Instance instance;
 };
 struct FlashAttention2BackwardDq
-    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
+    : FlashAttention2Descriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
                              const void* /*lse*/, const void* /*delta*/, void* /*grad_q*/, int32_t /*n_q*/,
                              int32_t /*n_k*/, float /*scale*/> {
   FlashAttention2BackwardDq(DType dtype, int d, int d_v);
-  FlashAttention2Instance instance;
 };
 struct FlashAttention2BackwardDkv
-    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
+    : FlashAttention2Descriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
                              const void* /*lse*/, const void* /*delta*/, void* /*grad_k*/, void* /*grad_v*/,
                              int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
   FlashAttention2BackwardDkv(DType dtype, int d, int d_v);
-  FlashAttention2Instance instance;
 };
 // f16/bf16 only: dK/dV plus dQ added (f32 atomics) into dq_accum, then rounded to grad_q by the conversion kernel.
 struct FlashAttention2BackwardDkvDq
-    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
+    : FlashAttention2Descriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
                              const void* /*lse*/, const void* /*delta*/, void* /*grad_k*/, void* /*grad_v*/,
                              void* /*dq_accum*/, int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
   FlashAttention2BackwardDkvDq(DType dtype, int d, int d_v);
-  FlashAttention2Instance instance;
 };
 struct FlashAttention2BackwardDqConvert
-    : cuda::KernelDescriptor<const void* /*dq_accum*/, void* /*grad_q*/, int32_t /*n*/> {
+    : FlashAttention2Descriptor<const void* /*dq_accum*/, void* /*grad_q*/, int32_t /*n*/> {
   explicit FlashAttention2BackwardDqConvert(DType dtype);
-  FlashAttention2Instance instance;
 };
 // sm_90a only (flash_attn2_sm90.cuh): dK/dV + atomic dQ on wgmma (the arguments of FlashAttention2BackwardDkvDq) and
 // the forward on wgmma; f16/bf16, d_v ∈ {16, 32, 64, 128}.
 struct FlashAttention2BackwardSm90
-    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
+    : FlashAttention2Descriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, const void* /*grad_o*/,
                              const void* /*lse*/, const void* /*delta*/, void* /*grad_k*/, void* /*grad_v*/,
                              void* /*dq_accum*/, int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
   FlashAttention2BackwardSm90(DType dtype, int d, int d_v);
-  FlashAttention2Instance instance;
 };
 struct FlashAttention2ForwardSm90
-    : cuda::KernelDescriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, void* /*o*/, void* /*lse*/,
+    : FlashAttention2Descriptor<const void* /*q*/, const void* /*k*/, const void* /*v*/, void* /*o*/, void* /*lse*/,
                              int32_t /*n_q*/, int32_t /*n_k*/, float /*scale*/> {
   FlashAttention2ForwardSm90(DType dtype, int d, int d_v);
-  FlashAttention2Instance instance;
 };
 
 // Whether the launchers can take the wgmma kernels: an sm_90a device (the current one, probed once per process),
