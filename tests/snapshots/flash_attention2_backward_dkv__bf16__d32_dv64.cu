@@ -269,9 +269,13 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* g, int row0, i
 // count f32 values [row0, row0 + count) of a vector of length n into shared memory, zero past n.
 template <int COUNT, int THREADS>
 __device__ __forceinline__ void load_rows_async(float* dst, const float* g, int row0, int n) {
-  for (int r = static_cast<int>(threadIdx.x); r < COUNT; r += THREADS) {
-    const bool valid = row0 + r < n;
-    cp_async_4(dst + r, valid ? g + row0 + r : g, valid);
+#pragma unroll
+  for (int pass = 0; pass < (COUNT + THREADS - 1) / THREADS; ++pass) {
+    const int r = pass * THREADS + static_cast<int>(threadIdx.x);
+    if (COUNT % THREADS == 0 || r < COUNT) {
+      const bool valid = row0 + r < n;
+      cp_async_4(dst + r, valid ? g + row0 + r : g, valid);
+    }
   }
 }
 

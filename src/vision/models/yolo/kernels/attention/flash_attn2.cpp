@@ -471,10 +471,12 @@ FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, DType 
     // two warpgroups with 128-key steps at d = 128.
     case FlashAttention2Kernel::forward_sm90:
       return d >= 128 ? FlashAttention2Tiles{128, 128, 8} : FlashAttention2Tiles{64, d >= 64 ? 128 : 64, 4};
-    // Measured on the H200 (NOTES.md, v3): one warpgroup of 64 keys per CTA at d ≤ 32 (three CTAs per SM), two from
-    // d = 64 on (K/V loads shared, dQ halves summed in shared memory before the atomics).
+    // Measured on the H200 (NOTES.md, v4): one warpgroup of 64 keys per CTA at d ≤ 32 (three CTAs per SM), three at
+    // d = 64 and two at d = 128 (K/V loads shared, dQ partials summed in shared memory before the atomics).
     case FlashAttention2Kernel::backward_sm90:
-      return d >= 64 ? FlashAttention2Tiles{64, 128, 8} : FlashAttention2Tiles{64, 64, 4};
+      return d >= 128  ? FlashAttention2Tiles{64, 128, 8}
+             : d >= 64 ? FlashAttention2Tiles{64, 192, 12}
+                       : FlashAttention2Tiles{64, 64, 4};
   }
   fail("flash_attention2: unknown kernel");
 }
@@ -503,8 +505,8 @@ void check_tiles(FlashAttention2Kernel kernel, DType dtype, FlashAttention2Tiles
     return;
   }
   if (kernel == FlashAttention2Kernel::backward_sm90) {
-    VISION_CHECK(!f32 && (w == 4 || w == 8) && t.block_m == 64 && t.block_n == 16 * w,
-                 "flash_attention2 backward_sm90: tiles {}x{} with {} warps (64 queries per step, 1 or 2 warpgroups "
+    VISION_CHECK(!f32 && (w == 4 || w == 8 || w == 12) && t.block_m == 64 && t.block_n == 16 * w,
+                 "flash_attention2 backward_sm90: tiles {}x{} with {} warps (64 queries per step, 1 to 3 warpgroups "
                  "of 64 keys, 16-bit types)",
                  t.block_m, t.block_n, w);
     return;
@@ -579,7 +581,7 @@ size_t flash_attention2_smem_bytes(FlashAttention2Kernel kernel, DType dtype, in
     case FlashAttention2Kernel::forward_sm90: return (bm * D + 2 * bn * (D + DV)) * 2;
     case FlashAttention2Kernel::backward_sm90:
       return (bn * (D + DV) + 2 * bm * (D + DV) + bn * bm) * 2 + 2 * 2 * bm * 4 +
-             (t.warps == 8 ? 2 * 64 * (D / 2 + 8) * 4 : 0);
+             (t.warps == 8 ? 2 * 64 * (D / 2 + 8) : t.warps == 12 ? 3 * 64 * (D + 8) : 0) * 4;
   }
   fail("flash_attention2: unknown kernel");
 }

@@ -39,9 +39,9 @@ template <typename T, int D, int DV, int BN, int NWG>
 struct FlashAttention2Sm90Smem {
   static constexpr int bytes = (64 * NWG * D + 2 * BN * (D + DV)) * 2;  // Q, then two stages of K and V
   // K, V (64·NWG keys), two stages of Q and dO (64 queries), a 64 × 64 dSᵀ tile per warpgroup, two stages of lse
-  // and delta, and with two warpgroups the dQ halves they exchange.
+  // and delta, and with two or more warpgroups the dQ partials they sum (reduce_dq).
   static constexpr int backward = (64 * NWG * (D + DV) + 2 * 64 * (D + DV) + NWG * 64 * 64) * 2 + 2 * 2 * 64 * 4 +
-                                  (NWG == 2 ? 2 * 64 * (D / 2 + 8) * 4 : 0);
+                                  (NWG == 2 ? 2 * 64 * (D / 2 + 8) : NWG >= 3 ? NWG * 64 * (D + 8) : 0) * 4;
 };
 
 // The swizzled layout of a ROWS × COLS 16-bit tile (see the top of the file).
@@ -61,20 +61,32 @@ struct Swizzled {
 };
 
 // Stages rows [row0, row0 + ROWS) of a [n, COLS] 16-bit matrix into a swizzled tile; rows ≥ n are zero-filled.
+// Thread i copies chunk i % (COLS/8) of rows i / (COLS/8) + p·(THREADS / (COLS/8)): the pass p moves its addresses
+// by whole 8-row groups, which the swizzle leaves alone, so both addresses are computed once.
 template <typename T, int ROWS, int COLS, int THREADS>
 __device__ __forceinline__ void load_swizzled_async(T* tile, const T* g, int row0, int n) {
-  constexpr int kChunks = COLS / 8, kTotal = ROWS * kChunks;
-  unsigned char* base = reinterpret_cast<unsigned char*>(tile);
+  using L = Swizzled<ROWS, COLS>;
+  constexpr int kChunks = COLS / 8, kRowsPerPass = THREADS / kChunks;
+  static_assert(THREADS % kChunks == 0 && kRowsPerPass % 8 == 0, "load_swizzled_async: THREADS does not fit COLS");
+  const int r = static_cast<int>(threadIdx.x) / kChunks, c = static_cast<int>(threadIdx.x) % kChunks;
+  unsigned char* dst = reinterpret_cast<unsigned char*>(tile) + L::chunk_offset(r, c);
+  const T* src = g + static_cast<long long>(row0 + r) * COLS + c * 8;
 #pragma unroll
-  for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
-    const int i = it * THREADS + static_cast<int>(threadIdx.x);
-    if (kTotal % THREADS == 0 || i < kTotal) {
-      const int r = i / kChunks, c = i % kChunks;
-      const bool valid = row0 + r < n;
-      const T* src = valid ? g + static_cast<long long>(row0 + r) * COLS + c * 8 : g;
-      cp_async_16(base + Swizzled<ROWS, COLS>::chunk_offset(r, c), src, valid);
+  for (int pass = 0; pass < (ROWS + kRowsPerPass - 1) / kRowsPerPass; ++pass) {
+    const int row = r + pass * kRowsPerPass;
+    if (ROWS % kRowsPerPass == 0 || row < ROWS) {
+      const bool valid = row0 + row < n;
+      cp_async_16(dst + pass * (kRowsPerPass / 8) * L::kGroup, valid ? src + pass * kRowsPerPass * COLS : g, valid);
     }
   }
+}
+
+// Stores four 8 × 8 16-bit matrices, held in the mma fragment layout (register j: matrix j), to shared memory; lanes
+// 8j .. 8j+7 give the addresses of the rows of matrix j (sm_90).
+__device__ __forceinline__ void stmatrix_x4(void* p, const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(p)), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // wgmma shared-memory matrix descriptor: start address, leading and stride byte offsets (each >> 4), layout type.
@@ -476,6 +488,67 @@ __device__ __forceinline__ void reduce_dq(float (&acc_dq)[D / 8][4], float* sX, 
   }
 }
 
+// red.global.add.v4.f32: four consecutive floats (16-byte aligned) in one reduction (sm_90).
+__device__ __forceinline__ void atomic_add4(float* p, float a, float b, float c, float d) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+  __trap();  // sm_90 only, as are its callers
+#endif
+}
+
+// The end of a backward step with NWG ≥ 3 warpgroups: each puts its dQ partial into sX ([NWG][64][D + 8] f32); after
+// a barrier every thread sums the NWG partials of four consecutive columns and adds them into dq_accum with one
+// red.global.add.v4.f32 (scale applied): 1/NWG of the reduction traffic of one warpgroup per CTA.
+template <int NWG, int D>
+__device__ __forceinline__ void reduce_dq_shared(float (&acc_dq)[D / 8][4], float* sX, float* __restrict__ dq_accum,
+                                                 long long bh, int n_q, int m0, int wg, int warp, int g, int t,
+                                                 float scale) {
+  constexpr int LDX = D + 8, kQuads = D / 4;
+  float* mine = sX + wg * 64 * LDX;
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<float2*>(mine + (warp * 16 + g + 8 * r) * LDX + j * 8 + 2 * t) =
+          make_float2(acc_dq[j][2 * r], acc_dq[j][2 * r + 1]);
+  __syncthreads();  // every partial is in shared memory
+  for (int i = static_cast<int>(threadIdx.x); i < 64 * kQuads; i += 128 * NWG) {
+    const int row = i / kQuads, col = (i % kQuads) * 4;
+    float4 s = *reinterpret_cast<const float4*>(sX + row * LDX + col);
+#pragma unroll
+    for (int w = 1; w < NWG; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(sX + (w * 64 + row) * LDX + col);
+      s.x += x.x;
+      s.y += x.y;
+      s.z += x.z;
+      s.w += x.w;
+    }
+    if (m0 + row < n_q)
+      atomic_add4(dq_accum + (bh * n_q + m0 + row) * D + col, s.x * scale, s.y * scale, s.z * scale, s.w * scale);
+  }
+}
+
+// Pᵀ = 2^(Sᵀ·sl2 − lse·log2e) in place on the Sᵀ accumulators (64 keys × BM queries per warpgroup; this thread's
+// columns are queries 8nt + 2t and + 1, whose lse it reads from sL). MASKED: queries ≥ valid give 0 (their Q and dO
+// rows are zero-filled, so Sᵀ and dPᵀ there are finite).
+template <int BM, bool MASKED>
+__device__ __forceinline__ void exp_scores(float (&acc_s)[BM / 8][4], const float* sL, float sl2, int valid, int t) {
+#pragma unroll
+  for (int nt = 0; nt < BM / 8; ++nt) {
+    const float2 l = *reinterpret_cast<const float2*>(sL + nt * 8 + 2 * t);
+    float nx = -l.x * Constants::kLog2e, ny = -l.y * Constants::kLog2e;
+    if (MASKED) {
+      nx = nt * 8 + 2 * t < valid ? nx : neg_inf();
+      ny = nt * 8 + 2 * t + 1 < valid ? ny : neg_inf();
+    }
+    acc_s[nt][0] = ex2_approx(fmaf(acc_s[nt][0], sl2, nx));
+    acc_s[nt][1] = ex2_approx(fmaf(acc_s[nt][1], sl2, ny));
+    acc_s[nt][2] = ex2_approx(fmaf(acc_s[nt][2], sl2, nx));
+    acc_s[nt][3] = ex2_approx(fmaf(acc_s[nt][3], sl2, ny));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Backward for Hopper: dK, dV and dQ in one pass (dQ added into an f32 accumulator with atomics, as
 // flash_attention2_backward_dkv_dq does with mma.sync). CTA: NWG warpgroups, BLOCK_N = 64·NWG keys; warpgroup w owns
@@ -484,10 +557,12 @@ __device__ __forceinline__ void reduce_dq(float (&acc_dq)[D / 8][4], float* sX, 
 //   Sᵀ = K_w·Q_iᵀ, dPᵀ = V_w·dO_iᵀ      wgmma m64n64, A and B K-major from shared memory;
 //   Pᵀ = 2^(Sᵀ·sl2 − lse_i·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − delta_i)   in registers (queries ≥ n_q give 0);
 //   dV += Pᵀ·dO_i, dK += dSᵀ·Q_i          wgmma m64n{DV}, m64n{D}, A from registers, B MN-major;
-//   dQ_i += dS·K_w                         dSᵀ goes to the warpgroup's shared tile, then wgmma m64n{D} with A and B
-//                                          MN-major, and red.global.add.v2.f32 into dq_accum (scale applied).
+//   dQ_i += dS·K_w                         dSᵀ goes to the warpgroup's shared tile (stmatrix), then wgmma m64n{D}
+//                                          with A and B MN-major, and red.global.add into dq_accum (scale applied;
+//                                          with several warpgroups their partials are summed in shared memory first).
 // (A bulk reduction through shared memory, cp.reduce.async.bulk, measured slower than the per-thread reductions.)
-// The products are issued in three commit groups so that the exponentials overlap dPᵀ, and dSᵀ overlaps dV.
+// The products are issued in five commit groups so that the exponentials overlap dPᵀ, dSᵀ overlaps dV, and the dQ
+// reduction overlaps dK. One barrier per step guards both the shared stages and the dSᵀ tiles.
 template <typename T, int D, int DV, int NWG>
 __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                               const T* __restrict__ grad_o, const float* __restrict__ lse,
@@ -522,10 +597,15 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
 
   load_swizzled_async<T, BN, D, kThreads>(sK, k + bh * n_k * D, n0, n_k);
   load_swizzled_async<T, BN, DV, kThreads>(sV, v + bh * n_k * DV, n0, n_k);
-  load_swizzled_async<T, BM, D, kThreads>(sQ, qb, 0, n_q);
-  load_swizzled_async<T, BM, DV, kThreads>(sdO, ob, 0, n_q);
-  load_rows_async<BM, kThreads>(sL, lb, 0, n_q);
-  load_rows_async<BM, kThreads>(sD, db, 0, n_q);
+  // With one warpgroup per CTA, the CTAs of a head start at different query blocks (key block mod m_blocks) and wrap
+  // around, so that their dQ reductions go to different rows at a time: 2-3% faster at d = 32 on the H200, while
+  // with two or three warpgroups it measured 1% slower (bench/attention/NOTES.md, v4).
+  const int m_blocks = (n_q + BM - 1) / BM;
+  const int first = NWG == 1 ? static_cast<int>(blockIdx.x) % m_blocks : 0;
+  load_swizzled_async<T, BM, D, kThreads>(sQ, qb, first * BM, n_q);
+  load_swizzled_async<T, BM, DV, kThreads>(sdO, ob, first * BM, n_q);
+  load_rows_async<BM, kThreads>(sL, lb, first * BM, n_q);
+  load_rows_async<BM, kThreads>(sD, db, first * BM, n_q);
   cp_async_commit();
 
   float acc_dk[D / 8][4], acc_dv[DV / 8][4];
@@ -534,21 +614,21 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
 #pragma unroll
   for (int i = 0; i < DV / 8; ++i) acc_dv[i][0] = acc_dv[i][1] = acc_dv[i][2] = acc_dv[i][3] = 0.0f;
   const float sl2 = scale * Constants::kLog2e;
-  const int m_blocks = (n_q + BM - 1) / BM;
 
-  for (int i = 0; i < m_blocks; ++i) {
-    const int m0 = i * BM;
-    if (i + 1 < m_blocks) {  // stage (i + 1) & 1 was released by the barrier of iteration i
+  for (int i = 0, block = first; i < m_blocks; ++i) {
+    const int m0 = block * BM;
+    if (++block == m_blocks) block = 0;
+    cp_async_wait<0>();  // stage i & 1, committed one step ago
+    fence_proxy_async();
+    __syncthreads();  // stage i & 1 has landed for every thread, and every thread is done with step i − 1
+    if (i + 1 < m_blocks) {  // so stage (i + 1) & 1 is free: the next step's copies overlap this step
       const int st = (i + 1) & 1;
-      load_swizzled_async<T, BM, D, kThreads>(sQ + st * BM * D, qb, m0 + BM, n_q);
-      load_swizzled_async<T, BM, DV, kThreads>(sdO + st * BM * DV, ob, m0 + BM, n_q);
-      load_rows_async<BM, kThreads>(sL + st * BM, lb, m0 + BM, n_q);
-      load_rows_async<BM, kThreads>(sD + st * BM, db, m0 + BM, n_q);
+      load_swizzled_async<T, BM, D, kThreads>(sQ + st * BM * D, qb, block * BM, n_q);
+      load_swizzled_async<T, BM, DV, kThreads>(sdO + st * BM * DV, ob, block * BM, n_q);
+      load_rows_async<BM, kThreads>(sL + st * BM, lb, block * BM, n_q);
+      load_rows_async<BM, kThreads>(sD + st * BM, db, block * BM, n_q);
     }
     cp_async_commit();
-    cp_async_wait<1>();
-    fence_proxy_async();
-    __syncthreads();
     const T* cQ = sQ + (i & 1) * BM * D;
     const T* cdO = sdO + (i & 1) * BM * DV;
     const float* cL = sL + (i & 1) * BM;
@@ -574,16 +654,13 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
     wgmma_wait<1>();
     pin(acc_s);
 
-    // Pᵀ (queries ≥ n_q give 0), rounded to T as the A operand of dV += Pᵀ·dO_i, issued while dPᵀ may still run.
+    // Pᵀ, rounded to T as the A operand of dV += Pᵀ·dO_i, issued while dPᵀ may still run. Past n_q (the last block
+    // only) the exponent is −inf, so Pᵀ and dSᵀ are 0 there.
     unsigned pp[BM / 16][4], ps[BM / 16][4];
-#pragma unroll
-    for (int nt = 0; nt < BM / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = nt * 8 + 2 * t + (e & 1);
-        acc_s[nt][e] =
-            m0 + qi < n_q ? ex2_approx(fmaf(acc_s[nt][e], sl2, -cL[qi] * Constants::kLog2e)) : 0.0f;
-      }
+    if (m0 + BM <= n_q)
+      exp_scores<BM, false>(acc_s, cL, sl2, 0, t);
+    else
+      exp_scores<BM, true>(acc_s, cL, sl2, n_q - m0, t);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) acc_to_a<T>(pp[kk], acc_s, kk);
     pin(acc_dv);
@@ -597,24 +674,27 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
 
     // dSᵀ = Pᵀ ∘ (dPᵀ − delta_i), rounded to T; also to this warpgroup's shared tile for dQ.
 #pragma unroll
-    for (int nt = 0; nt < BM / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_dp[nt][e] = acc_s[nt][e] * (acc_dp[nt][e] - cD[nt * 8 + 2 * t + (e & 1)]);
+    for (int nt = 0; nt < BM / 8; ++nt) {
+      const float2 dl = *reinterpret_cast<const float2*>(cD + nt * 8 + 2 * t);
+      acc_dp[nt][0] = acc_s[nt][0] * (acc_dp[nt][0] - dl.x);
+      acc_dp[nt][1] = acc_s[nt][1] * (acc_dp[nt][1] - dl.y);
+      acc_dp[nt][2] = acc_s[nt][2] * (acc_dp[nt][2] - dl.x);
+      acc_dp[nt][3] = acc_s[nt][3] * (acc_dp[nt][3] - dl.y);
+    }
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) {
       acc_to_a<T>(ps[kk], acc_dp, kk);
-      // Rows (keys) warp·16 + g and + 8, columns (queries) 16kk + 2t (+ 8) of the warpgroup's 64 × BM dSᵀ tile.
-      unsigned char* tile = reinterpret_cast<unsigned char*>(my_dS);
-      const int r = warp * 16 + g, c = 2 * kk, off = 4 * t;
-      *reinterpret_cast<unsigned*>(tile + Swizzled<64, BM>::chunk_offset(r, c) + off) = ps[kk][0];
-      *reinterpret_cast<unsigned*>(tile + Swizzled<64, BM>::chunk_offset(r + 8, c) + off) = ps[kk][1];
-      *reinterpret_cast<unsigned*>(tile + Swizzled<64, BM>::chunk_offset(r, c + 1) + off) = ps[kk][2];
-      *reinterpret_cast<unsigned*>(tile + Swizzled<64, BM>::chunk_offset(r + 8, c + 1) + off) = ps[kk][3];
+      // Register j of ps[kk] is the 8 × 8 block (rows warp·16 + 8(j & 1) .., columns 16kk + 8(j >> 1) ..) of the
+      // warpgroup's 64 × BM dSᵀ tile; lane l gives row l & 7 of block l >> 3.
+      const int j = lane >> 3;
+      stmatrix_x4(reinterpret_cast<unsigned char*>(my_dS) +
+                      Swizzled<64, BM>::chunk_offset(warp * 16 + (lane & 7) + 8 * (j & 1), 2 * kk + (j >> 1)),
+                  ps[kk]);
     }
     fence_proxy_async();
     warpgroup_barrier(wg);  // the warpgroup's dSᵀ tile is complete
 
-    // dK += dSᵀ·Q_i, dQ_i (64 queries × D) = dS·K_w.
+    // dQ_i (64 queries × D) = dS·K_w, then dK += dSᵀ·Q_i, which runs while dQ_i is reduced.
     float acc_dq[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) acc_dq[j][0] = acc_dq[j][1] = acc_dq[j][2] = acc_dq[j][3] = 0.0f;
@@ -623,28 +703,31 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
     pin(ps);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) Wgmma<D>::template rs<T>(acc_dk, ps[kk], mnmajor_desc<BM, D>(cQ, kk));
-#pragma unroll
     for (int kk = 0; kk < 64 / 16; ++kk)
       Wgmma<D>::template ss<T, 1, 1>(acc_dq, mnmajor_desc<64, BM>(my_dS, kk), mnmajor_desc<BN, D>(sK, kk, wg * 64));
-    wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_commit();  // group 4: dQ_i
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) Wgmma<D>::template rs<T>(acc_dk, ps[kk], mnmajor_desc<BM, D>(cQ, kk));
+    wgmma_commit();  // group 5: dK
+    wgmma_wait<1>();
     pin(acc_dv);
-    pin(acc_dk);
     pin(acc_dq);
     pin(pp);
-    pin(ps);
 
     // dQ_i into dq_accum. With two warpgroups (their partials cover the same queries), each first hands the other
     // half of its columns to the other warpgroup through shared memory and adds the half it receives: half the
     // reduction traffic to L2, which bounds this pass at large N.
     // The register indices must be compile-time constants (a run-time index would put acc_dq in local memory), so
     // the reduction is instantiated per warpgroup index.
-    if (NWG == 1 || wg == 0)
+    if constexpr (NWG >= 3)
+      reduce_dq_shared<NWG, D>(acc_dq, sX, dq_accum, bh, n_q, m0, wg, warp, g, t, scale);
+    else if (NWG == 1 || wg == 0)
       reduce_dq<0, NWG, D>(acc_dq, sX, dq_accum, bh, n_q, m0, warp, g, t, scale);
     else
       reduce_dq<1, NWG, D>(acc_dq, sX, dq_accum, bh, n_q, m0, warp, g, t, scale);
-    __syncthreads();  // every warpgroup is done with stage i & 1 before iteration i + 1 refills it
+    wgmma_wait<0>();
+    pin(acc_dk);
+    pin(ps);
   }
   cp_async_wait<0>();
 
