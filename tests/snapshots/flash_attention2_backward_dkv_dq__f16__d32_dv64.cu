@@ -28,8 +28,9 @@
 //   flash_attention2_forward<T, D, DV, BLOCK_M, BLOCK_N, W>          grid (ceil(n_q / BLOCK_M), BH)
 //       (q, k, v, o, lse, n_q, n_k, scale); lse may be null (inference). One CTA per query block; K/V tiles
 //       streamed through shared memory, online softmax in registers, O normalised once at the end.
-//   flash_attention2_backward_preprocess<T, DV, W>                    grid (ceil(BH·n_q / W))
-//       (o, grad_o, delta, rows = BH·n_q): delta = rowsum(grad_o ∘ o), one warp per row.
+//   flash_attention2_backward_preprocess<T, DV, W>                    grid (ceil(BH·n_q / (W · R)))
+//       (o, grad_o, delta, rows = BH·n_q): delta = rowsum(grad_o ∘ o), R = PreprocessShape<T, DV>::kRowsPerWarp
+//       rows per warp, 16-byte loads.
 //   flash_attention2_backward_dq<T, D, DV, BLOCK_M, BLOCK_N, W>       grid (ceil(n_q / BLOCK_M), BH)
 //       (q, k, v, grad_o, lse, delta, grad_q, n_q, n_k, scale). One CTA per query block, iterating over key blocks
 //       (double-buffered on the tensor-core path); P and dS are recomputed, never stored globally.
@@ -130,6 +131,38 @@ __device__ __forceinline__ unsigned pack2(float a, float b) {
     return *reinterpret_cast<const unsigned*>(&h);
   }
 }
+
+// The dot product of two 16-byte vectors of T (8 16-bit or 4 f32 elements), accumulated in f32.
+template <typename T>
+__device__ __forceinline__ float dot16(uint4 a, uint4 b) {
+  const unsigned x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (IsF32<T>::value) {
+      s = fmaf(__uint_as_float(x[i]), __uint_as_float(y[i]), s);
+    } else if constexpr (IsSame<T, __half>::value) {
+      const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&x[i]));
+      const float2 q = __half22float2(*reinterpret_cast<const __half2*>(&y[i]));
+      s = fmaf(p.x, q.x, fmaf(p.y, q.y, s));
+    } else {
+      const float2 p = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x[i]));
+      const float2 q = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&y[i]));
+      s = fmaf(p.x, q.x, fmaf(p.y, q.y, s));
+    }
+  }
+  return s;
+}
+
+// The preprocessing kernel's layout: a row of DV elements is kChunks 16-byte chunks, read by kLanes lanes of a warp
+// (all the chunks when they are a power of two up to 32; else the whole warp strides over them), so that a warp
+// covers kRowsPerWarp rows with full 16-byte loads. The host's tile table gives block_m = warps · kRowsPerWarp.
+template <typename T, int DV>
+struct PreprocessShape {
+  static constexpr int kChunks = DV * static_cast<int>(sizeof(T)) / 16;
+  static constexpr int kLanes = kChunks <= 32 && (kChunks & (kChunks - 1)) == 0 ? kChunks : 32;
+  static constexpr int kRowsPerWarp = 32 / kLanes;
+};
 
 // ---------------------------------------------------------------------------------------------------------------
 // Warp reductions.
@@ -1106,17 +1139,20 @@ __global__ void __launch_bounds__(NUM_WARPS * 32)
     flash_attention2_backward_preprocess(const T* __restrict__ o, const T* __restrict__ grad_o,
                                          float* __restrict__ delta, int rows) {
   static_assert(fa2::IsSupported<T>::value, "flash_attention2: T must be float, __half or __nv_bfloat16");
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const long long row = static_cast<long long>(blockIdx.x) * NUM_WARPS + (threadIdx.x >> 5);
-  if (row >= rows) return;  // the whole warp leaves together
-  const T* a = o + row * HEAD_DIM_V;
-  const T* b = grad_o + row * HEAD_DIM_V;
+  using P = fa2::PreprocessShape<T, HEAD_DIM_V>;
+  const int lane = static_cast<int>(threadIdx.x) & 31, sub = lane % P::kLanes;
+  const long long row = (static_cast<long long>(blockIdx.x) * NUM_WARPS + (threadIdx.x >> 5)) * P::kRowsPerWarp +
+                        lane / P::kLanes;
   float s = 0.0f;
+  if (row < rows) {
+    const uint4* a = reinterpret_cast<const uint4*>(o + row * HEAD_DIM_V);
+    const uint4* b = reinterpret_cast<const uint4*>(grad_o + row * HEAD_DIM_V);
 #pragma unroll
-  for (int c = lane; c < HEAD_DIM_V; c += 32) s = fmaf(fa2::to_float(a[c]), fa2::to_float(b[c]), s);
+    for (int c = sub; c < P::kChunks; c += P::kLanes) s += fa2::dot16<T>(a[c], b[c]);
+  }
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-  if (lane == 0) delta[row] = s;
+  for (int off = P::kLanes / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (row < rows && sub == 0) delta[row] = s;
 }
 
 template <typename T, int HEAD_DIM, int HEAD_DIM_V = HEAD_DIM, int BLOCK_M = 64, int BLOCK_N = 64, int NUM_WARPS = 4>

@@ -422,6 +422,13 @@ void check_flash_attention2_gpu_sizes(DType dtype, int64_t d, int64_t d_v) {
 
 namespace {
 
+// The rows one warp of the preprocessing kernel covers (fa2::PreprocessShape in flash_attn2.cuh): a row is
+// d_v · size / 16 chunks of 16 bytes, one per lane when they are a power of two up to 32, else one row per warp.
+int preprocess_rows_per_warp(DType dtype, int d_v) {
+  const int chunks = d_v * static_cast<int>(core::dtype_size(dtype)) / 16;
+  return chunks <= 32 && (chunks & (chunks - 1)) == 0 ? 32 / chunks : 1;
+}
+
 // VISION_FA2_TILES="forward_sm90=64,128,4;backward_dkv_dq=64,128,8" replaces the table's tiles of the kernels it
 // names, for every dtype and size (a tuning aid for bench_attention; read once per process; the kernel names and
 // shared-memory sizes follow, and check_tiles validates them at first use).
@@ -459,7 +466,7 @@ FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, DType 
   switch (kernel) {
     case FlashAttention2Kernel::forward:
       return f32 ? FlashAttention2Tiles{d_v >= 128 ? 32 : 64, 32, 4} : FlashAttention2Tiles{64, d_v >= 256 ? 32 : 64, 4};
-    case FlashAttention2Kernel::backward_preprocess: return {8, 0, 8};
+    case FlashAttention2Kernel::backward_preprocess: return {8 * preprocess_rows_per_warp(dtype, d_v), 0, 8};
     case FlashAttention2Kernel::backward_dq:
       return f32 ? FlashAttention2Tiles{32, 32, 4} : FlashAttention2Tiles{64, d + d_v >= 384 ? 32 : 64, 4};
     case FlashAttention2Kernel::backward_dkv:
@@ -492,12 +499,14 @@ std::string_view cuda_type_name(DType dtype) {
   }
 }
 
-void check_tiles(FlashAttention2Kernel kernel, DType dtype, FlashAttention2Tiles t) {
+void check_tiles(FlashAttention2Kernel kernel, DType dtype, int d_v, FlashAttention2Tiles t) {
   const bool f32 = dtype == DType::f32;
   const int w = t.warps;
   VISION_CHECK(w >= 1 && w <= 32, "flash_attention2 (GPU): {} warps per CTA", w);
   if (kernel == FlashAttention2Kernel::backward_preprocess) {
-    VISION_CHECK(t.block_m == w, "flash_attention2 preprocess: block_m must equal warps (one row per warp)");
+    VISION_CHECK(t.block_m == w * preprocess_rows_per_warp(dtype, d_v),
+                 "flash_attention2 preprocess: block_m must be warps · {} (the rows a warp covers at d_v = {})",
+                 preprocess_rows_per_warp(dtype, d_v), d_v);
     return;
   }
   if (kernel == FlashAttention2Kernel::backward_dq_convert) {
@@ -538,7 +547,7 @@ void check_tiles(FlashAttention2Kernel kernel, DType dtype, FlashAttention2Tiles
 std::string flash_attention2_kernel_name(FlashAttention2Kernel kernel, DType dtype, int d, int d_v,
                                          FlashAttention2Tiles t) {
   check_flash_attention2_gpu_sizes(dtype, d, d_v);
-  check_tiles(kernel, dtype, t);
+  check_tiles(kernel, dtype, d_v, t);
   constexpr std::string_view ns = "vision::models::yolo::kernels::attention::";
   VISION_CHECK(flash_attention2_kernel_exists(kernel, dtype, d, d_v),
                "flash_attention2 {}: no kernel for {} with d_v = {}", flash_attention2_kernel_label(kernel),
@@ -559,7 +568,7 @@ std::string flash_attention2_kernel_name(FlashAttention2Kernel kernel, DType dty
 
 size_t flash_attention2_smem_bytes(FlashAttention2Kernel kernel, DType dtype, int d, int dv, FlashAttention2Tiles t) {
   check_flash_attention2_gpu_sizes(dtype, d, dv);
-  check_tiles(kernel, dtype, t);
+  check_tiles(kernel, dtype, dv, t);
   const size_t bm = static_cast<size_t>(t.block_m), bn = static_cast<size_t>(t.block_n);
   const size_t D = static_cast<size_t>(d), DV = static_cast<size_t>(dv);
   const bool f32 = dtype == DType::f32;
