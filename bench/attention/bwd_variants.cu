@@ -54,6 +54,18 @@ struct Buffers {
   float *lse, *delta, *acc;
 };
 
+// dQ, dK, dV, concatenated, as floats.
+template <int D, int DV>
+void download(const Problem& p, const Buffers& bf, std::vector<float>* out) {
+  const long long rows = static_cast<long long>(p.b) * p.h * p.n;
+  std::vector<__half> h(rows * (2 * D + DV));
+  CK(cudaMemcpy(h.data(), bf.gq, rows * D * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(h.data() + rows * D, bf.gk, rows * D * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(h.data() + 2 * rows * D, bf.gv, rows * DV * 2, cudaMemcpyDeviceToHost));
+  out->assign(h.size(), 0.0f);
+  for (size_t i = 0; i < h.size(); ++i) (*out)[i] = __half2float(h[i]);
+}
+
 template <int D, int DV, int NWG>
 float run(const Problem& p, const Buffers& bf, std::vector<float>* out) {
   using T = __half;
@@ -87,17 +99,7 @@ float run(const Problem& p, const Buffers& bf, std::vector<float>* out) {
     ts.push_back(ms * 1000.0f / 5);
   }
   std::sort(ts.begin(), ts.end());
-  if (out) {
-    const long long nk = static_cast<long long>(bh) * n;
-    std::vector<__half> hq(nq), hk(nk * D), hv(nk * DV);
-    CK(cudaMemcpy(hq.data(), bf.gq, hq.size() * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hk.data(), bf.gk, hk.size() * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hv.data(), bf.gv, hv.size() * 2, cudaMemcpyDeviceToHost));
-    out->clear();
-    for (auto x : hq) out->push_back(__half2float(x));
-    for (auto x : hk) out->push_back(__half2float(x));
-    for (auto x : hv) out->push_back(__half2float(x));
-  }
+  if (out) download<D, DV>(p, bf, out);
   return ts[ts.size() / 2];
 }
 
@@ -119,15 +121,7 @@ void run_mma(const Problem& p, const Buffers& bf, std::vector<float>* out) {
   attn::flash_attention2_backward_dq_convert<T, 8><<<(nq + 1023) / 1024, 256>>>(bf.acc, bf.gq, static_cast<int>(nq));
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
-  const long long nk = static_cast<long long>(bh) * n;
-  std::vector<__half> hq(nq), hk(nk * D), hv(nk * DV);
-  CK(cudaMemcpy(hq.data(), bf.gq, hq.size() * 2, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(hk.data(), bf.gk, hk.size() * 2, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(hv.data(), bf.gv, hv.size() * 2, cudaMemcpyDeviceToHost));
-  out->clear();
-  for (auto x : hq) out->push_back(__half2float(x));
-  for (auto x : hk) out->push_back(__half2float(x));
-  for (auto x : hv) out->push_back(__half2float(x));
+  download<D, DV>(p, bf, out);
 }
 
 double rel(const std::vector<float>& a, const std::vector<float>& b) {

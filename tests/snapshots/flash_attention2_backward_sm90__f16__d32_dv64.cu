@@ -1797,7 +1797,7 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
   T* sdS = sdO + 2 * BM * DV;   // one 64 × BM tile per warpgroup
   float* sL = reinterpret_cast<float*>(sdS + NWG * 64 * BM);  // two stages of lse, then two of delta
   float* sD = sL + 2 * BM;
-  float* sX = sD + 2 * BM;  // NWG = 2: the dQ halves the warpgroups exchange (reduce_dq)
+  float* sX = sD + 2 * BM;  // NWG ≥ 2: the dQ partials the warpgroups sum (reduce_dq, reduce_dq_shared)
   if (smem_addr(sK) & 1023) __trap();
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -1930,9 +1930,10 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
     pin(acc_dq);
     pin(pp);
 
-    // dQ_i into dq_accum. With two warpgroups (their partials cover the same queries), each first hands the other
-    // half of its columns to the other warpgroup through shared memory and adds the half it receives: half the
-    // reduction traffic to L2, which bounds this pass at large N.
+    // dQ_i into dq_accum (its reduction traffic to L2 bounds this pass at large N and d). With two warpgroups (their
+    // partials cover the same queries), each hands the other half of its columns to the other warpgroup through
+    // shared memory and adds the half it receives; with three, all partials go through shared memory and every
+    // thread sums and reduces a quarter row (reduce_dq_shared).
     // The register indices must be compile-time constants (a run-time index would put acc_dq in local memory), so
     // the reduction is instantiated per warpgroup index.
     if constexpr (NWG >= 3)
