@@ -1663,6 +1663,19 @@ __device__ __forceinline__ void forward_sm90(const T* __restrict__ q, const T* _
 }
 
 
+// Stores n8 column tiles tile0 .. tile0 + TILES - 1 of a warpgroup's 64 × D dQ partial (accumulator layout) as f32
+// rows of stride LDX, from column 0 of dst.
+template <int TILES, int LDX, int D>
+__device__ __forceinline__ void store_dq_tiles(const float (&acc_dq)[D / 8][4], int tile0, float* dst, int warp, int g,
+                                               int t) {
+#pragma unroll
+  for (int j = 0; j < TILES; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<float2*>(dst + (warp * 16 + g + 8 * r) * LDX + j * 8 + 2 * t) =
+          make_float2(acc_dq[tile0 + j][2 * r], acc_dq[tile0 + j][2 * r + 1]);
+}
+
 // The end of a backward step: warpgroup W (of NWG) adds its dQ partial acc_dq (64 queries from m0 × D, scale not
 // yet applied) into dq_accum. With two warpgroups (whose partials cover the same queries) each first hands the other
 // half of its columns to the other through sX ([2][64][D/2 + 8] f32) and adds the half it receives: half the
@@ -1674,14 +1687,8 @@ __device__ __forceinline__ void reduce_dq(float (&acc_dq)[D / 8][4], float* sX, 
   constexpr int kOwnTiles = NWG == 2 ? D / 16 : D / 8;  // n8 column tiles this warpgroup reduces
   constexpr int kOwn0 = NWG == 2 ? W * kOwnTiles : 0, kOther0 = NWG == 2 ? (1 - W) * kOwnTiles : 0;
   if constexpr (NWG == 2) {
-    float* give = sX + W * 64 * LDX;
     const float* take = sX + (1 - W) * 64 * LDX;
-#pragma unroll
-    for (int j = 0; j < kOwnTiles; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        *reinterpret_cast<float2*>(give + (warp * 16 + g + 8 * r) * LDX + j * 8 + 2 * t) =
-            make_float2(acc_dq[kOther0 + j][2 * r], acc_dq[kOther0 + j][2 * r + 1]);
+    store_dq_tiles<kOwnTiles, LDX, D>(acc_dq, kOther0, sX + W * 64 * LDX, warp, g, t);
     __syncthreads();  // both halves are in shared memory
 #pragma unroll
     for (int j = 0; j < kOwnTiles; ++j)
@@ -1721,13 +1728,7 @@ __device__ __forceinline__ void reduce_dq_shared(float (&acc_dq)[D / 8][4], floa
                                                  long long bh, int n_q, int m0, int wg, int warp, int g, int t,
                                                  float scale) {
   constexpr int LDX = D + 8, kQuads = D / 4;
-  float* mine = sX + wg * 64 * LDX;
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      *reinterpret_cast<float2*>(mine + (warp * 16 + g + 8 * r) * LDX + j * 8 + 2 * t) =
-          make_float2(acc_dq[j][2 * r], acc_dq[j][2 * r + 1]);
+  store_dq_tiles<D / 8, LDX, D>(acc_dq, 0, sX + wg * 64 * LDX, warp, g, t);
   __syncthreads();  // every partial is in shared memory
   for (int i = static_cast<int>(threadIdx.x); i < 64 * kQuads; i += 128 * NWG) {
     const int row = i / kQuads, col = (i % kQuads) * 4;
@@ -1754,7 +1755,7 @@ __device__ __forceinline__ void exp_scores(float (&acc_s)[BM / 8][4], const floa
   for (int nt = 0; nt < BM / 8; ++nt) {
     const float2 l = *reinterpret_cast<const float2*>(sL + nt * 8 + 2 * t);
     float nx = -l.x * Constants::kLog2e, ny = -l.y * Constants::kLog2e;
-    if (MASKED) {
+    if constexpr (MASKED) {
       nx = nt * 8 + 2 * t < valid ? nx : neg_inf();
       ny = nt * 8 + 2 * t + 1 < valid ? ny : neg_inf();
     }

@@ -737,10 +737,17 @@ TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
                     ", \"shared memory: device and host formulas differ\");\n";
         }
       }
-    for (int dv : {16, 32, 64, 128, 256})
-      names.push_back(flash_attention2_kernel_name(
-          FlashAttention2Kernel::backward_preprocess, dt, 16, dv,
-          flash_attention2_tiles(FlashAttention2Kernel::backward_preprocess, dt, 16, dv)));
+    for (int dv : {16, 32, 64, 128, 256}) {
+      const FlashAttention2Tiles t = flash_attention2_tiles(FlashAttention2Kernel::backward_preprocess, dt, 16, dv);
+      const std::string name = flash_attention2_kernel_name(FlashAttention2Kernel::backward_preprocess, dt, 16, dv, t);
+      names.push_back(name);
+      // The rows a CTA covers: the host's tile (the grid follows it) against the kernel's layout.
+      const std::string type = name.substr(name.find('<') + 1, name.find(',') - name.find('<') - 1);
+      source += "static_assert(" + std::to_string(t.warps) +
+                " * vision::models::yolo::kernels::attention::fa2::PreprocessShape<" + type + ", " +
+                std::to_string(dv) + ">::kRowsPerWarp == " + std::to_string(t.block_m) +
+                ", \"preprocess rows per CTA: device and host differ\");\n";
+    }
     if (dt != DType::f32)
       names.push_back(flash_attention2_kernel_name(
           FlashAttention2Kernel::backward_dq_convert, dt, 16, 16,

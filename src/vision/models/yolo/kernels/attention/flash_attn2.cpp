@@ -583,9 +583,8 @@ size_t flash_attention2_smem_bytes(FlashAttention2Kernel kernel, DType dtype, in
     case FlashAttention2Kernel::backward_dkv:
       return f32 ? (bn * (D + 1) + bn * (DV + 1) + bm * (D + 1) + bm * (DV + 1) + 2 * bn * (bm + 1) + 2 * bm) * 4
                  : (bn * (D + 8) + bn * (DV + 8) + 2 * (bm * (D + 8) + bm * (DV + 8))) * 2 + 2 * 2 * bm * 4;
-    case FlashAttention2Kernel::backward_dkv_dq:
-      return (bn * (D + 8) + bn * (DV + 8) + 2 * (bm * (D + 8) + bm * (DV + 8))) * 2 + 2 * 2 * bm * 4 +
-             bn * (bm + 8) * 2;
+    case FlashAttention2Kernel::backward_dkv_dq:  // the 16-bit dK/dV layout, plus the dSᵀ tile for dQ
+      return flash_attention2_smem_bytes(FlashAttention2Kernel::backward_dkv, dtype, d, dv, t) + bn * (bm + 8) * 2;
     case FlashAttention2Kernel::backward_dq_convert: return 0;
     case FlashAttention2Kernel::forward_sm90: return (bm * D + 2 * bn * (D + DV)) * 2;
     case FlashAttention2Kernel::backward_sm90:

@@ -69,9 +69,10 @@ std::string_view flash_attention2_kernel_label(FlashAttention2Kernel kernel);  /
 
 // Tile sizes of one instantiation. forward / forward_sm90 / backward_dq: block_m query rows per CTA, block_n keys
 // per step; backward_dkv / backward_dkv_dq: block_n keys per CTA, block_m queries per step; backward_preprocess:
-// block_m rows per CTA (one per warp), block_n unused; backward_dq_convert: block_m = 4 · 32 · warps elements per
-// CTA, block_n unused. forward_sm90: warps = 4 per warpgroup, block_m = 64 per warpgroup. backward_sm90: block_m =
-// 64 queries per step, block_n = 64 keys per warpgroup.
+// block_m rows per CTA (warps × the rows one warp covers, which depends on d_v and the dtype), block_n unused;
+// backward_dq_convert: block_m = 4 · 32 · warps elements per CTA, block_n unused. forward_sm90: warps = 4 per
+// warpgroup, block_m = 64 per warpgroup. backward_sm90: block_m = 64 queries per step, block_n = 64 keys per
+// warpgroup.
 struct FlashAttention2Tiles {
   int block_m = 0, block_n = 0, warps = 0;
 };

@@ -128,8 +128,9 @@ void launch_flash_attention2_backward_dkv(cudaStream_t stream, DType dtype, int 
                                           const void* k, const void* v, const void* grad_o, const float* lse,
                                           const float* delta, void* grad_k, void* grad_v, int64_t batch_heads,
                                           int64_t n_q, int64_t n_k, float scale);
-// dK/dV and dQ in one pass (f16/bf16; the wgmma kernel on sm_90a unless path says mma_sync): dq_accum (scratch of BH · n_q · d floats, 16-byte aligned) is zeroed, the
-// fused kernel adds dQ into it with f32 atomics, and a conversion kernel rounds it into grad_q. Faster than the dQ
+// dK/dV and dQ in one pass (f16/bf16; the wgmma kernel on sm_90a unless path says mma_sync): dq_accum (scratch of
+// BH · n_q · d floats, 16-byte aligned) is zeroed, the fused kernel adds dQ into it with f32 atomics, and a
+// conversion kernel rounds it into grad_q. Faster than the dQ
 // kernel plus the dK/dV kernel (bench/attention/NOTES.md), but the order of the additions, and so the last bits of
 // grad_q, vary from run to run.
 void launch_flash_attention2_backward_dkv_dq(cudaStream_t stream, DType dtype, int d, int d_v, const void* q,
