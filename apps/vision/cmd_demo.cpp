@@ -76,6 +76,7 @@ void run_demo(const DemoOptions& o) {
       train.backward();
       loss = backend->download(l[0]).to_vector()[0];
       backend->axpy(train.state().flat_params(), -lr, train.state().flat_grads());
+      train.state().mark_updated();  // inference plans refold BatchNorm from the new weights
     }));
     fmt::print("  step {}  loss {:.4f}\n", s, loss);
   }

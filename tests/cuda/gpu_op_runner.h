@@ -26,7 +26,9 @@ class GpuOpRunner {
     EXPECT_EQ(specs_.size(), cpu.params.size()) << "the CUDA op's state differs from its CPU twin's";
     for (auto& p : cpu.params) params_.push_back(backend_->upload(p));
     for (auto& s : rt_->saved_specs(shapes, out_shape_)) saved_.push_back(alloc(s.shape, s.dtype));
-    if (size_t ws = rt_->workspace_bytes(shapes, out_shape_)) workspace_ = alloc(Shape{int64_t(ws)}, DType::u8);
+    if (size_t ws = rt_->workspace_bytes({backend_.get(), mode, false}, shapes, out_shape_))
+      workspace_ = alloc(Shape{int64_t(ws)}, DType::u8);
+    for (auto& s : rt_->derived_specs(shapes, out_shape_)) derived_.push_back(alloc(s.shape, s.dtype));
     output_ = alloc(out_shape_, DType::f32);
   }
 
@@ -36,11 +38,14 @@ class GpuOpRunner {
     graph::ForwardCtx ctx;
     ctx.backend = backend_.get();
     ctx.inputs = inputs_;
+    ctx.outputs = {output_};
     ctx.output = output_;
     ctx.params = params_;
     ctx.saved = saved_;
+    ctx.derived = derived_;
     ctx.workspace = workspace_;
     ctx.training = training;
+    rt_->refresh(ctx);
     rt_->forward(ctx);
     return backend_->download(output_);
   }
@@ -54,8 +59,10 @@ class GpuOpRunner {
     graph::BackwardCtx ctx;
     ctx.backend = backend_.get();
     ctx.inputs = inputs_;
+    ctx.outputs = {output_};
     ctx.output = output_;
     ctx.grad_output = backend_->upload(grad_output);
+    ctx.grad_outputs = {ctx.grad_output};
     ctx.grad_inputs = dev.inputs;
     ctx.params = params_;
     ctx.grad_params = dev.params;
@@ -91,7 +98,7 @@ class GpuOpRunner {
   std::unique_ptr<graph::RuntimeOp> rt_;
   std::vector<graph::ParamSpec> specs_;
   Shape out_shape_;
-  std::vector<Tensor> inputs_, params_, saved_;
+  std::vector<Tensor> inputs_, params_, saved_, derived_;
   Tensor workspace_, output_;
 };
 

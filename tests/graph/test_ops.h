@@ -172,4 +172,84 @@ class OffsetOp : public Op {
   bool bad_;
 };
 
+// Row maxima of a [N, C] input and where they are: values f32 [N] and indices i32 [N] (a top-1; the indices
+// carry no gradient). Backward sends each row's gradient to its maximum.
+class MaxWithIndexRuntime : public RuntimeOp {
+ public:
+  std::string name() const override { return "test.max_with_index"; }
+  int n_activation_inputs() const override { return 1; }
+  void forward(ForwardCtx& ctx) override {
+    const Tensor& x = ctx.inputs[0];
+    const int64_t n = x.dim(0), c = x.dim(1);
+    for (int64_t r = 0; r < n; ++r) {
+      int32_t best = 0;
+      for (int32_t j = 1; j < c; ++j)
+        if (x.data<float>()[r * c + j] > x.data<float>()[r * c + best]) best = j;
+      ctx.outputs[0].data<float>()[r] = x.data<float>()[r * c + best];
+      ctx.outputs[1].data<int32_t>()[r] = best;
+    }
+  }
+  bool has_backward() const override { return true; }
+  void backward(BackwardCtx& ctx) override {
+    VISION_CHECK(!ctx.grad_outputs[1].defined(), "integer indices got a gradient");
+    const Tensor& dx = ctx.grad_inputs[0];
+    if (!dx.defined()) return;
+    const int64_t n = dx.dim(0), c = dx.dim(1);
+    for (int64_t i = 0; i < dx.numel(); ++i) dx.data<float>()[i] = 0;
+    for (int64_t r = 0; r < n; ++r)
+      dx.data<float>()[r * c + ctx.outputs[1].data<int32_t>()[r]] = ctx.grad_outputs[0].data<float>()[r];
+  }
+};
+class MaxWithIndexOp : public Op {
+ public:
+  std::string name() const override { return "test.max_with_index"; }
+  size_t n_outputs() const override { return 2; }
+  std::vector<Shape> infer_output_shapes(const std::vector<Shape>& in) const override {
+    VISION_CHECK(in.size() == 1 && in[0].rank() == 2, "max_with_index takes one [N, C] input");
+    return {Shape{in[0][0]}, Shape{in[0][0]}};
+  }
+  std::vector<DType> infer_output_dtypes(const std::vector<DType>&) const override { return {DType::f32, DType::i32}; }
+  std::unique_ptr<RuntimeOp> lower(Backend, Mode) const override { return std::make_unique<MaxWithIndexRuntime>(); }
+};
+
+// y = x · s with s = 2·w derived from a parameter w [C] by refresh(); counts the refreshes (the fold of BatchNorm
+// into a convolution, in miniature). Inference only.
+class DoubledScaleRuntime : public RuntimeOp {
+ public:
+  explicit DoubledScaleRuntime(int* refreshes) : refreshes_(refreshes) {}
+  std::string name() const override { return "test.doubled_scale"; }
+  int n_activation_inputs() const override { return 1; }
+  std::vector<ParamSpec> param_specs(const std::vector<Shape>& in, const Shape&) const override {
+    return {{"weight", Shape{in[0][1]}, DType::f32, StateKind::parameter}};
+  }
+  std::vector<std::byte> param_init_data(size_t, const std::vector<Shape>& in, const Shape&,
+                                         uint64_t seed) const override {
+    return bytes_of(uniform_init(Shape{in[0][1]}, 1.0f, seed));
+  }
+  std::vector<TensorSpec> derived_specs(const std::vector<Shape>& in, const Shape&) const override {
+    return {{Shape{in[0][1]}, DType::f32}};
+  }
+  void refresh(ForwardCtx& ctx) override {
+    ++*refreshes_;
+    for (int64_t c = 0; c < ctx.derived[0].numel(); ++c)
+      ctx.derived[0].data<float>()[c] = 2 * ctx.params[0].data<float>()[c];
+  }
+  void forward(ForwardCtx& ctx) override { ScaleRuntime::apply(ctx.inputs[0], ctx.derived[0], ctx.output); }
+
+ private:
+  int* refreshes_;
+};
+class DoubledScaleOp : public Op {
+ public:
+  explicit DoubledScaleOp(int* refreshes) : refreshes_(refreshes) {}
+  std::string name() const override { return "test.doubled_scale"; }
+  Shape infer_output_shape(const std::vector<Shape>& in) const override { return in.at(0); }
+  std::unique_ptr<RuntimeOp> lower(Backend, Mode) const override {
+    return std::make_unique<DoubledScaleRuntime>(refreshes_);
+  }
+
+ private:
+  int* refreshes_;
+};
+
 }  // namespace vision::test

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "graph/test_ops.h"
+#include "vision/ops/shape_ops.h"
 #include "test_util.h"
 #include "vision/graph/executor.h"
 
@@ -53,7 +54,7 @@ TEST(Graph, ScopesNameNodesAndShapesStaySymbolic) {
   auto g = residual_graph();
   EXPECT_EQ(g->nodes()[0].name, "net.a");
   EXPECT_EQ(g->nodes()[3].name, "net.loss");
-  EXPECT_EQ(g->value(g->nodes()[0].output).shape.str(), "[?, 3, 4, 5]");
+  EXPECT_EQ(g->value(g->nodes()[0].outputs[0]).shape.str(), "[?, 3, 4, 5]");
   Graph other;
   auto y = other.input("y", Shape{1, 3, 4, 5});
   EXPECT_THROW(g->apply(std::make_shared<test::AddOp>(), {y, y}, "bad"), Error);
@@ -121,7 +122,8 @@ TEST(Plan, BackwardAccumulatesMultiConsumerGradientsAndMatchesFiniteDifferences)
 TEST(Plan, TrainingPlanWithoutBackwardIsAnErrorNamingTheOp) {
   auto g = std::make_shared<Graph>();
   auto x = g->input("x", Shape{1, 2, 3, 3});
-  auto y = g->apply(std::make_shared<test::OffsetOp>(), {x}, "head.offset");
+  auto s = g->apply(std::make_shared<test::ScaleOp>(), {x}, "head.scale");  // a parameter: gradients flow
+  auto y = g->apply(std::make_shared<test::OffsetOp>(), {s}, "head.offset");
   g->mark_output(g->apply(std::make_shared<test::SquareSumOp>(), {y}, "loss"));
   Executor ex(g, cpu_backend());
   try {
@@ -131,6 +133,22 @@ TEST(Plan, TrainingPlanWithoutBackwardIsAnErrorNamingTheOp) {
     EXPECT_NE(std::string(e.what()).find("head.offset"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("no backward"), std::string::npos) << e.what();
   }
+}
+
+// Gradients are tracked per value: an op that no gradient passes through (it reads only graph inputs, or a
+// detached value) needs no backward in a training plan.
+TEST(Plan, OpsNoGradientPassesThroughNeedNoBackward) {
+  auto g = std::make_shared<Graph>();
+  auto x = g->input("x", Shape{1, 2, 3, 3});
+  auto y = g->apply(std::make_shared<test::OffsetOp>(), {x}, "offset");  // input only: no gradient
+  auto s = g->apply(std::make_shared<test::ScaleOp>(), {x}, "scale");
+  auto z = g->apply(std::make_shared<test::OffsetOp>(), {ops::detach(s)}, "offset2");  // after a detach
+  g->mark_output(g->apply(std::make_shared<test::SquareSumOp>(), {g->apply(std::make_shared<test::AddOp>(),
+                                                                          {g->apply(std::make_shared<test::AddOp>(), {y, z}, "yz"), s}, "sum")},
+                          "loss"));
+  Executor ex(g, cpu_backend());
+  EXPECT_NO_THROW(ex.forward_train({random_tensor(Shape{1, 2, 3, 3})}));
+  EXPECT_NO_THROW(ex.backward());
 }
 
 TEST(Plan, ConstantsAreUploadedPerPlanAndTheirByteCountIsChecked) {

@@ -41,7 +41,9 @@ class OpHarness {
       params.push_back(t);
     }
     for (auto& s : rt_->saved_specs(shapes, out_shape_)) saved.push_back(Tensor::zeros(s.shape, s.dtype));
-    if (size_t ws = rt_->workspace_bytes(shapes, out_shape_)) workspace = Tensor::zeros(Shape{int64_t(ws)}, DType::u8);
+    if (size_t ws = rt_->workspace_bytes({backend_.get(), mode, false}, shapes, out_shape_))
+      workspace = Tensor::zeros(Shape{int64_t(ws)}, DType::u8);
+    for (auto& s : rt_->derived_specs(shapes, out_shape_)) derived.push_back(Tensor::zeros(s.shape, s.dtype));
     output = Tensor::zeros(out_shape_);
   }
 
@@ -60,14 +62,18 @@ class OpHarness {
   // Runs forward on a NaN-poisoned output; returns a copy of the output.
   Tensor forward(bool training = false) {
     output.fill(kPoison);
+    for (auto& d : derived) d.fill(kPoison);
     graph::ForwardCtx ctx;
     ctx.backend = backend_.get();
     ctx.inputs = inputs;
+    ctx.outputs = {output};
     ctx.output = output;
     ctx.params = params;
     ctx.saved = saved;
+    ctx.derived = derived;
     ctx.workspace = workspace;
     ctx.training = training;
+    rt_->refresh(ctx);
     rt_->forward(ctx);
     return output.clone();
   }
@@ -87,7 +93,9 @@ class OpHarness {
     graph::BackwardCtx ctx;
     ctx.backend = backend_.get();
     ctx.inputs = inputs;
+    ctx.outputs = {output};
     ctx.output = output;
+    ctx.grad_outputs = {grad_output};
     ctx.grad_output = grad_output;
     ctx.grad_inputs = g.inputs;
     ctx.params = params;
@@ -101,6 +109,7 @@ class OpHarness {
   std::vector<Tensor> inputs;
   std::vector<Tensor> params;
   std::vector<Tensor> saved;
+  std::vector<Tensor> derived;
   Tensor workspace;
   Tensor output;
 

@@ -107,11 +107,13 @@ TEST(ShapeOps, BuildersAndErrors) {
   ASSERT_EQ(parts.size(), 2u);
   EXPECT_EQ(parts[0].shape(), (Shape{2, 2, 8, 8}));
   EXPECT_EQ(parts[1].shape(), (Shape{2, 4, 8, 8}));
-  EXPECT_EQ(g.nodes().back().name, "split.1");
-  auto* last = dynamic_cast<const ops::ChannelSliceOp*>(g.nodes().back().op.get());
-  ASSERT_NE(last, nullptr);
-  EXPECT_EQ(last->begin(), 2);
+  // One node with two outputs, named "<node>:<k>".
+  EXPECT_EQ(g.nodes().back().name, "split");
+  EXPECT_EQ(g.nodes().back().outputs, (std::vector<int>{parts[0].id(), parts[1].id()}));
+  EXPECT_EQ(g.value(parts[1].id()).name, "split:1");
+  EXPECT_EQ(g.value(parts[1].id()).producer_output, 1);
   EXPECT_THROW(ops::split(b, {2, 3}), Error);
+  EXPECT_THROW(g.apply(std::make_shared<ops::SplitOp>(std::vector<int64_t>{2, 4}), {b}, "one"), Error);
 
   EXPECT_EQ(ops::upsample_nearest(a).shape(), (Shape{Shape::kAny, 4, 16, 16}));
   EXPECT_THROW(ops::upsample_nearest(flat), Error);

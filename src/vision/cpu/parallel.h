@@ -3,7 +3,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace vision::cpu {
 
@@ -21,12 +23,26 @@ void parallel_for(int64_t n, F&& f, int64_t work = -1) {
   for (int64_t i = 0; i < n; ++i) f(i);
 }
 
-// Σ f(i) over [0, n) in float64, reduced over the OpenMP threads.
+// Σ f(i) over [0, n) in float64. Deterministic: fixed chunks of kParallelGrain, each summed in order, the
+// chunk sums added in order, so the result does not depend on the thread count or schedule.
 template <typename F>
 double parallel_sum(int64_t n, F&& f) {
+  const int64_t chunks = (n + kParallelGrain - 1) / kParallelGrain;
+  if (chunks <= 1) {
+    double acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += f(i);
+    return acc;
+  }
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double acc = 0;
+    const int64_t end = std::min(n, (c + 1) * kParallelGrain);
+    for (int64_t i = c * kParallelGrain; i < end; ++i) acc += f(i);
+    partial[static_cast<size_t>(c)] = acc;
+  }
   double acc = 0;
-#pragma omp parallel for schedule(static) reduction(+ : acc) if (n >= kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) acc += f(i);
+  for (double p : partial) acc += p;
   return acc;
 }
 

@@ -6,6 +6,9 @@
 
 namespace vision::graph {
 
+// v rounded up to a multiple of a.
+constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
 struct ArenaRequest {
   size_t bytes = 0;
   int first = 0;  // first step that uses the buffer

@@ -21,6 +21,9 @@ class BackendContext {
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // rows runs of width bytes, from src (rows src_pitch bytes apart) to dst (dst_pitch apart), on this
+  // backend's memory: the copy of a slice along one axis (concat, split).
+  virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) = 0;
   // dst += alpha · src, same shape and dtype (gradient accumulation, plain SGD steps).
   virtual void axpy(const Tensor& dst, float alpha, const Tensor& src) = 0;
   void add_into(const Tensor& dst, const Tensor& src) { axpy(dst, 1.0f, src); }

@@ -22,6 +22,14 @@ class CpuBackendContext final : public BackendContext {
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
   void copy_on_device(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
   void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) override {
+    auto* d = static_cast<std::byte*>(dst);
+    const auto* s = static_cast<const std::byte*>(src);
+    cpu::parallel_for(
+        static_cast<int64_t>(rows),
+        [&](int64_t r) { std::memmove(d + static_cast<size_t>(r) * dst_pitch, s + static_cast<size_t>(r) * src_pitch, width); },
+        static_cast<int64_t>(rows * width / 4));
+  }
   void axpy(const Tensor& dst, float alpha, const Tensor& src) override {
     VISION_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.dtype() == DType::f32,
                  "axpy: {} += α·{} (f32 tensors of one shape only on the CPU)", dst.str(), src.str());

@@ -2,18 +2,23 @@
 
 namespace vision::graph {
 
-Executor::Executor(std::shared_ptr<const Graph> graph, std::shared_ptr<BackendContext> backend)
-    : graph_(std::move(graph)), backend_(std::move(backend)) {
+Executor::Executor(std::shared_ptr<const Graph> graph, std::shared_ptr<BackendContext> backend, PlanOptions options)
+    : graph_(std::move(graph)), backend_(std::move(backend)), options_(options) {
   VISION_CHECK(graph_ && backend_, "Executor needs a graph and a backend");
 }
 
-StateStore& Executor::state(const std::vector<Shape>& input_shapes) {
-  if (!state_) state_ = std::make_unique<StateStore>(*graph_, backend_, input_shapes);
+StateStore& Executor::state(Mode mode, const std::vector<Shape>& input_shapes) {
+  if (!state_) state_ = std::make_unique<StateStore>(*graph_, backend_, graph_->inputs(mode), input_shapes);
+  return *state_;
+}
+
+StateStore& Executor::state(const std::vector<Shape>& all_input_shapes) {
+  if (!state_) state_ = std::make_unique<StateStore>(*graph_, backend_, all_input_shapes);
   return *state_;
 }
 
 StateStore& Executor::state() {
-  VISION_CHECK(state_ != nullptr, "the model's state does not exist yet: run forward or call state(input_shapes)");
+  VISION_CHECK(state_ != nullptr, "the model's state does not exist yet: run forward or call state(mode, input_shapes)");
   return *state_;
 }
 
@@ -23,8 +28,8 @@ Plan& Executor::plan(Mode mode, const std::vector<Shape>& input_shapes) {
   auto key = std::make_pair(mode, dims);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
-  StateStore& st = state(input_shapes);
-  auto plan = std::make_unique<Plan>(*graph_, backend_, mode, input_shapes, st);
+  StateStore& st = state(mode, input_shapes);
+  auto plan = std::make_unique<Plan>(*graph_, backend_, mode, input_shapes, st, options_);
   Plan& ref = *plan;
   plans_.emplace(std::move(key), std::move(plan));
   return ref;

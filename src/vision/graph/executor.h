@@ -3,7 +3,6 @@
 
 #include <map>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "vision/graph/plan.h"
@@ -12,25 +11,28 @@ namespace vision::graph {
 
 class Executor {
  public:
-  Executor(std::shared_ptr<const Graph> graph, std::shared_ptr<BackendContext> backend);
+  Executor(std::shared_ptr<const Graph> graph, std::shared_ptr<BackendContext> backend, PlanOptions options = {});
 
   const Graph& graph() const { return *graph_; }
   BackendContext& backend() const { return *backend_; }
-  std::shared_ptr<BackendContext> backend_ptr() const { return backend_; }
+  const PlanOptions& options() const { return options_; }
 
-  // The model's parameters and buffers, created (and initialised) on first use for these input shapes.
-  StateStore& state(const std::vector<Shape>& input_shapes);
-  // The state, which must exist already (after a forward or state(shapes)).
+  // The model's parameters and buffers, created (and initialised) on first use for the shapes of the
+  // inputs a mode takes (Graph::inputs(mode)).
+  StateStore& state(Mode mode, const std::vector<Shape>& input_shapes);
+  // The same from the shapes of all the graph's inputs.
+  StateStore& state(const std::vector<Shape>& all_input_shapes);
+  // The state, which must exist already (after a forward or state(mode, shapes)).
   StateStore& state();
-  bool has_state() const { return state_ != nullptr; }
 
-  // The plan for a mode and concrete input shapes, built on first use and cached.
+  // The plan for a mode and concrete shapes of the inputs it takes, built on first use and cached.
   Plan& plan(Mode mode, const std::vector<Shape>& input_shapes);
   size_t cached_plans() const { return plans_.size(); }
 
-  // Inference: outputs are views into the plan's arena on the backend, valid until its next run.
+  // Inference: takes the graph inputs inference outputs depend on; outputs are views into the plan's arena
+  // on the backend, valid until its next run.
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs);
-  // Training forward: keeps what backward needs (activations, saved tensors).
+  // Training forward: takes the inputs training outputs depend on; keeps what backward needs.
   std::vector<Tensor> forward_train(const std::vector<Tensor>& inputs);
   // Reverse pass of the last forward_train; parameter gradients land in state().flat_grads().
   void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false);
@@ -41,6 +43,7 @@ class Executor {
 
   std::shared_ptr<const Graph> graph_;
   std::shared_ptr<BackendContext> backend_;
+  PlanOptions options_;
   std::unique_ptr<StateStore> state_;
   std::map<std::pair<Mode, std::vector<std::vector<int64_t>>>, std::unique_ptr<Plan>> plans_;
   Plan* last_train_ = nullptr;

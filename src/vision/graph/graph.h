@@ -32,15 +32,31 @@ struct Value {
   Shape shape;
   DType dtype = DType::f32;
   int producer = -1;  // node index, -1 for a graph input
+  int producer_output = 0;  // which output of the producer
   std::string name;
+  // Whether a gradient can flow through this value: floating values not cut off by a stop-gradient op.
+  // Integer and boolean values (indices, masks, counts) never carry one.
+  bool differentiable = true;
 };
 
 struct Node {
   std::shared_ptr<const Op> op;
-  std::vector<int> inputs;  // value ids
-  int output = -1;          // value id
-  std::string name;         // dotted, e.g. "model.0.conv"; prefix of its state's checkpoint keys
+  std::vector<int> inputs;   // value ids
+  std::vector<int> outputs;  // value ids, one per Op::n_outputs()
+  std::string name;          // dotted, e.g. "model.0.conv"; prefix of its state's checkpoint keys
 };
+
+// Which plans a graph output belongs to, and whether a training plan seeds its gradient.
+struct OutputUse {
+  bool inference = true;  // an output of inference plans
+  bool train = true;      // an output of training plans
+  // In a training plan: backward starts from this output's gradient (a loss). False for values that are
+  // only reported (loss components): they get no seed and are never counted twice.
+  bool seed_gradient = true;
+};
+inline constexpr OutputUse kInferenceOutput{.inference = true, .train = false, .seed_gradient = false};
+inline constexpr OutputUse kTrainingLoss{.inference = false, .train = true, .seed_gradient = true};
+inline constexpr OutputUse kTrainingLogged{.inference = false, .train = true, .seed_gradient = false};
 
 class Graph {
  public:
@@ -51,8 +67,12 @@ class Graph {
   // A graph input; symbolic dims (Shape::kAny) are bound when a plan is built.
   SymTensor input(const std::string& name, Shape shape, DType dtype = DType::f32);
   // Records op applied to inputs; the node is named "<scope>.<local_name>" (local_name may be empty).
+  // apply returns the op's only output; apply_multi all of them.
   SymTensor apply(std::shared_ptr<const Op> op, const std::vector<SymTensor>& inputs, const std::string& local_name);
-  void mark_output(SymTensor t);
+  std::vector<SymTensor> apply_multi(std::shared_ptr<const Op> op, const std::vector<SymTensor>& inputs,
+                                     const std::string& local_name);
+  // Marks a graph output: by default of every plan, its gradient seeded in training (see OutputUse).
+  void mark_output(SymTensor t, OutputUse use = {});
 
   // RAII name scope: while alive, recorded nodes are named under it ("model" → "model.0" → ...).
   class Scope {
@@ -71,14 +91,20 @@ class Graph {
   const std::vector<Value>& values() const { return values_; }
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<int>& inputs() const { return inputs_; }
-  const std::vector<int>& outputs() const { return outputs_; }
+  // Every marked output, with its use; outputs(mode) those of one kind of plan, in marking order.
+  const std::vector<std::pair<int, OutputUse>>& marked_outputs() const { return outputs_; }
+  std::vector<int> outputs(Mode mode) const;
+  // Whether node i is needed for the outputs of a mode, and the graph inputs those outputs depend on (in
+  // declaration order): an inference plan takes no training targets, a training plan no inference-only input.
+  std::vector<bool> needed_nodes(Mode mode) const;
+  std::vector<int> inputs(Mode mode) const;
   const Value& value(int id) const { return values_.at(static_cast<size_t>(id)); }
 
  private:
   std::vector<Value> values_;
   std::vector<Node> nodes_;
   std::vector<int> inputs_;
-  std::vector<int> outputs_;
+  std::vector<std::pair<int, OutputUse>> outputs_;
   std::vector<std::string> scopes_;
 };
 

@@ -6,7 +6,6 @@
 namespace vision::graph {
 
 std::string_view backend_name(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
-std::string_view mode_name(Mode m) { return m == Mode::inference ? "inference" : "train"; }
 
 std::vector<std::byte> RuntimeOp::param_init_data(size_t i, const std::vector<Shape>& inputs, const Shape& output,
                                                   uint64_t seed) const {
@@ -15,16 +14,8 @@ std::vector<std::byte> RuntimeOp::param_init_data(size_t i, const std::vector<Sh
 
 void RuntimeOp::backward(BackwardCtx&) { fail("op '{}' has no backward", name()); }
 
-std::vector<Shape> RuntimeOp::param_shapes(const std::vector<Shape>& inputs, const Shape& output) const {
-  std::vector<Shape> out;
-  for (auto& s : param_specs(inputs, output)) out.push_back(s.shape);
-  return out;
-}
-
-std::vector<std::string> RuntimeOp::param_names(const std::vector<Shape>& inputs, const Shape& output) const {
-  std::vector<std::string> out;
-  for (auto& s : param_specs(inputs, output)) out.push_back(s.name);
-  return out;
+Shape Op::infer_output_shape(const std::vector<Shape>&) const {
+  fail("op '{}' has {} outputs: it must override infer_output_shapes", name(), n_outputs());
 }
 
 std::vector<std::byte> bytes_of(const std::vector<float>& values) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,6 @@ using core::Tensor;
 enum class Backend : uint8_t { cpu, cuda };
 enum class Mode : uint8_t { inference, train };
 std::string_view backend_name(Backend b);
-std::string_view mode_name(Mode m);
 
 // The three kinds of state an op can own (DESIGN.md): trainable parameters live in the flat parameter and
 // gradient buffers; buffers (BatchNorm statistics) are checkpointed but never optimized; constants are
@@ -45,29 +45,47 @@ struct KernelInfo {
 
 class BackendContext;  // per-backend services (streams, library handles); see graph/backend.h
 
+// What a plan tells an op about itself while it is being built.
+struct PlanContext {
+  BackendContext* backend = nullptr;
+  Mode mode = Mode::inference;
+  // No floating-point atomics in reductions and backward passes, deterministic library algorithms: two runs
+  // of the plan on the same inputs give bit-identical results.
+  bool deterministic = false;
+};
+
 // What an op sees in forward: concrete tensors, views into the plan's memory.
 struct ForwardCtx {
   BackendContext* backend = nullptr;
-  std::vector<Tensor> inputs;  // n_activation_inputs() activations
-  Tensor output;
-  std::vector<Tensor> params;  // one per param_specs() entry, in that order
-  std::vector<Tensor> saved;   // one per saved_specs() entry (train mode only), kept until backward
-  Tensor workspace;            // workspace_bytes() of scratch (u8), undefined when 0
+  std::vector<Tensor> inputs;   // n_activation_inputs() activations
+  std::vector<Tensor> outputs;  // one per output of the op (Op::n_outputs())
+  Tensor output;                // outputs[0], for the many ops with one output
+  std::vector<Tensor> params;   // one per param_specs() entry, in that order
+  std::vector<Tensor> saved;    // one per saved_specs() entry (train mode only), kept until backward
+  std::vector<Tensor> derived;  // one per derived_specs() entry: kept by the plan, written by refresh()
+  Tensor workspace;             // workspace_bytes() of scratch (u8), undefined when 0
   bool training = false;
+  bool deterministic = false;   // PlanContext::deterministic of the plan
 };
 
 // What an op sees in backward. The op overwrites grad_inputs[i] (an undefined tensor means that input
 // needs no gradient) and grad_params[j] for each parameter (undefined for buffers and constants).
+// grad_outputs[k] is defined for every output that carries a gradient (a floating output not detached);
+// an output the loss does not reach gets zeros, never stale memory. Integer outputs have none.
 struct BackwardCtx {
   BackendContext* backend = nullptr;
   std::vector<Tensor> inputs;
-  Tensor output;
-  Tensor grad_output;
+  std::vector<Tensor> outputs;
+  Tensor output;  // outputs[0]
+  std::vector<Tensor> grad_outputs;
+  Tensor grad_output;  // grad_outputs[0]
   std::vector<Tensor> grad_inputs;
   std::vector<Tensor> params;
   std::vector<Tensor> grad_params;
   std::vector<Tensor> saved;
+  std::vector<Tensor> derived;
   Tensor workspace;
+  bool deterministic = false;
 };
 
 // Launch level: concrete shapes only, one backend.
@@ -94,11 +112,21 @@ class RuntimeOp {
     (void)inputs, (void)output;
     return {};
   }
-  // Scratch bytes needed by forward or backward; shared between ops.
-  virtual size_t workspace_bytes(const std::vector<Shape>& inputs, const Shape& output) const {
-    (void)inputs, (void)output;
+  // Scratch bytes needed by forward or backward; shared between ops. plan.backend is the backend the op
+  // runs on (library handles for algorithm queries).
+  virtual size_t workspace_bytes(const PlanContext& plan, const std::vector<Shape>& inputs,
+                                 const Shape& output) const {
+    (void)plan, (void)inputs, (void)output;
     return 0;
   }
+  // Tensors computed from the model's state rather than from the inputs (BatchNorm folded into a
+  // convolution's weights): the plan keeps them across runs and calls refresh() before the first forward
+  // and again whenever the state changed (StateStore::version()), outside any captured graph.
+  virtual std::vector<TensorSpec> derived_specs(const std::vector<Shape>& inputs, const Shape& output) const {
+    (void)inputs, (void)output;
+    return {};
+  }
+  virtual void refresh(ForwardCtx& ctx) { (void)ctx; }
 
   virtual void forward(ForwardCtx& ctx) = 0;
   virtual bool has_backward() const { return false; }
@@ -106,10 +134,12 @@ class RuntimeOp {
 
   // The GPU kernels this op launches (empty on the CPU backend).
   virtual std::vector<KernelInfo> kernels() const { return {}; }
+};
 
-  // Convenience views of param_specs().
-  std::vector<Shape> param_shapes(const std::vector<Shape>& inputs, const Shape& output) const;
-  std::vector<std::string> param_names(const std::vector<Shape>& inputs, const Shape& output) const;
+// An output that shares memory with an input: elements [offset, offset + its numel) of input `input`.
+struct OutputView {
+  size_t input = 0;
+  size_t offset = 0;
 };
 
 // Graph level: namespaced name, symbolic shape inference, lowering to a RuntimeOp. Holds configuration,
@@ -118,11 +148,37 @@ class Op {
  public:
   virtual ~Op() = default;
   virtual std::string name() const = 0;  // "ops.conv2d", "yolo.detect_decode"
-  virtual Shape infer_output_shape(const std::vector<Shape>& inputs) const = 0;
+
+  // Output shapes and dtypes. An op of one output overrides infer_output_shape (and infer_output_dtype
+  // when its output is not of its first input's dtype); an op of several overrides n_outputs and the
+  // plural forms.
+  virtual size_t n_outputs() const { return 1; }
+  virtual Shape infer_output_shape(const std::vector<Shape>& inputs) const;
   virtual DType infer_output_dtype(const std::vector<DType>& inputs) const {
     return inputs.empty() ? DType::f32 : inputs.front();
   }
+  virtual std::vector<Shape> infer_output_shapes(const std::vector<Shape>& inputs) const {
+    return {infer_output_shape(inputs)};
+  }
+  virtual std::vector<DType> infer_output_dtypes(const std::vector<DType>& inputs) const {
+    return std::vector<DType>(n_outputs(), infer_output_dtype(inputs));
+  }
   virtual std::unique_ptr<RuntimeOp> lower(Backend backend, Mode mode) const = 0;
+
+  // Stop-gradient: the op's outputs carry no gradient, so nothing flows back to its inputs (detach).
+  virtual bool stops_gradient() const { return false; }
+  // Output `output` is a view of an input's memory (reshape, detach, a split along an outer axis): the plan
+  // gives it no memory of its own and the op's forward then copies nothing. nullopt: the op writes it.
+  virtual std::optional<OutputView> output_view(size_t output, const std::vector<Shape>& inputs) const {
+    (void)output, (void)inputs;
+    return std::nullopt;
+  }
+  // Input `input` may be produced directly inside output 0, at this element offset (concat along an outer
+  // axis): the plan places the producer's value there and the op's forward skips the copy.
+  virtual std::optional<size_t> input_in_output(size_t input, const std::vector<Shape>& inputs) const {
+    (void)input, (void)inputs;
+    return std::nullopt;
+  }
 
   // Inference-time fusion. When this op's output feeds only `next`, an op may return one op computing
   // next(this(x)) (conv → batchnorm folding, conv → SiLU epilogue), or nullptr. The fused op names its

@@ -47,76 +47,107 @@ FusedNames fused_names(const std::string& a, const std::string& b) {
   return {join_dots(pa, 0, n), rel(pa), rel(pb)};
 }
 
-size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
 std::string step_context(const PlanStep& s) { return fmt::format("step '{}' ({})", s.name, s.op->name()); }
 
 }  // namespace
 
-std::vector<Shape> bind_shapes(const Graph& graph, const std::vector<Shape>& input_shapes) {
-  VISION_CHECK(input_shapes.size() == graph.inputs().size(), "the graph has {} inputs, {} shapes were given",
-               graph.inputs().size(), input_shapes.size());
+
+std::vector<Shape> bind_shapes(const Graph& graph, const std::vector<int>& input_ids,
+                               const std::vector<Shape>& input_shapes, std::vector<bool>* bound_out) {
+  VISION_CHECK(input_shapes.size() == input_ids.size(), "the plan takes {} inputs, {} shapes were given",
+               input_ids.size(), input_shapes.size());
   std::vector<Shape> shapes(graph.values().size());
+  std::vector<bool> bound(graph.values().size(), false);
   for (size_t i = 0; i < input_shapes.size(); ++i) {
-    const Value& v = graph.value(graph.inputs()[i]);
+    const Value& v = graph.value(input_ids[i]);
+    VISION_CHECK(v.producer < 0, "value '{}' is not a graph input", v.name);
     VISION_CHECK(input_shapes[i].is_concrete(), "input '{}': shape {} is not concrete", v.name, input_shapes[i].str());
     VISION_CHECK(v.shape.compatible(input_shapes[i]), "input '{}' expects shape {}, got {}", v.name, v.shape.str(),
                  input_shapes[i].str());
-    shapes[static_cast<size_t>(graph.inputs()[i])] = input_shapes[i];
+    shapes[static_cast<size_t>(input_ids[i])] = input_shapes[i];
+    bound[static_cast<size_t>(input_ids[i])] = true;
   }
   for (const Node& n : graph.nodes()) {
     std::vector<Shape> in;
-    for (int id : n.inputs) in.push_back(shapes[static_cast<size_t>(id)]);
-    Shape out;
+    bool ready = true;
+    for (int id : n.inputs) {
+      ready = ready && bound[static_cast<size_t>(id)];
+      in.push_back(shapes[static_cast<size_t>(id)]);
+    }
+    if (!ready) continue;  // depends on an input this plan does not take
+    std::vector<Shape> out;
     try {
-      out = n.op->infer_output_shape(in);
+      out = n.op->infer_output_shapes(in);
     } catch (const Error& e) {
       fail("op '{}' ({}): {}", n.name, n.op->name(), e.what());
     }
-    VISION_CHECK(out.is_concrete() && graph.value(n.output).shape.compatible(out),
-                 "op '{}' ({}): output shape {} does not match the recorded {}", n.name, n.op->name(), out.str(),
-                 graph.value(n.output).shape.str());
-    shapes[static_cast<size_t>(n.output)] = std::move(out);
+    VISION_CHECK(out.size() == n.outputs.size(), "op '{}' ({}): {} output shapes for {} outputs", n.name,
+                 n.op->name(), out.size(), n.outputs.size());
+    for (size_t k = 0; k < out.size(); ++k) {
+      const Value& v = graph.value(n.outputs[k]);
+      VISION_CHECK(out[k].is_concrete() && v.shape.compatible(out[k]),
+                   "op '{}' ({}): output {} has shape {}, which does not match the recorded {}", n.name, n.op->name(),
+                   k, out[k].str(), v.shape.str());
+      shapes[static_cast<size_t>(n.outputs[k])] = std::move(out[k]);
+      bound[static_cast<size_t>(n.outputs[k])] = true;
+    }
   }
+  if (bound_out) *bound_out = std::move(bound);
+  return shapes;
+}
+
+std::vector<Shape> bind_shapes(const Graph& graph, const std::vector<Shape>& input_shapes) {
+  std::vector<bool> bound;
+  std::vector<Shape> shapes = bind_shapes(graph, graph.inputs(), input_shapes, &bound);
+  for (size_t v = 0; v < bound.size(); ++v)
+    VISION_CHECK(bound[v], "value '{}' has no shape", graph.values()[v].name);
   return shapes;
 }
 
 Plan::Plan(const Graph& graph, std::shared_ptr<BackendContext> backend, Mode mode,
-           const std::vector<Shape>& input_shapes, StateStore& state)
-    : backend_(std::move(backend)), mode_(mode), input_shapes_(input_shapes) {
-  VISION_CHECK(!graph.outputs().empty(), "the graph has no outputs: mark at least one with mark_output");
-  graph_inputs_ = graph.inputs();
-  graph_outputs_ = graph.outputs();
-  for (const Value& v : graph.values()) value_dtypes_.push_back(v.dtype);
-  const std::vector<Shape> shapes = bind_shapes(graph, input_shapes);
-  build_steps(graph, shapes);
+           const std::vector<Shape>& input_shapes, StateStore& state, PlanOptions options)
+    : backend_(std::move(backend)), state_(&state), mode_(mode), options_(options), input_shapes_(input_shapes) {
+  graph_inputs_ = graph.inputs(mode);
+  graph_outputs_ = graph.outputs(mode);
+  VISION_CHECK(!graph_outputs_.empty(), "the graph has no {} outputs: mark at least one with mark_output",
+               mode == Mode::inference ? "inference" : "training");
+  for (const auto& [id, use] : graph.marked_outputs())
+    if (mode == Mode::inference ? use.inference : use.train) seeded_.push_back(mode == Mode::train && use.seed_gradient);
+  for (const Value& v : graph.values()) {
+    value_dtypes_.push_back(v.dtype);
+    value_names_.push_back(v.name);
+  }
+  std::vector<bool> bound;
+  const std::vector<Shape> shapes = bind_shapes(graph, graph_inputs_, input_shapes, &bound);
+  build_steps(graph);
   bind_state(state, shapes);
-  layout_memory(graph, shapes);
+  mark_gradients(graph);
+  place_views(shapes);
+  layout_memory(shapes);
 }
 
-void Plan::build_steps(const Graph& graph, const std::vector<Shape>& shapes) {
-  // Keep the nodes the outputs depend on, in recording (topological) order.
+std::vector<Shape> Plan::input_shapes_of(const PlanStep& s, const std::vector<Shape>& shapes) const {
+  std::vector<Shape> in;
+  for (int id : s.inputs) in.push_back(shapes[static_cast<size_t>(id)]);
+  return in;
+}
+
+void Plan::build_steps(const Graph& graph) {
+  // Keep the nodes the mode's outputs depend on, in recording (topological) order.
   const auto& nodes = graph.nodes();
-  std::vector<bool> needed_value(graph.values().size(), false);
-  for (int o : graph_outputs_) needed_value[static_cast<size_t>(o)] = true;
-  std::vector<bool> needed_node(nodes.size(), false);
-  for (size_t i = nodes.size(); i-- > 0;) {
-    if (!needed_value[static_cast<size_t>(nodes[i].output)]) continue;
-    needed_node[i] = true;
-    for (int id : nodes[i].inputs) needed_value[static_cast<size_t>(id)] = true;
-  }
+  const std::vector<bool> needed = graph.needed_nodes(mode_);
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (!needed_node[i]) continue;
+    if (!needed[i]) continue;
     PlanStep s;
     s.name = nodes[i].name;
     s.op = nodes[i].op;
     s.inputs = nodes[i].inputs;
-    s.output = nodes[i].output;
+    s.outputs = nodes[i].outputs;
     s.fused_from = {nodes[i].name};
     steps_.push_back(std::move(s));
   }
 
-  // Inference: fuse a step into its only consumer when the op offers it (conv → bn → silu).
+  // Inference: fuse a one-output step into its only consumer when the op offers it (conv → bn → silu).
   if (mode_ == Mode::inference) {
     bool changed = true;
     while (changed) {
@@ -126,10 +157,11 @@ void Plan::build_steps(const Graph& graph, const std::vector<Shape>& shapes) {
         for (int id : s.inputs) ++uses[static_cast<size_t>(id)];
       for (int o : graph_outputs_) ++uses[static_cast<size_t>(o)];
       for (size_t i = 0; i < steps_.size() && !changed; ++i) {
-        const int out = steps_[i].output;
+        if (steps_[i].outputs.size() != 1) continue;
+        const int out = steps_[i].outputs[0];
         if (uses[static_cast<size_t>(out)] != 1) continue;
         for (size_t j = i + 1; j < steps_.size(); ++j) {
-          if (steps_[j].inputs != std::vector<int>{out}) {
+          if (steps_[j].inputs != std::vector<int>{out} || steps_[j].outputs.size() != 1) {
             if (std::find(steps_[j].inputs.begin(), steps_[j].inputs.end(), out) != steps_[j].inputs.end()) break;
             continue;
           }
@@ -140,7 +172,7 @@ void Plan::build_steps(const Graph& graph, const std::vector<Shape>& shapes) {
           s.name = names.scope;
           s.op = std::move(fused);
           s.inputs = steps_[i].inputs;
-          s.output = steps_[j].output;
+          s.outputs = steps_[j].outputs;
           s.fused_from = steps_[i].fused_from;
           s.fused_from.insert(s.fused_from.end(), steps_[j].fused_from.begin(), steps_[j].fused_from.end());
           steps_[j] = std::move(s);
@@ -158,12 +190,7 @@ void Plan::build_steps(const Graph& graph, const std::vector<Shape>& shapes) {
     VISION_CHECK(s.runtime->n_activation_inputs() == static_cast<int>(s.inputs.size()),
                  "{}: runtime op takes {} inputs, the graph gives {}", step_context(s),
                  s.runtime->n_activation_inputs(), s.inputs.size());
-    if (mode_ == Mode::train)
-      VISION_CHECK(s.runtime->has_backward(),
-                   "cannot build a training plan: {} has no backward; train only graphs whose ops all have one",
-                   step_context(s));
   }
-  (void)shapes;
 }
 
 void Plan::bind_state(StateStore& state, const std::vector<Shape>& shapes) {
@@ -175,10 +202,14 @@ void Plan::bind_state(StateStore& state, const std::vector<Shape>& shapes) {
   };
   std::vector<PendingConstant> constants;
   size_t constant_bytes = 0;
+  struct PendingDerived {
+    PlanStep* step;
+    size_t index, offset;
+  };
+  std::vector<PendingDerived> derived;
   for (auto& s : steps_) {
-    std::vector<Shape> in;
-    for (int id : s.inputs) in.push_back(shapes[static_cast<size_t>(id)]);
-    const Shape& out = shapes[static_cast<size_t>(s.output)];
+    const std::vector<Shape> in = input_shapes_of(s, shapes);
+    const Shape& out = shapes[static_cast<size_t>(s.outputs.front())];
     s.specs = s.runtime->param_specs(in, out);
     s.params.resize(s.specs.size());
     s.grad_params.resize(s.specs.size());
@@ -203,44 +234,144 @@ void Plan::bind_state(StateStore& state, const std::vector<Shape>& shapes) {
       s.params[k] = state.tensor(key);
       if (spec.kind == StateKind::parameter) s.grad_params[k] = state.grad(key);
     }
+    s.derived_specs = s.runtime->derived_specs(in, out);
+    for (size_t k = 0; k < s.derived_specs.size(); ++k) {
+      derived.push_back({&s, k, constant_bytes});
+      constant_bytes +=
+          align_up(static_cast<size_t>(s.derived_specs[k].shape.numel()) * core::dtype_size(s.derived_specs[k].dtype), 256);
+    }
   }
-  if (constant_bytes) {
-    constants_ = backend_->allocate(constant_bytes);
-    auto* base = static_cast<std::byte*>(constants_.get());
-    for (auto& c : constants) {
-      const ParamSpec& spec = c.step->specs[c.index];
-      backend_->copy_to_device(base + c.offset, c.data.data(), c.bytes);
-      c.step->params[c.index] = Tensor::view(base + c.offset, spec.shape, spec.dtype, backend_->device());
+  if (!constant_bytes) return;
+  constants_ = backend_->allocate(constant_bytes);
+  auto* base = static_cast<std::byte*>(constants_.get());
+  for (auto& c : constants) {
+    const ParamSpec& spec = c.step->specs[c.index];
+    backend_->copy_to_device(base + c.offset, c.data.data(), c.bytes);
+    c.step->params[c.index] = Tensor::view(base + c.offset, spec.shape, spec.dtype, backend_->device());
+  }
+  for (auto& d : derived) {
+    const TensorSpec& spec = d.step->derived_specs[d.index];
+    d.step->derived.resize(d.step->derived_specs.size());
+    d.step->derived[d.index] = Tensor::view(base + d.offset, spec.shape, spec.dtype, backend_->device());
+    has_derived_ = true;
+  }
+}
+
+void Plan::mark_gradients(const Graph& graph) {
+  const size_t nv = graph.values().size();
+  needs_grad_.assign(nv, false);
+  if (mode_ != Mode::train) return;
+  // A value can carry a gradient when it is differentiable and depends on a parameter.
+  std::vector<bool> flows(nv, false);
+  for (auto& s : steps_) {
+    bool g = false;
+    for (auto& spec : s.specs) g = g || spec.kind == StateKind::parameter;
+    for (int id : s.inputs) g = g || flows[static_cast<size_t>(id)];
+    for (int o : s.outputs) flows[static_cast<size_t>(o)] = g && graph.value(o).differentiable;
+  }
+  // It gets one when a seeded output depends on it through differentiable values.
+  std::vector<bool> reached(nv, false);
+  for (size_t i = 0; i < graph_outputs_.size(); ++i)
+    if (seeded_[i]) reached[static_cast<size_t>(graph_outputs_[i])] = flows[static_cast<size_t>(graph_outputs_[i])];
+  for (size_t si = steps_.size(); si-- > 0;) {
+    PlanStep& s = steps_[si];
+    for (int o : s.outputs) s.backward = s.backward || reached[static_cast<size_t>(o)];
+    if (!s.backward) continue;
+    VISION_CHECK(s.runtime->has_backward(),
+                 "cannot build a training plan: {} has no backward but the loss depends on it through a "
+                 "differentiable value; detach its input or train only graphs whose ops all have one",
+                 step_context(s));
+    for (int id : s.inputs)
+      if (flows[static_cast<size_t>(id)]) reached[static_cast<size_t>(id)] = true;
+  }
+  // Buffers: every value the reverse pass reaches, and every differentiable output of a step that runs
+  // backward (one the loss does not reach gets zeros).
+  for (size_t v = 0; v < nv; ++v) needs_grad_[v] = reached[v];
+  for (auto& s : steps_)
+    if (s.backward)
+      for (int o : s.outputs) needs_grad_[static_cast<size_t>(o)] = needs_grad_[static_cast<size_t>(o)] || flows[static_cast<size_t>(o)];
+}
+
+void Plan::place_views(const std::vector<Shape>& shapes) {
+  alias_.assign(value_dtypes_.size(), Alias{});
+  auto bytes_of_value = [&](int id) {
+    return static_cast<size_t>(shapes[static_cast<size_t>(id)].numel()) * core::dtype_size(value_dtypes_[static_cast<size_t>(id)]);
+  };
+  auto element_bytes = [&](int id) { return core::dtype_size(value_dtypes_[static_cast<size_t>(id)]); };
+  auto is_input = [&](int id) { return std::find(graph_inputs_.begin(), graph_inputs_.end(), id) != graph_inputs_.end(); };
+  for (auto& s : steps_) {
+    const std::vector<Shape> in = input_shapes_of(s, shapes);
+    for (size_t k = 0; k < s.outputs.size(); ++k) {
+      const auto view = s.op->output_view(k, in);
+      if (!view) continue;
+      VISION_CHECK(view->input < s.inputs.size() &&
+                       view->offset * element_bytes(s.outputs[k]) + bytes_of_value(s.outputs[k]) <=
+                           bytes_of_value(s.inputs[view->input]),
+                   "{}: output {} is declared a view outside input {}", step_context(s), k, view->input);
+      alias_[static_cast<size_t>(s.outputs[k])] = {s.inputs[view->input], view->offset * element_bytes(s.outputs[k])};
+    }
+    // Inputs written in place into output 0: each must have memory of its own, be produced by a step of
+    // this plan (not copied in as a graph input), and appear once among the inputs.
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+      const int x = s.inputs[i];
+      if (alias_[static_cast<size_t>(x)].parent >= 0 || is_input(x)) continue;
+      if (std::count(s.inputs.begin(), s.inputs.end(), x) != 1) continue;
+      const auto offset = s.op->input_in_output(i, in);
+      if (!offset) continue;
+      VISION_CHECK(*offset * element_bytes(x) + bytes_of_value(x) <= bytes_of_value(s.outputs[0]),
+                   "{}: input {} is declared in place outside the output", step_context(s), i);
+      alias_[static_cast<size_t>(x)] = {s.outputs[0], *offset * element_bytes(x)};
     }
   }
 }
 
-void Plan::layout_memory(const Graph& graph, const std::vector<Shape>& shapes) {
+void Plan::layout_memory(const std::vector<Shape>& shapes) {
   const int S = static_cast<int>(steps_.size());
   const int end = mode_ == Mode::train ? 2 * S : S;
-  const size_t nv = graph.values().size();
+  const size_t nv = value_dtypes_.size();
   auto value_bytes = [&](int id) {
     return static_cast<size_t>(shapes[static_cast<size_t>(id)].numel()) *
            core::dtype_size(value_dtypes_[static_cast<size_t>(id)]);
   };
 
-  std::vector<int> producer(nv, -1), last_consumer(nv, -1);
+  std::vector<int> producer(nv, -1), last_consumer(nv, -1), last_backward_consumer(nv, -1);
+  std::vector<bool> present(nv, false);
+  for (int id : graph_inputs_) present[static_cast<size_t>(id)] = true;
   for (int i = 0; i < S; ++i) {
-    producer[static_cast<size_t>(steps_[static_cast<size_t>(i)].output)] = i;
-    for (int id : steps_[static_cast<size_t>(i)].inputs) last_consumer[static_cast<size_t>(id)] = i;
-  }
-  std::vector<int> last_use = last_consumer;  // extended below for outputs and inputs
-  for (int o : graph_outputs_) last_use[static_cast<size_t>(o)] = end;
-  for (int id : graph_inputs_) last_use[static_cast<size_t>(id)] = std::max(last_use[static_cast<size_t>(id)], 0);
-
-  needs_grad_.assign(nv, false);
-  if (mode_ == Mode::train)
-    for (auto& s : steps_) {
-      bool g = false;
-      for (auto& spec : s.specs) g |= spec.kind == StateKind::parameter;
-      for (int id : s.inputs) g |= needs_grad_[static_cast<size_t>(id)];
-      needs_grad_[static_cast<size_t>(s.output)] = g;
+    const PlanStep& s = steps_[static_cast<size_t>(i)];
+    for (int o : s.outputs) {
+      producer[static_cast<size_t>(o)] = i;
+      present[static_cast<size_t>(o)] = true;
     }
+    for (int id : s.inputs) {
+      last_consumer[static_cast<size_t>(id)] = i;
+      if (s.backward) last_backward_consumer[static_cast<size_t>(id)] = i;
+    }
+  }
+  std::vector<bool> is_output(nv, false);
+  for (int o : graph_outputs_) is_output[static_cast<size_t>(o)] = true;
+
+  // Forward lifetime of each value, then of each memory root: the union over the values placed in it.
+  std::vector<int> first(nv, 0), last(nv, -1);
+  for (size_t id = 0; id < nv; ++id) {
+    if (!present[id]) continue;
+    first[id] = std::max(producer[id], 0);
+    last[id] = mode_ == Mode::train || is_output[id] ? end : std::max(last_consumer[id], first[id]);
+  }
+  auto root_of = [&](int id) {
+    size_t offset = 0;
+    while (alias_[static_cast<size_t>(id)].parent >= 0) {
+      offset += alias_[static_cast<size_t>(id)].offset;
+      id = alias_[static_cast<size_t>(id)].parent;
+    }
+    return std::make_pair(id, offset);
+  };
+  for (size_t id = 0; id < nv; ++id) {
+    if (!present[id] || alias_[id].parent < 0) continue;
+    const int r = root_of(static_cast<int>(id)).first;
+    first[static_cast<size_t>(r)] = std::min(first[static_cast<size_t>(r)], first[id]);
+    last[static_cast<size_t>(r)] = std::max(last[static_cast<size_t>(r)], last[id]);
+  }
 
   std::vector<ArenaRequest> req;
   enum Kind { kValue, kGrad, kSaved, kWorkspace, kScratch };
@@ -250,19 +381,17 @@ void Plan::layout_memory(const Graph& graph, const std::vector<Shape>& shapes) {
   };
   std::vector<Owner> owners;
   for (size_t id = 0; id < nv; ++id) {
-    if (last_use[id] < 0) continue;  // not needed by this plan
-    const int first = producer[id] < 0 ? 0 : producer[id];
-    const int last = mode_ == Mode::train ? end : last_use[id];
-    req.push_back({value_bytes(static_cast<int>(id)), first, last});
+    if (!present[id] || alias_[id].parent >= 0) continue;
+    req.push_back({value_bytes(static_cast<int>(id)), first[id], last[id]});
     owners.push_back({kValue, static_cast<int>(id), 0});
   }
+  const PlanContext plan_ctx{backend_.get(), mode_, options_.deterministic};
   size_t workspace = 0, scratch = 0;
   for (int i = 0; i < S; ++i) {
     PlanStep& s = steps_[static_cast<size_t>(i)];
-    std::vector<Shape> in;
-    for (int id : s.inputs) in.push_back(shapes[static_cast<size_t>(id)]);
-    const Shape& out = shapes[static_cast<size_t>(s.output)];
-    s.workspace = s.runtime->workspace_bytes(in, out);
+    const std::vector<Shape> in = input_shapes_of(s, shapes);
+    const Shape& out = shapes[static_cast<size_t>(s.outputs.front())];
+    s.workspace = s.runtime->workspace_bytes(plan_ctx, in, out);
     workspace = std::max(workspace, s.workspace);
     if (mode_ != Mode::train) continue;
     s.saved_specs = s.runtime->saved_specs(in, out);
@@ -271,6 +400,7 @@ void Plan::layout_memory(const Graph& graph, const std::vector<Shape>& shapes) {
                      i, end});
       owners.push_back({kSaved, i, static_cast<int>(k)});
     }
+    if (!s.backward) continue;
     size_t step_scratch = 0;
     for (int id : s.inputs)
       if (needs_grad_[static_cast<size_t>(id)]) step_scratch += align_up(value_bytes(id), 256);
@@ -280,15 +410,15 @@ void Plan::layout_memory(const Graph& graph, const std::vector<Shape>& shapes) {
     scratch = std::max(scratch, step_scratch);
   }
   if (mode_ == Mode::train) {
-    // Gradient of a value: from the backward step of its last consumer to the backward step of its producer.
+    // Gradient of a value: from the backward step of its last consumer that runs backward (or the start of
+    // the reverse pass for an output) to the backward step of its producer.
     auto btime = [&](int step) { return S + (S - 1 - step); };
     for (size_t id = 0; id < nv; ++id) {
-      if (!needs_grad_[id] || last_use[id] < 0) continue;
-      const bool is_output =
-          std::find(graph_outputs_.begin(), graph_outputs_.end(), static_cast<int>(id)) != graph_outputs_.end();
-      const int first = is_output || last_consumer[id] < 0 ? S : btime(last_consumer[id]);
-      const int last = producer[id] < 0 ? end : btime(producer[id]);
-      req.push_back({value_bytes(static_cast<int>(id)), first, last});
+      if (!needs_grad_[id]) continue;
+      const int last_b = last_backward_consumer[id];
+      const int from = is_output[id] ? S : last_b >= 0 ? btime(last_b) : btime(producer[id]);
+      const int to = producer[id] < 0 ? end : btime(producer[id]);
+      req.push_back({value_bytes(static_cast<int>(id)), from, to});
       owners.push_back({kGrad, static_cast<int>(id), 0});
     }
     if (scratch) {
@@ -308,13 +438,13 @@ void Plan::layout_memory(const Graph& graph, const std::vector<Shape>& shapes) {
   const core::Device dev = backend_->device();
   values_.assign(nv, Tensor());
   grads_.assign(nv, Tensor());
+  std::vector<std::byte*> root_memory(nv, nullptr);
   for (size_t r = 0; r < req.size(); ++r) {
     std::byte* p = base + layout.offsets[r];
     const Owner& o = owners[r];
     switch (o.kind) {
       case kValue:
-        values_[static_cast<size_t>(o.a)] =
-            Tensor::view(p, shapes[static_cast<size_t>(o.a)], value_dtypes_[static_cast<size_t>(o.a)], dev);
+        root_memory[static_cast<size_t>(o.a)] = p;
         break;
       case kGrad:
         grads_[static_cast<size_t>(o.a)] =
@@ -335,6 +465,30 @@ void Plan::layout_memory(const Graph& graph, const std::vector<Shape>& shapes) {
         break;
     }
   }
+  for (size_t id = 0; id < nv; ++id) {
+    if (!present[id]) continue;
+    const auto [root, offset] = root_of(static_cast<int>(id));
+    values_[id] = Tensor::view(root_memory[static_cast<size_t>(root)] + offset, shapes[id], value_dtypes_[id], dev);
+  }
+}
+
+void Plan::refresh_derived() {
+  if (!has_derived_ || (refreshed_ && refreshed_version_ == state_->version())) return;
+  for (PlanStep& s : steps_) {
+    if (s.derived.empty()) continue;
+    ForwardCtx ctx;
+    ctx.backend = backend_.get();
+    ctx.params = s.params;
+    ctx.derived = s.derived;
+    ctx.deterministic = options_.deterministic;
+    try {
+      s.runtime->refresh(ctx);
+    } catch (const Error& e) {
+      fail("{} refresh: {}", step_context(s), e.what());
+    }
+  }
+  refreshed_version_ = state_->version();
+  refreshed_ = true;
 }
 
 void Plan::forward(const std::vector<Tensor>& inputs) {
@@ -344,13 +498,15 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
     const Tensor& dst = values_[static_cast<size_t>(graph_inputs_[i])];
     const Tensor& src = inputs[i];
     VISION_CHECK(src.defined() && src.shape() == dst.shape() && src.dtype() == dst.dtype(),
-                 "input {}: expected {} {}, got {}", i, core::dtype_name(dst.dtype()), dst.shape().str(),
+                 "input {} ('{}'): expected {} {}, got {}", i, value_names_[static_cast<size_t>(graph_inputs_[i])],
+                 core::dtype_name(dst.dtype()), dst.shape().str(),
                  src.defined() ? src.str() : std::string("an undefined tensor"));
     if (src.device() == core::Device::cpu)
       backend_->copy_to_device(dst.raw(), src.raw(), src.nbytes());
     else
       backend_->copy_on_device(dst.raw(), src.raw(), src.nbytes());
   }
+  refresh_derived();
   const bool replayable = mode_ == Mode::inference && graph_replay_ && backend_->supports_graph_capture();
   if (!replayable) {
     run_steps();
@@ -360,6 +516,8 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
     if (!captured_) captured_ = backend_->capture([this] { run_steps(); });
     backend_->replay(captured_.get());
   }
+  // A training forward updates buffers (BatchNorm running statistics): what plans derive from them is stale.
+  if (mode_ == Mode::train) state_->mark_updated();
   ++runs_;
   forward_done_ = true;
 }
@@ -369,11 +527,14 @@ void Plan::run_steps() {
     ForwardCtx ctx;
     ctx.backend = backend_.get();
     for (int id : s.inputs) ctx.inputs.push_back(values_[static_cast<size_t>(id)]);
-    ctx.output = values_[static_cast<size_t>(s.output)];
+    for (int id : s.outputs) ctx.outputs.push_back(values_[static_cast<size_t>(id)]);
+    ctx.output = ctx.outputs.front();
     ctx.params = s.params;
     ctx.saved = s.saved;
+    ctx.derived = s.derived;
     if (s.workspace) ctx.workspace = workspace_;
     ctx.training = mode_ == Mode::train;
+    ctx.deterministic = options_.deterministic;
     try {
       s.runtime->forward(ctx);
     } catch (const Error& e) {
@@ -404,19 +565,20 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
   }
   for (size_t i = 0; i < graph_outputs_.size(); ++i) {
     const int o = graph_outputs_[i];
-    if (!needs_grad_[static_cast<size_t>(o)]) continue;
+    if (!seeded_[i] || !needs_grad_[static_cast<size_t>(o)]) continue;
     const Tensor& g = grads_[static_cast<size_t>(o)];
     if (!grad_outputs.empty()) {
       const Tensor& src = grad_outputs[i];
-      VISION_CHECK(src.shape() == g.shape() && src.dtype() == g.dtype(), "output gradient {}: expected {}, got {}", i,
-                   g.str(), src.str());
+      VISION_CHECK(src.defined() && src.shape() == g.shape() && src.dtype() == g.dtype(),
+                   "output gradient {} ('{}'): expected {}, got {}", i, value_names_[static_cast<size_t>(o)], g.str(),
+                   src.defined() ? src.str() : std::string("an undefined tensor"));
       if (src.device() == core::Device::cpu)
         backend_->copy_to_device(g.raw(), src.raw(), g.nbytes());
       else
         backend_->copy_on_device(g.raw(), src.raw(), g.nbytes());
     } else {
-      VISION_CHECK(g.numel() == 1, "backward without output gradients needs scalar outputs; output {} is {}", i,
-                   g.shape().str());
+      VISION_CHECK(g.numel() == 1, "backward without output gradients needs scalar seeded outputs; '{}' is {}",
+                   value_names_[static_cast<size_t>(o)], g.shape().str());
       Tensor one = Tensor::zeros(g.shape(), g.dtype());
       one.fill(1.0f);
       backend_->copy_to_device(g.raw(), one.raw(), one.nbytes());
@@ -427,14 +589,28 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
   auto* scratch_base = grad_scratch_.defined() ? static_cast<std::byte*>(grad_scratch_.raw()) : nullptr;
   for (size_t si = steps_.size(); si-- > 0;) {
     PlanStep& s = steps_[si];
-    if (!written[static_cast<size_t>(s.output)]) continue;
+    if (!s.backward) continue;
+    bool reached = false;
+    for (int o : s.outputs) reached = reached || written[static_cast<size_t>(o)];
+    if (!reached) continue;
     BackwardCtx ctx;
     ctx.backend = backend_.get();
+    ctx.deterministic = options_.deterministic;
     for (int id : s.inputs) ctx.inputs.push_back(values_[static_cast<size_t>(id)]);
-    ctx.output = values_[static_cast<size_t>(s.output)];
-    ctx.grad_output = grads_[static_cast<size_t>(s.output)];
+    for (int o : s.outputs) {
+      ctx.outputs.push_back(values_[static_cast<size_t>(o)]);
+      const Tensor& g = grads_[static_cast<size_t>(o)];
+      if (g.defined() && !written[static_cast<size_t>(o)]) {
+        backend_->fill_zero(g.raw(), g.nbytes());  // an output the loss does not reach: zero, never stale
+        written[static_cast<size_t>(o)] = true;
+      }
+      ctx.grad_outputs.push_back(g);
+    }
+    ctx.output = ctx.outputs.front();
+    ctx.grad_output = ctx.grad_outputs.front();
     ctx.params = s.params;
     ctx.saved = s.saved;
+    ctx.derived = s.derived;
     if (s.workspace) ctx.workspace = workspace_;
     size_t used = 0;
     auto take_scratch = [&](const Tensor& like) {
@@ -443,13 +619,16 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
       return t;
     };
     std::vector<std::pair<Tensor, Tensor>> adds;  // (destination, scratch) pairs to sum after the step
-    for (int id : s.inputs) {
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+      const int id = s.inputs[i];
+      const bool repeated = std::find(s.inputs.begin(), s.inputs.begin() + static_cast<std::ptrdiff_t>(i), id) !=
+                            s.inputs.begin() + static_cast<std::ptrdiff_t>(i);
       if (!needs_grad_[static_cast<size_t>(id)]) {
         ctx.grad_inputs.emplace_back();
         continue;
       }
       const Tensor& g = grads_[static_cast<size_t>(id)];
-      if (!written[static_cast<size_t>(id)]) {
+      if (!written[static_cast<size_t>(id)] && !repeated) {
         ctx.grad_inputs.push_back(g);
         written[static_cast<size_t>(id)] = true;
       } else {
@@ -479,14 +658,19 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
 std::string Plan::describe() const {
   std::string out;
   for (const auto& s : steps_) {
-    out += fmt::format("{:<32} {:<22} -> {}", s.name.empty() ? "(root)" : s.name, s.op->name(),
-                       values_[static_cast<size_t>(s.output)].shape().str());
+    std::string shapes;
+    for (int o : s.outputs) shapes += (shapes.empty() ? "" : ", ") + values_[static_cast<size_t>(o)].shape().str();
+    out += fmt::format("{:<32} {:<22} -> {}", s.name.empty() ? "(root)" : s.name, s.op->name(), shapes);
     if (s.fused_from.size() > 1) {
       out += "  fused:";
       for (auto& f : s.fused_from) out += " " + f;
     }
     out += "\n";
   }
+  for (size_t v = 0; v < alias_.size(); ++v)
+    if (alias_[v].parent >= 0)
+      out += fmt::format("  {} shares memory with {} at byte {}\n", value_names_[v],
+                         value_names_[static_cast<size_t>(alias_[v].parent)], alias_[v].offset);
   return out;
 }
 

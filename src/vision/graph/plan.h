@@ -12,76 +12,114 @@
 
 namespace vision::graph {
 
-// Concrete shape of every value of the graph for the given input shapes (symbolic dims bound).
+// Concrete shape of every value of the graph for the given shapes of all its inputs (symbolic dims bound).
 std::vector<Shape> bind_shapes(const Graph& graph, const std::vector<Shape>& input_shapes);
+// The same for some of the inputs (value ids): values that depend on another input stay unbound
+// (*bound says which are bound).
+std::vector<Shape> bind_shapes(const Graph& graph, const std::vector<int>& input_ids,
+                               const std::vector<Shape>& input_shapes, std::vector<bool>* bound);
+
+// Choices made once, when a plan is built.
+struct PlanOptions {
+  // No floating-point atomics in reductions and backward passes and deterministic library algorithms:
+  // running the plan twice on the same inputs and state gives bit-identical outputs and gradients.
+  bool deterministic = false;
+};
 
 struct PlanStep {
   std::string name;                       // node name ("model.0.conv", or the common scope of a fused pair)
   std::shared_ptr<const Op> op;           // after fusion
   std::unique_ptr<RuntimeOp> runtime;
   std::vector<int> inputs;                // value ids
-  int output = -1;                        // value id
+  std::vector<int> outputs;               // value ids
   std::vector<ParamSpec> specs;
   std::vector<Tensor> params;             // views: state store entries or plan constants
   std::vector<Tensor> grad_params;        // views into the flat gradient buffer (parameters only)
   std::vector<TensorSpec> saved_specs;
   std::vector<Tensor> saved;              // views into the arena (train mode)
+  std::vector<TensorSpec> derived_specs;
+  std::vector<Tensor> derived;            // kept across runs, written by RuntimeOp::refresh
   size_t workspace = 0;
+  bool backward = false;                  // train mode: a gradient reaches one of its outputs
   std::vector<std::string> fused_from;    // node names merged into this step
 };
 
 class Plan {
  public:
   Plan(const Graph& graph, std::shared_ptr<BackendContext> backend, Mode mode, const std::vector<Shape>& input_shapes,
-       StateStore& state);
+       StateStore& state, PlanOptions options = {});
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 
   Mode mode() const { return mode_; }
+  const PlanOptions& options() const { return options_; }
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
   const std::vector<PlanStep>& steps() const { return steps_; }
   size_t arena_bytes() const { return arena_bytes_; }
+  // The graph outputs of this plan's mode (value ids), in marking order.
+  const std::vector<int>& output_ids() const { return graph_outputs_; }
 
   // Copies inputs (host or same-backend tensors) into the arena and runs every step.
   void forward(const std::vector<Tensor>& inputs);
   // Output views (valid until the next run of this plan).
   std::vector<Tensor> outputs() const;
-  // Reverse pass (train mode, after forward): grad_outputs default to ones for scalar outputs. Parameter
-  // gradients are written into the flat gradient buffer, or added to it when accumulate is true.
+  // Reverse pass (train mode, after forward), starting from the outputs marked with seed_gradient.
+  // grad_outputs is empty (every seeded output is a scalar and gets 1) or has one entry per plan output;
+  // entries of outputs that are not seeded are ignored. Parameter gradients are written into the flat
+  // gradient buffer, or added to it when accumulate is true.
   void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false);
-  // Gradient of a value of the graph after backward (for tests), undefined if it got none.
+  // Gradient of a value of the graph after backward (for tests), undefined if it carries none.
   Tensor value_grad(int value_id) const;
   Tensor value(int value_id) const { return values_.at(static_cast<size_t>(value_id)); }
 
+  // One line per step: name, op, output shapes, fused nodes; then the values that share memory.
   std::string describe() const;
 
   // Inference on a backend with graph capture (CUDA): the first run is eager, the second captures the
   // steps into a graph, later runs replay it. On by default.
   void set_graph_replay(bool on) { graph_replay_ = on; }
-  bool graph_replayed() const { return captured_ != nullptr; }  // one line per step: name, op, output shape
+  bool graph_replayed() const { return captured_ != nullptr; }
 
  private:
-  void build_steps(const Graph& graph, const std::vector<Shape>& shapes);
+  void build_steps(const Graph& graph);
+  void mark_gradients(const Graph& graph);
   void bind_state(StateStore& state, const std::vector<Shape>& shapes);
-  void layout_memory(const Graph& graph, const std::vector<Shape>& shapes);
+  void place_views(const std::vector<Shape>& shapes);
+  void layout_memory(const std::vector<Shape>& shapes);
+  void refresh_derived();
   void run_steps();
+  std::vector<Shape> input_shapes_of(const PlanStep& s, const std::vector<Shape>& shapes) const;
+
+  // Memory of a value placed inside another's (a view, or an input written in place into a concat).
+  struct Alias {
+    int parent = -1;  // -1: the value has memory of its own
+    size_t offset = 0;
+  };
 
   std::shared_ptr<BackendContext> backend_;
+  StateStore* state_;
   Mode mode_;
+  PlanOptions options_;
   std::vector<Shape> input_shapes_;
   std::vector<int> graph_inputs_, graph_outputs_;
+  std::vector<bool> seeded_;        // per graph output of this plan: backward starts from it
   std::vector<DType> value_dtypes_;
+  std::vector<std::string> value_names_;
   std::vector<PlanStep> steps_;
+  std::vector<Alias> alias_;        // per value
   std::vector<Tensor> values_;      // activation views (undefined for values no step needs)
   std::vector<Tensor> grads_;       // gradient views (train mode)
-  std::vector<bool> needs_grad_;
+  std::vector<bool> needs_grad_;    // train mode: the value gets a gradient buffer
   Tensor workspace_;
   Tensor grad_scratch_;             // accumulation space for multi-consumer gradients
   std::shared_ptr<void> arena_;
-  std::shared_ptr<void> constants_;
+  std::shared_ptr<void> constants_;  // per-plan constants and derived tensors
   size_t arena_bytes_ = 0;
   bool forward_done_ = false;
   bool graph_replay_ = true;
+  bool has_derived_ = false;
+  uint64_t refreshed_version_ = 0;
+  bool refreshed_ = false;
   int64_t runs_ = 0;
   std::shared_ptr<void> captured_;
 };

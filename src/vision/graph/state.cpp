@@ -14,8 +14,6 @@ std::string state_key(const std::string& node_name, const std::string& local) {
 }
 
 namespace {
-size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
 // Converts a host tensor of a floating dtype to f32 (the store's dtype for parameters).
 core::Tensor host_as(const core::Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
@@ -27,8 +25,13 @@ core::Tensor host_as(const core::Tensor& t, DType dtype) {
 
 StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backend,
                        const std::vector<Shape>& input_shapes)
+    : StateStore(graph, std::move(backend), graph.inputs(), input_shapes) {}
+
+StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backend, const std::vector<int>& input_ids,
+                       const std::vector<Shape>& input_shapes)
     : backend_(std::move(backend)) {
-  const std::vector<Shape> shapes = bind_shapes(graph, input_shapes);
+  std::vector<bool> bound;
+  const std::vector<Shape> shapes = bind_shapes(graph, input_ids, input_shapes, &bound);
   struct Init {
     size_t entry;
     std::vector<std::byte> data;
@@ -36,10 +39,11 @@ StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backe
   std::vector<Init> inits;
   size_t param_bytes = 0, buffer_bytes = 0;
   for (const Node& n : graph.nodes()) {
+    if (!bound[static_cast<size_t>(n.outputs.front())]) continue;
     auto rt = n.op->lower(Backend::cpu, Mode::inference);
     std::vector<Shape> in;
     for (int id : n.inputs) in.push_back(shapes[static_cast<size_t>(id)]);
-    const Shape& out = shapes[static_cast<size_t>(n.output)];
+    const Shape& out = shapes[static_cast<size_t>(n.outputs.front())];
     const auto specs = rt->param_specs(in, out);
     for (size_t k = 0; k < specs.size(); ++k) {
       const ParamSpec& spec = specs[k];
@@ -105,6 +109,7 @@ void StateStore::set_from_host(const std::string& key, const Tensor& host) {
   const Tensor src = host_as(host, e->dtype);
   const Tensor dst = tensor(key);
   backend_->copy_to_device(dst.raw(), src.raw(), dst.nbytes());
+  mark_updated();
 }
 
 std::vector<std::pair<std::string, Tensor>> StateStore::to_host() const {

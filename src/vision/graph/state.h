@@ -24,7 +24,11 @@ class StateStore {
  public:
   // Lowers every node of the graph (no fusion) for the given concrete input shapes, collects the
   // parameters and buffers they declare and initialises them with the ops' param_init_data.
+  // input_ids are the graph inputs whose shapes are given (all of them in the first form); nodes that depend
+  // on other inputs (a loss on training targets) must hold no parameters or buffers.
   StateStore(const Graph& graph, std::shared_ptr<BackendContext> backend, const std::vector<Shape>& input_shapes);
+  StateStore(const Graph& graph, std::shared_ptr<BackendContext> backend, const std::vector<int>& input_ids,
+             const std::vector<Shape>& input_shapes);
 
   const std::vector<StateEntry>& entries() const { return entries_; }
   const StateEntry* find(const std::string& key) const;
@@ -48,6 +52,12 @@ class StateStore {
 
   BackendContext& backend() const { return *backend_; }
 
+  // A counter that changes whenever parameters or buffers change, so plans refresh what they derive from
+  // them (folded BatchNorm) once per version rather than on every run. set_from_host and load_safetensors
+  // bump it; code that writes the state directly (an optimizer step on flat_params()) calls mark_updated().
+  uint64_t version() const { return version_; }
+  void mark_updated() { ++version_; }
+
  private:
   std::shared_ptr<BackendContext> backend_;
   std::vector<StateEntry> entries_;
@@ -55,6 +65,7 @@ class StateStore {
   std::shared_ptr<void> param_mem_, grad_mem_, buffer_mem_;
   Tensor flat_params_, flat_grads_;
   int64_t n_params_ = 0;
+  uint64_t version_ = 0;
 };
 
 // Checkpoint key of state `local` of node `node_name` ("model.0.bn" + "weight").

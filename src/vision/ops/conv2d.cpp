@@ -227,21 +227,26 @@ class FusedConv2dRuntime final : public CpuRuntimeOp {
     return i < n_conv_state_ ? conv2d_state_init(a_, i, seed)
                              : batchnorm2d_state_init(i - n_conv_state_, a_.out_channels);
   }
-  size_t workspace_bytes(const std::vector<Shape>&, const Shape&) const override {
-    return f_.batchnorm ? static_cast<size_t>(a_.weight_shape().numel() + a_.out_channels) * sizeof(float) : 0;
+  // With BatchNorm: the folded weight and bias, refreshed once per state version.
+  std::vector<TensorSpec> derived_specs(const std::vector<Shape>&, const Shape&) const override {
+    if (!f_.batchnorm) return {};
+    return {{a_.weight_shape(), DType::f32}, {Shape{a_.out_channels}, DType::f32}};
   }
   bool has_backward() const override { return false; }  // built for inference plans only
 
-  void forward(ForwardCtx& ctx) override {
+  void refresh(ForwardCtx& ctx) override {
+    if (!f_.batchnorm) return;
+    VISION_CHECK(ctx.derived.size() == 2, "{}: refresh needs the folded weight and bias", name());
     const float* w = ctx.params[0].data<float>();
     const float* b = a_.bias ? ctx.params[1].data<float>() : nullptr;
-    if (!f_.batchnorm) return prims_.forward(ctx.inputs[0], ctx.output, w, b);
-    VISION_CHECK(ctx.workspace.defined() && ctx.workspace.nbytes() >= workspace_bytes({}, {}),
-                 "{}: the workspace is smaller than workspace_bytes()", name());
-    float* wf = static_cast<float*>(ctx.workspace.raw());
-    float* bf = wf + a_.weight_shape().numel();
-    fold_batchnorm(ctx.params, w, b, wf, bf);
-    prims_.forward(ctx.inputs[0], ctx.output, wf, bf);
+    fold_batchnorm(ctx.params, w, b, ctx.derived[0].data<float>(), ctx.derived[1].data<float>());
+  }
+  void forward(ForwardCtx& ctx) override {
+    if (!f_.batchnorm)
+      return prims_.forward(ctx.inputs[0], ctx.output, ctx.params[0].data<float>(),
+                            a_.bias ? ctx.params[1].data<float>() : nullptr);
+    VISION_CHECK(ctx.derived.size() == 2, "{}: the folded weight and bias are missing (run refresh first)", name());
+    prims_.forward(ctx.inputs[0], ctx.output, ctx.derived[0].data<float>(), ctx.derived[1].data<float>());
   }
 
  private:

@@ -85,6 +85,11 @@ class CpuRuntimeOp : public RuntimeOp {
   int n_inputs_;
 };
 
+// Permutations (output dim k is input dim perm[k]): the input's element strides in output-dim order, and the
+// inverse permutation (the backward's).
+std::vector<int64_t> permuted_strides(const Shape& in, const std::vector<int64_t>& perm);
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm);
+
 // Row-major view helpers of an NCHW-like tensor: dim 0 = outer, dim 1 = channels, the rest = inner.
 struct ChannelView {
   int64_t outer = 0, channels = 0, inner = 0;

@@ -532,9 +532,15 @@ TEST(FlashAttention2Graph, SymbolicBatchHeadsShapeErrorsAndCudaLowering) {
   ASSERT_EQ(saved.size(), 1u);
   EXPECT_EQ(saved[0].shape, (Shape{2, 10}));
   EXPECT_EQ(saved[0].dtype, DType::f32);
-  EXPECT_EQ(rt->workspace_bytes(in, Shape{2, 10, 64}), size_t{256 + 2 * 20 * 64 * 4});
-  EXPECT_EQ(FlashAttention2Op(0.1f).lower(Backend::cuda, Mode::inference)->workspace_bytes(in, Shape{2, 10, 64}), 0u);
-  EXPECT_THROW(rt->workspace_bytes({Shape{2, 10, 24}, Shape{2, 20, 24}, Shape{2, 20, 64}}, Shape{2, 10, 64}), Error);
+  // delta (BH·n_q f32, 256-aligned) and a dK/dV scratch; a plan that need not be deterministic also gets the
+  // fused backward's dQ accumulator (BH·n_q·d f32).
+  const graph::PlanContext deterministic{nullptr, Mode::train, true}, fast{nullptr, Mode::train, false};
+  EXPECT_EQ(rt->workspace_bytes(deterministic, in, Shape{2, 10, 64}), size_t{256 + 2 * 20 * 64 * 4});
+  EXPECT_EQ(rt->workspace_bytes(fast, in, Shape{2, 10, 64}), size_t{256 + 2 * 20 * 64 * 4 + 2 * 10 * 32 * 4});
+  EXPECT_EQ(FlashAttention2Op(0.1f).lower(Backend::cuda, Mode::inference)->workspace_bytes(fast, in, Shape{2, 10, 64}),
+            0u);
+  EXPECT_THROW(rt->workspace_bytes(fast, {Shape{2, 10, 24}, Shape{2, 20, 24}, Shape{2, 20, 64}}, Shape{2, 10, 64}),
+               Error);
 #else
   try {
     FlashAttention2Op(0.1f).lower(Backend::cuda, Mode::train);

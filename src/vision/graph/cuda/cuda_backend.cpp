@@ -27,6 +27,12 @@ void CudaBackendContext::copy_on_device(void* dst, const void* src, size_t bytes
   VISION_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }
 
+void CudaBackendContext::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                                 size_t rows) {
+  if (!width || !rows) return;
+  VISION_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, stream()));
+}
+
 void CudaBackendContext::fill_zero(void* dst, size_t bytes) {
   if (bytes) VISION_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream()));
 }

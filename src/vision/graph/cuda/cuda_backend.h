@@ -18,6 +18,7 @@ class CudaBackendContext final : public BackendContext {
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy_on_device(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) override;
   void axpy(const Tensor& dst, float alpha, const Tensor& src) override;
   void synchronize() override;
   bool supports_graph_capture() const override { return true; }

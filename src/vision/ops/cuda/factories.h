@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "vision/graph/op.h"
 #include "vision/ops/conv2d.h"
@@ -23,8 +24,7 @@ std::unique_ptr<graph::RuntimeOp> make_mul(Twin twin);
 std::unique_ptr<graph::RuntimeOp> make_maxpool2d(Twin twin, int64_t kernel, int64_t stride, int64_t padding,
                                                  graph::Mode mode);
 std::unique_ptr<graph::RuntimeOp> make_upsample_nearest(Twin twin, int64_t scale);
-std::unique_ptr<graph::RuntimeOp> make_concat(Twin twin);
-std::unique_ptr<graph::RuntimeOp> make_channel_slice(Twin twin, int64_t begin, int64_t count);
+std::unique_ptr<graph::RuntimeOp> make_permute(Twin twin, const std::vector<int64_t>& perm);
 std::unique_ptr<graph::RuntimeOp> make_sum_squares(Twin twin);
 std::unique_ptr<graph::RuntimeOp> make_mean(Twin twin);
 

@@ -9,11 +9,12 @@
 #include "vision/ops/cuda/cudnn_conv.h"
 #include "vision/ops/cuda/factories.h"
 #include "vision/ops/kernels/batchnorm_cuda.h"
-#include "vision/ops/kernels/channel_cuda.h"
 #include "vision/ops/kernels/elementwise_cuda.h"
 #include "vision/ops/kernels/maxpool_cuda.h"
+#include "vision/ops/kernels/permute_cuda.h"
 #include "vision/ops/kernels/reduce_cuda.h"
 #include "vision/ops/kernels/upsample_cuda.h"
+#include "vision/ops/op_util.h"
 
 namespace vision::ops::cuda_impl {
 
@@ -77,7 +78,7 @@ class ConvCache {
 class Conv2dCuda final : public CudaRuntimeOp {
  public:
   Conv2dCuda(Twin twin, const Conv2dAttrs& a) : CudaRuntimeOp(std::move(twin)), a_(a), convs_(a) {}
-  size_t workspace_bytes(const std::vector<Shape>& in, const Shape&) const override {
+  size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>& in, const Shape&) const override {
     return convs_.get(in[0]).workspace_bytes();
   }
   void forward(ForwardCtx& ctx) override {
@@ -99,50 +100,54 @@ class Conv2dCuda final : public CudaRuntimeOp {
   ConvCache convs_;
 };
 
-// Inference: W' = W·γ/σ and b' = β + (b − μ)·γ/σ folded into the workspace each call, one cuDNN convolution with
-// bias, SiLU in place.
+// Inference: W' = W·γ/σ and b' = β + (b − μ)·γ/σ folded into the plan's derived tensors once per state version
+// (refresh, outside the captured graph), one cuDNN convolution with bias, SiLU in place.
 class FusedConv2dCuda final : public CudaRuntimeOp {
  public:
   FusedConv2dCuda(Twin twin, const Conv2dAttrs& a, const ConvFusion& f)
       : CudaRuntimeOp(std::move(twin)), a_(a), f_(f), convs_(with_bias(a)) {}
   bool has_backward() const override { return false; }
-  size_t workspace_bytes(const std::vector<Shape>& in, const Shape&) const override {
-    return folded_bytes() + convs_.get(in[0]).workspace_bytes();
+  size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>& in, const Shape&) const override {
+    return convs_.get(in[0]).workspace_bytes();
+  }
+  std::vector<TensorSpec> derived_specs(const std::vector<Shape>&, const Shape&) const override {
+    if (!f_.batchnorm) return {};
+    return {{a_.weight_shape(), DType::f32}, {Shape{a_.out_channels}, DType::f32}};
+  }
+  void refresh(ForwardCtx& ctx) override {
+    if (!f_.batchnorm) return;
+    VISION_CHECK(ctx.derived.size() == 2, "{}: refresh needs the folded weight and bias", name());
+    const size_t n_conv = a_.bias ? 2 : 1;
+    const auto& p = ctx.params;
+    kernels::launch_batchnorm_fold(stream_of(ctx.backend), static_cast<const float*>(p[0].raw()),
+                                   a_.bias ? static_cast<const float*>(p[1].raw()) : nullptr,
+                                   static_cast<const float*>(p[n_conv].raw()),
+                                   static_cast<const float*>(p[n_conv + 1].raw()),
+                                   static_cast<const float*>(p[n_conv + 2].raw()),
+                                   static_cast<const float*>(p[n_conv + 3].raw()),
+                                   static_cast<float*>(ctx.derived[0].raw()), static_cast<float*>(ctx.derived[1].raw()),
+                                   a_.out_channels, a_.weight_shape().numel() / a_.out_channels, f_.bn_eps);
   }
   void forward(ForwardCtx& ctx) override {
-    const cudaStream_t s = stream_of(ctx.backend);
     const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
-    const size_t n_conv = a_.bias ? 2 : 1;
     const void* w = ctx.params[0].raw();
     const void* b = a_.bias ? ctx.params[1].raw() : nullptr;
-    auto* ws = static_cast<std::byte*>(ctx.workspace.raw());
     if (f_.batchnorm) {
-      float* wf = reinterpret_cast<float*>(ws);
-      float* bf = wf + align_floats(weight_count());
-      const auto& p = ctx.params;
-      kernels::launch_batchnorm_fold(s, static_cast<const float*>(w), static_cast<const float*>(b),
-                                     static_cast<const float*>(p[n_conv].raw()),
-                                     static_cast<const float*>(p[n_conv + 1].raw()),
-                                     static_cast<const float*>(p[n_conv + 2].raw()),
-                                     static_cast<const float*>(p[n_conv + 3].raw()), wf, bf, a_.out_channels,
-                                     weight_count() / a_.out_channels, f_.bn_eps);
-      w = wf;
-      b = bf;
+      VISION_CHECK(ctx.derived.size() == 2, "{}: the folded weight and bias are missing (run refresh first)", name());
+      w = ctx.derived[0].raw();
+      b = ctx.derived[1].raw();
     }
-    c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), ws + folded_bytes());
+    c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), ctx.workspace.defined() ? ctx.workspace.raw() : nullptr);
     if (b) c.add_bias(b, ctx.output.raw());
-    if (f_.silu) kernels::launch_silu_forward(s, DType::f32, ctx.output.raw(), ctx.output.raw(), ctx.output.numel());
+    if (f_.silu)
+      kernels::launch_silu_forward(stream_of(ctx.backend), DType::f32, ctx.output.raw(), ctx.output.raw(),
+                                   ctx.output.numel());
   }
 
  private:
   static Conv2dAttrs with_bias(Conv2dAttrs a) {
     a.bias = true;
     return a;
-  }
-  int64_t weight_count() const { return a_.weight_shape().numel(); }
-  static int64_t align_floats(int64_t n) { return (n + 63) / 64 * 64; }
-  size_t folded_bytes() const {
-    return f_.batchnorm ? static_cast<size_t>(align_floats(weight_count()) + align_floats(a_.out_channels)) * 4 : 0;
   }
   Conv2dAttrs a_;
   ConvFusion f_;
@@ -268,7 +273,7 @@ class MaxPool2dCuda final : public CudaRuntimeOp {
     if (mode_ != Mode::train) return {};
     return {{out, DType::i32}};
   }
-  size_t workspace_bytes(const std::vector<Shape>&, const Shape& out) const override {
+  size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>&, const Shape& out) const override {
     return mode_ == Mode::train ? 0 : static_cast<size_t>(out.numel()) * 4;  // argmax nobody reads
   }
   void forward(ForwardCtx& ctx) override {
@@ -306,50 +311,24 @@ class UpsampleCuda final : public CudaRuntimeOp {
   }
 };
 
-// Channel ranges of NCHW-like tensors (rank ≥ 2; the dims after the channels are flattened).
-int64_t inner_of(const Tensor& t) { return t.dim(1) ? t.numel() / t.dim(0) / t.dim(1) : 0; }
-
-class ConcatCuda final : public CudaRuntimeOp {
+// Dims reordered (rank ≤ 4); the backward is the inverse permutation of the gradient.
+class PermuteCuda final : public CudaRuntimeOp {
  public:
-  explicit ConcatCuda(Twin twin) : CudaRuntimeOp(std::move(twin)) {}
-  void forward(ForwardCtx& ctx) override {
-    int64_t offset = 0;
-    for (const Tensor& x : ctx.inputs) {
-      kernels::launch_concat_forward(stream_of(ctx.backend), DType::f32, x.raw(), ctx.output.raw(), x.dim(0), x.dim(1),
-                                     inner_of(x), ctx.output.dim(1), offset);
-      offset += x.dim(1);
-    }
-  }
-  void backward(BackwardCtx& ctx) override {
-    int64_t offset = 0;
-    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
-      const Tensor& x = ctx.inputs[i];
-      if (ctx.grad_inputs[i].defined())
-        kernels::launch_concat_backward(stream_of(ctx.backend), DType::f32, ctx.grad_output.raw(),
-                                        ctx.grad_inputs[i].raw(), x.dim(0), x.dim(1), inner_of(x),
-                                        ctx.output.dim(1), offset);
-      offset += x.dim(1);
-    }
-  }
-};
-
-class ChannelSliceCuda final : public CudaRuntimeOp {
- public:
-  ChannelSliceCuda(Twin twin, int64_t begin) : CudaRuntimeOp(std::move(twin)), begin_(begin) {}
+  PermuteCuda(Twin twin, std::vector<int64_t> perm) : CudaRuntimeOp(std::move(twin)), perm_(std::move(perm)) {}
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
-    kernels::launch_slice_forward(stream_of(ctx.backend), DType::f32, x.raw(), ctx.output.raw(), x.dim(0), x.dim(1),
-                                  inner_of(x), ctx.output.dim(1), begin_);
+    kernels::launch_permute(stream_of(ctx.backend), x.dtype(), x.raw(), ctx.output.raw(), ctx.output.shape(),
+                            permuted_strides(x.shape(), perm_));
   }
   void backward(BackwardCtx& ctx) override {
     if (!ctx.grad_inputs[0].defined()) return;
-    const Tensor& x = ctx.inputs[0];
-    kernels::launch_slice_backward(stream_of(ctx.backend), DType::f32, ctx.grad_output.raw(), ctx.grad_inputs[0].raw(),
-                                   x.dim(0), x.dim(1), inner_of(x), ctx.output.dim(1), begin_);
+    const Tensor& dy = ctx.grad_output;
+    kernels::launch_permute(stream_of(ctx.backend), dy.dtype(), dy.raw(), ctx.grad_inputs[0].raw(),
+                            ctx.grad_inputs[0].shape(), permuted_strides(dy.shape(), inverse_permutation(perm_)));
   }
 
  private:
-  int64_t begin_;
+  std::vector<int64_t> perm_;
 };
 
 // ½·Σx² (square) or Σx / n (mean).
@@ -399,10 +378,8 @@ std::unique_ptr<RuntimeOp> make_upsample_nearest(Twin twin, int64_t scale) {
   VISION_CHECK(scale == 2, "upsample_nearest on CUDA supports scale 2 (YOLO26's), not {}", scale);
   return std::make_unique<UpsampleCuda>(std::move(twin));
 }
-std::unique_ptr<RuntimeOp> make_concat(Twin twin) { return std::make_unique<ConcatCuda>(std::move(twin)); }
-std::unique_ptr<RuntimeOp> make_channel_slice(Twin twin, int64_t begin, int64_t count) {
-  (void)count;
-  return std::make_unique<ChannelSliceCuda>(std::move(twin), begin);
+std::unique_ptr<RuntimeOp> make_permute(Twin twin, const std::vector<int64_t>& perm) {
+  return std::make_unique<PermuteCuda>(std::move(twin), perm);
 }
 std::unique_ptr<RuntimeOp> make_sum_squares(Twin twin) { return std::make_unique<ReduceCuda>(std::move(twin), true); }
 std::unique_ptr<RuntimeOp> make_mean(Twin twin) { return std::make_unique<ReduceCuda>(std::move(twin), false); }

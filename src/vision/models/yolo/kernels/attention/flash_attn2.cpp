@@ -643,7 +643,7 @@ class FlashAttention2CpuRuntime final : public graph::RuntimeOp {
   std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape&) const override {
     return {{Shape{in.at(0)[0], in.at(0)[1]}, DType::f32}};  // lse
   }
-  size_t workspace_bytes(const std::vector<Shape>& in, const Shape&) const override {
+  size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>& in, const Shape&) const override {
     if (mode_ != graph::Mode::train) return 0;
     return static_cast<size_t>(in.at(0)[0] * in.at(0)[1]) * sizeof(float);  // delta
   }

@@ -14,6 +14,7 @@
 #include "vision/core/error.h"
 #include "vision/cuda/check.h"
 #include "vision/cuda/device.h"
+#include "vision/graph/arena.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/kernel_info_cuda.h"
 
@@ -320,8 +321,6 @@ void launch_flash_attention2_backward(cudaStream_t stream, DType dtype, int d, i
 
 namespace {
 
-size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
  public:
   FlashAttention2CudaRuntime(std::unique_ptr<graph::RuntimeOp> twin, float scale, graph::Mode mode)
@@ -336,12 +335,13 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
     return twin_->saved_specs(in, out);  // lse [BH, n_q], f32
   }
   // Training: delta [BH, n_q] (f32), then room for dK or dV when an input needs no gradient (4-byte elements, the
-  // widest the kernels take). Called when a plan is built: sizes the kernels do not take fail here, early.
-  size_t workspace_bytes(const std::vector<Shape>& in, const Shape&) const override {
+  // widest the kernels take), then, unless the plan is deterministic, the f32 dQ accumulator of the fused
+  // backward (taken for f16/bf16). Called when a plan is built: sizes the kernels do not take fail here, early.
+  size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape&) const override {
     const AttentionSizes s = attention_sizes(in.at(0), in.at(1), in.at(2));
     check_flash_attention2_gpu_sizes(DType::f32, s.d_qk, s.d_v);
     if (mode_ != graph::Mode::train) return 0;
-    return delta_bytes(s) + static_cast<size_t>(s.batch_heads * s.n_k * std::max(s.d_qk, s.d_v)) * 4;
+    return delta_bytes(s) + scratch_bytes(s) + (plan.deterministic ? 0 : dq_accum_bytes(s));
   }
 
   void forward(graph::ForwardCtx& ctx) override {
@@ -375,20 +375,23 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
     if (gv.defined()) check_tensor(gv, "grad_v", v.shape(), dtype);
     if (!gq.defined() && !gk.defined() && !gv.defined()) return;
 
-    const size_t scratch_bytes = static_cast<size_t>(s.batch_heads * s.n_k * std::max(s.d_qk, s.d_v)) *
-                                 core::dtype_size(dtype);
-    VISION_CHECK(ctx.workspace.defined() && ctx.workspace.nbytes() >= delta_bytes(s) + scratch_bytes,
+    VISION_CHECK(ctx.workspace.defined() && ctx.workspace.nbytes() >= delta_bytes(s) + scratch_bytes(s),
                  "flash_attention2 backward: the workspace ({} bytes) is smaller than delta and dK/dV scratch need "
                  "({} bytes)",
-                 ctx.workspace.defined() ? ctx.workspace.nbytes() : 0, delta_bytes(s) + scratch_bytes);
+                 ctx.workspace.defined() ? ctx.workspace.nbytes() : 0, delta_bytes(s) + scratch_bytes(s));
     auto* ws = static_cast<std::byte*>(ctx.workspace.raw());
     float* delta = reinterpret_cast<float*>(ws);
     void* scratch = ws + delta_bytes(s);  // a dK or dV nobody reads
+    // The fused backward adds dQ with f32 atomics: faster, not bit-reproducible. Deterministic plans (and f32,
+    // which it does not take) run the separate dQ and dK/dV kernels.
+    const bool fused = !ctx.deterministic && dtype != DType::f32 &&
+                       ctx.workspace.nbytes() >= delta_bytes(s) + scratch_bytes(s) + dq_accum_bytes(s);
+    float* dq_accum = fused ? reinterpret_cast<float*>(ws + delta_bytes(s) + scratch_bytes(s)) : nullptr;
     void* grad_k = gk.defined() ? gk.raw() : (gv.defined() ? scratch : nullptr);
     void* grad_v = gv.defined() ? gv.raw() : (gk.defined() ? scratch : nullptr);
     launch_flash_attention2_backward(stream(ctx.backend), dtype, static_cast<int>(s.d_qk), static_cast<int>(s.d_v),
                                      q.raw(), k.raw(), v.raw(), ctx.output.raw(), ctx.grad_output.raw(),
-                                     static_cast<const float*>(ctx.saved[0].raw()), delta, /*dq_accum=*/nullptr,
+                                     static_cast<const float*>(ctx.saved[0].raw()), delta, dq_accum,
                                      gq.defined() ? gq.raw() : nullptr, grad_k, grad_v, s.batch_heads, s.n_q, s.n_k,
                                      scale_);
   }
@@ -408,7 +411,16 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
   }
 
  private:
-  static size_t delta_bytes(const AttentionSizes& s) { return align256(static_cast<size_t>(s.batch_heads * s.n_q) * 4); }
+  static size_t delta_bytes(const AttentionSizes& s) {
+    return graph::align_up(static_cast<size_t>(s.batch_heads * s.n_q) * 4, 256);
+  }
+  static size_t scratch_bytes(const AttentionSizes& s) {
+    return graph::align_up(static_cast<size_t>(s.batch_heads * s.n_k * std::max(s.d_qk, s.d_v)) * 4, 256);
+  }
+  // The fused backward's dQ accumulator: BH · n_q · d f32.
+  static size_t dq_accum_bytes(const AttentionSizes& s) {
+    return graph::align_up(static_cast<size_t>(s.batch_heads * s.n_q * s.d_qk) * 4, 256);
+  }
   static cudaStream_t stream(graph::BackendContext* b) { return graph::CudaBackendContext::of(b).stream(); }
 
   static void check_tensor(const Tensor& t, const char* what, const Shape& shape, DType dtype) {
