@@ -3,9 +3,11 @@
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 #include <map>
+#include <tuple>
 
 #include "vision/cuda/libraries.h"
 #include "vision/graph/cuda/cuda_backend.h"
+#include "vision/graph/kernel_info_cuda.h"
 #include "vision/ops/cuda/cudnn_conv.h"
 #include "vision/ops/cuda/factories.h"
 #include "vision/ops/kernels/batchnorm_cuda.h"
@@ -23,6 +25,7 @@ using core::Tensor;
 using graph::BackwardCtx;
 using graph::CudaBackendContext;
 using graph::ForwardCtx;
+using graph::KernelInfo;
 using graph::Mode;
 using graph::ParamSpec;
 using graph::RuntimeOp;
@@ -32,6 +35,32 @@ namespace {
 
 cudaStream_t stream_of(graph::BackendContext* b) { return CudaBackendContext::of(b).stream(); }
 cudnnHandle_t cudnn_of(graph::BackendContext* b) { return CudaBackendContext::of(b).cudnn(); }
+
+// kernels() of an op: what each NVRTC kernel it may launch is.
+std::vector<KernelInfo> infos(const std::vector<const cuda::Kernel*>& kernels) {
+  std::vector<KernelInfo> out;
+  for (const cuda::Kernel* k : kernels) out.push_back(graph::kernel_info(*k));
+  return out;
+}
+// The f32 instantiation (the graph runs f32) of kernel D: the descriptor the launch helpers use.
+template <typename D, typename... A>
+const cuda::Kernel* f32_kernel(A... a) {
+  return &cuda::kernel_instance<D>(DType::f32, a...);
+}
+
+// Whether a run asks for bit-for-bit reproducible algorithms (cuDNN's deterministic ones).
+// TODO(deterministic): return ctx.deterministic once ForwardCtx/BackwardCtx carry it (graph/op.h); until then every
+// run takes the fastest algorithms.
+template <typename Ctx>
+bool deterministic(const Ctx& ctx) {
+  (void)ctx;
+  return false;
+}
+
+// The cuDNN handle for workspace_bytes(), which is not given the plan's backend yet.
+// TODO(PlanContext): RuntimeOp::workspace_bytes gains a leading `const PlanContext&` that gives the plan's
+// BackendContext; take the handle from it and drop this use of the process-wide backend.
+cudnnHandle_t process_cudnn() { return cudnn_of(graph::cuda_backend().get()); }
 
 // Shares name, inputs, state specs and initial state with the op's CPU RuntimeOp.
 class CudaRuntimeOp : public RuntimeOp {
@@ -52,49 +81,68 @@ class CudaRuntimeOp : public RuntimeOp {
   Twin twin_;
 };
 
-// cuDNN convolution plans per input shape (a RuntimeOp serves one plan, whose shape is fixed; the cache also
-// serves workspace_bytes(), which runs before the first forward).
+// cuDNN convolution plans per (cuDNN handle, input shape, deterministic): a RuntimeOp serves one plan, whose shape is
+// fixed, but the plan may run with or without deterministic algorithms, and workspace_bytes() runs before the first
+// forward. A plan is bound to its handle (and so to that handle's stream).
 class ConvCache {
  public:
   explicit ConvCache(const Conv2dAttrs& a) : a_(a) {}
-  const CudnnConv& get(const Shape& x) const {
-    auto it = convs_.find(x.dims());
-    if (it == convs_.end()) {
-      auto backend = graph::cuda_backend();
+  const CudnnConv& get(cudnnHandle_t cudnn, const Shape& x, bool deterministic) const {
+    auto key = std::tuple{cudnn, x.dims(), deterministic};
+    auto it = convs_.find(key);
+    if (it == convs_.end())
       it = convs_
-               .emplace(x.dims(), std::make_unique<CudnnConv>(CudaBackendContext::of(backend.get()).cudnn(), a_, x,
-                                                              DType::f32, core::Layout::nchw))
+               .emplace(std::move(key), std::make_unique<CudnnConv>(cudnn, a_, x, DType::f32, core::Layout::nchw,
+                                                                    deterministic))
                .first;
-    }
     return *it->second;
+  }
+  // The workspace of either choice of algorithms (a plan may run either). A convolution for which cuDNN has no
+  // deterministic algorithm fails only when a deterministic run asks for one (get() then throws saying so).
+  size_t workspace_bytes(cudnnHandle_t cudnn, const Shape& x) const {
+    size_t bytes = get(cudnn, x, false).workspace_bytes();
+    try {
+      bytes = std::max(bytes, get(cudnn, x, true).workspace_bytes());
+    } catch (const Error&) {
+    }
+    return bytes;
   }
 
  private:
   Conv2dAttrs a_;
-  mutable std::map<std::vector<int64_t>, std::unique_ptr<CudnnConv>> convs_;
+  mutable std::map<std::tuple<cudnnHandle_t, std::vector<int64_t>, bool>, std::unique_ptr<CudnnConv>> convs_;
 };
+
+// The workspace pointer for a convolution, checked against what its algorithms need.
+void* conv_workspace(const CudnnConv& c, const Tensor& ws, size_t offset = 0) {
+  const size_t have = ws.defined() ? ws.nbytes() : 0;
+  VISION_CHECK(have >= offset + c.workspace_bytes(),
+               "conv2d (CUDA): the workspace holds {} bytes, the convolution needs {} (the plan's workspace_bytes() "
+               "was computed for another input shape or GPU)",
+               have, offset + c.workspace_bytes());
+  return ws.defined() ? static_cast<std::byte*>(ws.raw()) + offset : nullptr;
+}
 
 class Conv2dCuda final : public CudaRuntimeOp {
  public:
   Conv2dCuda(Twin twin, const Conv2dAttrs& a) : CudaRuntimeOp(std::move(twin)), a_(a), convs_(a) {}
   size_t workspace_bytes(const std::vector<Shape>& in, const Shape&) const override {
-    return convs_.get(in[0]).workspace_bytes();
+    return convs_.workspace_bytes(process_cudnn(), in[0]);
   }
   void forward(ForwardCtx& ctx) override {
-    const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
-    c.forward(ctx.inputs[0].raw(), ctx.params[0].raw(), ctx.output.raw(), workspace(ctx.workspace));
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), deterministic(ctx));
+    c.forward(ctx.inputs[0].raw(), ctx.params[0].raw(), ctx.output.raw(), conv_workspace(c, ctx.workspace));
     if (a_.bias) c.add_bias(ctx.params[1].raw(), ctx.output.raw());
   }
   void backward(BackwardCtx& ctx) override {
-    const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
-    void* ws = workspace(ctx.workspace);
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), deterministic(ctx));
+    void* ws = conv_workspace(c, ctx.workspace);
     if (ctx.grad_inputs[0].defined()) c.backward_data(ctx.params[0].raw(), ctx.grad_output.raw(), ctx.grad_inputs[0].raw(), ws);
     if (ctx.grad_params[0].defined()) c.backward_filter(ctx.inputs[0].raw(), ctx.grad_output.raw(), ctx.grad_params[0].raw(), ws);
     if (a_.bias && ctx.grad_params[1].defined()) c.backward_bias(ctx.grad_output.raw(), ctx.grad_params[1].raw());
   }
 
  private:
-  static void* workspace(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
   Conv2dAttrs a_;
   ConvCache convs_;
 };
@@ -107,14 +155,21 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
       : CudaRuntimeOp(std::move(twin)), a_(a), f_(f), convs_(with_bias(a)) {}
   bool has_backward() const override { return false; }
   size_t workspace_bytes(const std::vector<Shape>& in, const Shape&) const override {
-    return folded_bytes() + convs_.get(in[0]).workspace_bytes();
+    return folded_bytes() + convs_.workspace_bytes(process_cudnn(), in[0]);
+  }
+  std::vector<KernelInfo> kernels() const override {
+    std::vector<const cuda::Kernel*> launched;
+    if (f_.batchnorm) launched.push_back(f32_kernel<kernels::BatchNormFold>());
+    if (f_.silu) launched.push_back(f32_kernel<kernels::SiluForward>());
+    return infos(launched);
   }
   void forward(ForwardCtx& ctx) override {
     const cudaStream_t s = stream_of(ctx.backend);
-    const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), deterministic(ctx));
     const size_t n_conv = a_.bias ? 2 : 1;
     const void* w = ctx.params[0].raw();
     const void* b = a_.bias ? ctx.params[1].raw() : nullptr;
+    void* conv_ws = conv_workspace(c, ctx.workspace, folded_bytes());
     auto* ws = static_cast<std::byte*>(ctx.workspace.raw());
     if (f_.batchnorm) {
       float* wf = reinterpret_cast<float*>(ws);
@@ -129,7 +184,7 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
       w = wf;
       b = bf;
     }
-    c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), ws + folded_bytes());
+    c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), conv_ws);
     if (b) c.add_bias(b, ctx.output.raw());
     if (f_.silu) kernels::launch_silu_forward(s, DType::f32, ctx.output.raw(), ctx.output.raw(), ctx.output.numel());
   }
@@ -154,13 +209,15 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
 class BatchNorm2dCuda final : public CudaRuntimeOp {
  public:
   BatchNorm2dCuda(Twin twin, float eps, float momentum, Mode mode)
-      : CudaRuntimeOp(std::move(twin)), eps_(eps), momentum_(momentum), mode_(mode) {
-    VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_desc_));
-    VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&c_desc_));
-  }
+      : CudaRuntimeOp(std::move(twin)), eps_(eps), momentum_(momentum), mode_(mode) {}
   ~BatchNorm2dCuda() override {
-    cudnnDestroyTensorDescriptor(c_desc_);
-    cudnnDestroyTensorDescriptor(x_desc_);
+    if (c_desc_) cudnnDestroyTensorDescriptor(c_desc_);
+    if (x_desc_) cudnnDestroyTensorDescriptor(x_desc_);
+  }
+  // cuDNN does the normalisation; training forward counts the batch with an NVRTC kernel.
+  std::vector<KernelInfo> kernels() const override {
+    if (mode_ != Mode::train) return {};
+    return infos({&cuda::kernel_instance<kernels::IncrementCounter>()});
   }
   std::vector<TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape&) const override {
     if (mode_ != Mode::train) return {};
@@ -197,13 +254,17 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
   }
 
  private:
+  // Sets the descriptors for input x (created on first use, so that lowering needs no GPU or cuDNN call).
   void prepare(const Shape& x) {
-    if (x == shape_) return;
-    shape_ = x;
+    if (x_desc_ && x == shape_) return;
+    if (!x_desc_) VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_desc_));
+    if (!c_desc_) VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&c_desc_));
+    shape_ = Shape();  // set again only once both descriptors describe x
     VISION_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(x[0]),
                                                   static_cast<int>(x[1]), static_cast<int>(x[2]),
                                                   static_cast<int>(x[3])));
     VISION_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(c_desc_, x_desc_, CUDNN_BATCHNORM_SPATIAL));
+    shape_ = x;
   }
   float eps_;
   double momentum_;
@@ -217,6 +278,10 @@ class UnaryCuda final : public CudaRuntimeOp {
  public:
   enum class Kind { silu, sigmoid };
   UnaryCuda(Twin twin, Kind kind) : CudaRuntimeOp(std::move(twin)), kind_(kind) {}
+  std::vector<KernelInfo> kernels() const override {
+    if (kind_ == Kind::silu) return infos({f32_kernel<kernels::SiluForward>(), f32_kernel<kernels::SiluBackward>()});
+    return infos({f32_kernel<kernels::SigmoidForward>(), f32_kernel<kernels::SigmoidBackward>()});
+  }
   void forward(ForwardCtx& ctx) override {
     const auto f = kind_ == Kind::silu ? kernels::launch_silu_forward : kernels::launch_sigmoid_forward;
     f(stream_of(ctx.backend), DType::f32, ctx.inputs[0].raw(), ctx.output.raw(), ctx.output.numel());
@@ -237,6 +302,10 @@ class BinaryCuda final : public CudaRuntimeOp {
  public:
   enum class Kind { add, mul };
   BinaryCuda(Twin twin, Kind kind) : CudaRuntimeOp(std::move(twin)), kind_(kind) {}
+  std::vector<KernelInfo> kernels() const override {
+    if (kind_ == Kind::add) return infos({f32_kernel<kernels::AddForward>(), f32_kernel<kernels::AddBackward>()});
+    return infos({f32_kernel<kernels::MulForward>(), f32_kernel<kernels::MulBackward>()});
+  }
   void forward(ForwardCtx& ctx) override {
     const auto f = kind_ == Kind::add ? kernels::launch_add_forward : kernels::launch_mul_forward;
     f(stream_of(ctx.backend), DType::f32, ctx.inputs[0].raw(), ctx.inputs[1].raw(), ctx.output.raw(),
@@ -271,6 +340,11 @@ class MaxPool2dCuda final : public CudaRuntimeOp {
   size_t workspace_bytes(const std::vector<Shape>&, const Shape& out) const override {
     return mode_ == Mode::train ? 0 : static_cast<size_t>(out.numel()) * 4;  // argmax nobody reads
   }
+  // Backward needs the argmax saved in training.
+  std::vector<KernelInfo> kernels() const override {
+    if (mode_ != Mode::train) return infos({f32_kernel<kernels::MaxPool2dForward>(window_)});
+    return infos({f32_kernel<kernels::MaxPool2dForward>(window_), f32_kernel<kernels::MaxPool2dBackward>(window_)});
+  }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
     auto* argmax = static_cast<int32_t*>(ctx.saved.empty() ? ctx.workspace.raw() : ctx.saved[0].raw());
@@ -293,6 +367,9 @@ class MaxPool2dCuda final : public CudaRuntimeOp {
 class UpsampleCuda final : public CudaRuntimeOp {
  public:
   explicit UpsampleCuda(Twin twin) : CudaRuntimeOp(std::move(twin)) {}
+  std::vector<KernelInfo> kernels() const override {
+    return infos({f32_kernel<kernels::UpsampleNearest2xForward>(), f32_kernel<kernels::UpsampleNearest2xBackward>()});
+  }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
     kernels::launch_upsample_nearest2x_forward(stream_of(ctx.backend), DType::f32, x.raw(), ctx.output.raw(),
@@ -312,6 +389,8 @@ int64_t inner_of(const Tensor& t) { return t.dim(1) ? t.numel() / t.dim(0) / t.d
 class ConcatCuda final : public CudaRuntimeOp {
  public:
   explicit ConcatCuda(Twin twin) : CudaRuntimeOp(std::move(twin)) {}
+  // Forward and backward are channel-range copies.
+  std::vector<KernelInfo> kernels() const override { return infos({f32_kernel<kernels::ChannelCopy>()}); }
   void forward(ForwardCtx& ctx) override {
     int64_t offset = 0;
     for (const Tensor& x : ctx.inputs) {
@@ -336,6 +415,9 @@ class ConcatCuda final : public CudaRuntimeOp {
 class ChannelSliceCuda final : public CudaRuntimeOp {
  public:
   ChannelSliceCuda(Twin twin, int64_t begin) : CudaRuntimeOp(std::move(twin)), begin_(begin) {}
+  std::vector<KernelInfo> kernels() const override {
+    return infos({f32_kernel<kernels::ChannelCopy>(), f32_kernel<kernels::ChannelSliceBackward>()});
+  }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
     kernels::launch_slice_forward(stream_of(ctx.backend), DType::f32, x.raw(), ctx.output.raw(), x.dim(0), x.dim(1),
@@ -356,6 +438,9 @@ class ChannelSliceCuda final : public CudaRuntimeOp {
 class ReduceCuda final : public CudaRuntimeOp {
  public:
   ReduceCuda(Twin twin, bool square) : CudaRuntimeOp(std::move(twin)), square_(square) {}
+  std::vector<KernelInfo> kernels() const override {
+    return infos({f32_kernel<kernels::ReduceSumForward>(square_), f32_kernel<kernels::ReduceSumBackward>(square_)});
+  }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
     kernels::launch_reduce_sum_forward(stream_of(ctx.backend), DType::f32, square_, x.raw(), ctx.output.raw(),
