@@ -1,4 +1,5 @@
-// `vision kernels list|source|ptx|build` — what the engine's GPU kernels are, and compiling them ahead of time.
+// `vision kernels list|ops|source|ptx|build` — what the engine's GPU kernels are, which op launches which, and
+// compiling them ahead of time. Errors propagate to main(), which prints them as `vision: error: …`.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -16,20 +17,10 @@
 #include "vision/cuda/device.h"
 #include "vision/cuda/kernel.h"
 #include "vision/cuda/kernel_cache.h"
+#include "vision/models/builtin_ops.h"
 
 namespace vision::cli {
 namespace {
-
-// Runs body, turning a vision::Error into a message on stderr and exit code 1.
-template <typename F>
-void guarded(F&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    throw CLI::RuntimeError(1);
-  }
-}
 
 const cuda::Kernel& find_kernel(const std::string& id) {
   auto& registry = cuda::KernelRegistry::global();
@@ -43,6 +34,33 @@ const cuda::Kernel& find_kernel(const std::string& id) {
     hint = " Did you mean: " + fmt::format("{}", fmt::join(near, ", ")) + "?";
   }
   fail("unknown kernel '{}'; run `vision kernels list` to see every kernel id.{}", id, hint);
+}
+
+// Every registered kernel, or with op_name those the op's CUDA RuntimeOps may launch; sorted by id.
+std::vector<const cuda::Kernel*> kernels_of(const std::string& op_name) {
+  auto& registry = cuda::KernelRegistry::global();
+  if (op_name.empty()) return registry.kernels();
+  std::vector<const cuda::Kernel*> out;
+  for (const graph::KernelInfo& info : models::cuda_kernels(models::builtin_op(op_name))) {
+    const cuda::Kernel* k = registry.find(info.id);
+    VISION_CHECK(k != nullptr, "op {} lists kernel '{}', which is not registered (a bug: register it in its family's "
+                 "descriptor .cpp)", op_name, info.id);
+    out.push_back(k);
+  }
+  std::sort(out.begin(), out.end(), [](const cuda::Kernel* a, const cuda::Kernel* b) { return a->id() < b->id(); });
+  return out;
+}
+
+// `vision kernels ops`: each built-in op (with its configuration) and the kernel ids it may launch, indented below.
+void print_ops() {
+  for (const models::BuiltinOp& b : models::builtin_ops()) {
+    const std::vector<graph::KernelInfo> kernels = models::cuda_kernels(b);
+    std::string header = b.op->name();
+    if (!b.config.empty()) header += "  (" + b.config + ")";
+    std::printf("%s\n", header.c_str());
+    if (kernels.empty()) std::printf("  (cuDNN only: no NVRTC kernels)\n");
+    for (const graph::KernelInfo& k : kernels) std::printf("  %s\n", k.id.c_str());
+  }
 }
 
 // The architecture to compile for: the one given, else the present GPU's.
@@ -108,34 +126,38 @@ void add_kernels_command(CLI::App& app) {
   kernels->require_subcommand(1);
 
   auto long_list = std::make_shared<bool>(false);
+  auto op_name = std::make_shared<std::string>();
   CLI::App* list = kernels->add_subcommand("list", "Print every kernel id, one per line");
   list->add_flag("-l,--long", *long_list, "also print each kernel's argument types and source file");
-  list->callback([long_list] {
-    guarded([&] {
-      for (const cuda::Kernel* k : cuda::KernelRegistry::global().kernels()) {
-        if (*long_list)
-          std::printf("%s\t(%s)\t%s\n", k->id().c_str(), fmt::format("{}", fmt::join(k->arg_types(), ", ")).c_str(),
-                      k->spec().file.c_str());
-        else
-          std::printf("%s\n", k->id().c_str());
-      }
-    });
+  list->add_option("--op", *op_name,
+                   "only the kernels this op's CUDA RuntimeOp may launch (an op name from `vision kernels ops`)");
+  list->callback([long_list, op_name] {
+    for (const cuda::Kernel* k : kernels_of(*op_name)) {
+      if (*long_list)
+        std::printf("%s\t(%s)\t%s\n", k->id().c_str(), fmt::format("{}", fmt::join(k->arg_types(), ", ")).c_str(),
+                    k->spec().file.c_str());
+      else
+        std::printf("%s\n", k->id().c_str());
+    }
   });
+
+  CLI::App* ops = kernels->add_subcommand(
+      "ops", "Print each built-in op (in a representative configuration) with the kernel ids its CUDA RuntimeOp may "
+             "launch");
+  ops->callback(print_ops);
 
   auto name = std::make_shared<std::string>();
   CLI::App* source = kernels->add_subcommand("source", "Print the exact source NVRTC compiles for a kernel");
   source->add_option("NAME", *name, "kernel id, as printed by `vision kernels list`")->required();
-  source->callback([name] { guarded([&] { std::fputs(find_kernel(*name).source().c_str(), stdout); }); });
+  source->callback([name] { std::fputs(find_kernel(*name).source().c_str(), stdout); });
 
   auto ptx_arch = std::make_shared<std::string>();
   CLI::App* ptx = kernels->add_subcommand("ptx", "Compile a kernel (through the cache) and print its PTX");
   ptx->add_option("NAME", *name, "kernel id, as printed by `vision kernels list`")->required();
   ptx->add_option("--arch", *ptx_arch, "GPU architecture: sm_80, sm_90, sm_90a, ... (default: the present GPU's)");
   ptx->callback([name, ptx_arch] {
-    guarded([&] {
-      const cuda::Kernel& k = find_kernel(*name);
-      std::fputs(k.compile(arch_or_current(*ptx_arch)).ptx.c_str(), stdout);
-    });
+    const cuda::Kernel& k = find_kernel(*name);
+    std::fputs(k.compile(arch_or_current(*ptx_arch)).ptx.c_str(), stdout);
   });
 
   auto archs = std::make_shared<std::vector<std::string>>();
@@ -146,7 +168,7 @@ void add_kernels_command(CLI::App& app) {
       "else ~/.cache/vision-cpp/kernels)");
   build->add_option("--arch", *archs, "GPU architecture(s) to compile for (repeatable; default: the present GPU's)");
   build->add_option("-j,--jobs", *jobs, "parallel compiles (default: one per core)");
-  build->callback([archs, jobs] { guarded([&] { build_all(*archs, *jobs); }); });
+  build->callback([archs, jobs] { build_all(*archs, *jobs); });
 }
 
 }  // namespace vision::cli

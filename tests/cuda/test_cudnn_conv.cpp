@@ -144,3 +144,50 @@ INSTANTIATE_TEST_SUITE_P(AllLayoutsAndTypes, CudnnConvTest,
                            return std::string(core::dtype_name(info.param.dtype)) + "_" +
                                   std::string(core::layout_name(info.param.layout));
                          });
+
+// With deterministic algorithms, repeated backward passes are bit-for-bit identical (the batch is large enough for
+// cuDNN's fastest backward-filter algorithms to be the non-deterministic, atomics-based ones), and still correct.
+TEST(CudnnConvDeterministic, RepeatedRunsAreBitIdentical) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  auto backend = graph::cuda_backend();
+  auto& cb = graph::CudaBackendContext::of(backend.get());
+  for (const auto [dtype, layout] : {Case{DType::f32, Layout::nchw}, Case{DType::bf16, Layout::nhwc}}) {
+    ops::Conv2dAttrs a;
+    a.in_channels = 32;
+    a.out_channels = 32;
+    a.kernel = 3;
+    const Shape xs{8, 32, 20, 20};
+    const Shape ws = a.weight_shape();
+    ops::cuda_impl::CudnnConv conv(cb.cudnn(), a, xs, dtype, layout, /*deterministic=*/true);
+    EXPECT_TRUE(conv.deterministic());
+    const Shape ys = conv.output_shape();
+    const auto x = rounded(test::random_values(static_cast<size_t>(xs.numel())), dtype);
+    const auto w = rounded(test::random_values(static_cast<size_t>(ws.numel())), dtype);
+    const auto dy = rounded(test::random_values(static_cast<size_t>(ys.numel())), dtype);
+    const Reference ref = reference(a, xs, x, w, dy);
+    const Tensor x_dev = to_device(*backend, x, xs, dtype, layout);
+    const Tensor w_dev = to_device(*backend, w, ws, dtype, layout);
+    const Tensor dy_dev = to_device(*backend, dy, ys, dtype, layout);
+    auto ws_mem = backend->allocate(std::max<size_t>(conv.workspace_bytes(), 1));
+    std::vector<Tensor> results;  // y, dx, dw of two runs
+    for (int run = 0; run < 2; ++run) {
+      Tensor y = to_device(*backend, std::vector<float>(dy.size(), test::kPoison), ys, dtype, layout);
+      Tensor dx = to_device(*backend, std::vector<float>(x.size(), test::kPoison), xs, dtype, layout);
+      Tensor dw = to_device(*backend, std::vector<float>(w.size(), test::kPoison), ws, dtype, layout);
+      conv.forward(x_dev.raw(), w_dev.raw(), y.raw(), ws_mem.get());
+      conv.backward_data(w_dev.raw(), dy_dev.raw(), dx.raw(), ws_mem.get());
+      conv.backward_filter(x_dev.raw(), dy_dev.raw(), dw.raw(), ws_mem.get());
+      results.insert(results.end(), {y, dx, dw});
+    }
+    const std::string what = fmt::format("{} {}", core::dtype_name(dtype), core::layout_name(layout));
+    const double bound = dtype == DType::f32 ? 1e-5 : 2e-2;
+    EXPECT_LT(test::rel_error(to_host(*backend, results[0]), ref.y), bound) << what << " forward";
+    EXPECT_LT(test::rel_error(to_host(*backend, results[1]), ref.dx), bound) << what << " backward-data";
+    EXPECT_LT(test::rel_error(to_host(*backend, results[2]), ref.dw), bound) << what << " backward-filter";
+    const char* names[] = {"forward", "backward-data", "backward-filter"};
+    for (int i = 0; i < 3; ++i) {
+      const Tensor first = backend->download(results[i]), second = backend->download(results[i + 3]);
+      EXPECT_EQ(std::memcmp(first.raw(), second.raw(), first.nbytes()), 0) << what << " " << names[i] << " differs";
+    }
+  }
+}

@@ -1,4 +1,4 @@
-// GPU launches of the element-wise, concat/slice, upsample and max-pool kernels against float64 CPU references, in
+// GPU launches of the element-wise, permute, upsample and max-pool kernels against float64 CPU references, in
 // f32, f16 and bf16, on fresh random inputs with poisoned outputs. Skipped without a GPU (VISION_REQUIRE_GPU=1 fails).
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include "cuda/cuda_test_util.h"
 #include "test_util.h"
 #include "vision/cuda/device.h"
-#include "vision/ops/kernels/channel_cuda.h"
+#include "vision/ops/kernels/permute_cuda.h"
 #include "vision/ops/kernels/elementwise_cuda.h"
 #include "vision/ops/kernels/maxpool_cuda.h"
 #include "vision/ops/kernels/upsample_cuda.h"
@@ -153,46 +153,34 @@ TEST_P(GpuKernels, AddAndMul) {
   }
 }
 
-TEST_P(GpuKernels, ConcatAndSlice) {
-  // hw = 7 · 9 (odd: element path) and 8 · 8 (16-byte path for every dtype).
-  for (int64_t hw : {int64_t{63}, int64_t{64}}) {
-    const int64_t batch = 3, c1 = 5, c2 = 3, c = c1 + c2;
-    const Input x1 = input(batch * c1 * hw), x2 = input(batch * c2 * hw);
-    Output y = output(batch * c * hw);
-    launch_concat_forward(stream_, dtype(), x1.ptr(), y.ptr(), batch, c1, hw, c, 0);
-    launch_concat_forward(stream_, dtype(), x2.ptr(), y.ptr(), batch, c2, hw, c, c1);
-    std::vector<float> ref(batch * c * hw);
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t k = 0; k < c; ++k)
-        for (int64_t s = 0; s < hw; ++s)
-          ref[(b * c + k) * hw + s] = k < c1 ? x1.values[(b * c1 + k) * hw + s] : x2.values[(b * c2 + k - c1) * hw + s];
-    const std::vector<float> y_out = result(y);
-    expect_exact(y_out, ref, "concat forward");
-
-    // Backward of concat: each input's channel range of the output gradient (here: y itself).
-    Output g2 = output(batch * c2 * hw);
-    launch_concat_backward(stream_, dtype(), y.ptr(), g2.ptr(), batch, c2, hw, c, c1);
-    expect_exact(result(g2), x2.values, "concat backward");
-
-    // Slice channels [2, 6) of y, and its backward (zero outside the slice).
-    const int64_t off = 2, cs = 4;
-    Output sl = output(batch * cs * hw);
-    launch_slice_forward(stream_, dtype(), y.ptr(), sl.ptr(), batch, c, hw, cs, off);
-    std::vector<float> ref_sl(batch * cs * hw);
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t k = 0; k < cs; ++k)
-        for (int64_t s = 0; s < hw; ++s) ref_sl[(b * cs + k) * hw + s] = ref[(b * c + off + k) * hw + s];
-    expect_exact(result(sl), ref_sl, "slice forward");
-
-    Output gx = output(batch * c * hw);
-    launch_slice_backward(stream_, dtype(), sl.ptr(), gx.ptr(), batch, c, hw, cs, off);
-    std::vector<float> ref_gx(batch * c * hw, 0.0f);
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t k = off; k < off + cs; ++k)
-        for (int64_t s = 0; s < hw; ++s) ref_gx[(b * c + k) * hw + s] = ref[(b * c + k) * hw + s];
-    expect_exact(result(gx), ref_gx, "slice backward");
+// Every dtype, two permutations of a rank-4 tensor and one of a rank-3 (padded to 4 inside), exact.
+TEST_P(GpuKernels, Permute) {
+  const std::vector<int64_t> dims{2, 3, 4, 5};
+  const Input x = input(2 * 3 * 4 * 5);
+  for (const std::vector<int64_t>& perm : {std::vector<int64_t>{0, 2, 3, 1}, std::vector<int64_t>{3, 1, 0, 2},
+                                           std::vector<int64_t>{1, 0, 2}}) {
+    const std::vector<int64_t> in = perm.size() == 4 ? dims : std::vector<int64_t>{6, 4, 5};
+    std::vector<int64_t> out_dims, stride(in.size(), 1);
+    for (size_t k = in.size() - 1; k-- > 0;) stride[k] = stride[k + 1] * in[k + 1];
+    std::vector<int64_t> in_strides;
+    for (int64_t p : perm) {
+      out_dims.push_back(in[static_cast<size_t>(p)]);
+      in_strides.push_back(stride[static_cast<size_t>(p)]);
+    }
+    Output y = output(120);
+    launch_permute(stream_, dtype(), x.ptr(), y.ptr(), core::Shape(out_dims), in_strides);
+    std::vector<float> ref(120);
+    for (int64_t i = 0; i < 120; ++i) {
+      int64_t rem = i, src = 0;
+      for (size_t k = out_dims.size(); k-- > 0;) {
+        src += (rem % out_dims[k]) * in_strides[k];
+        rem /= out_dims[k];
+      }
+      ref[static_cast<size_t>(i)] = x.values[static_cast<size_t>(src)];
+    }
+    expect_exact(result(y), ref, "permute");
   }
-  EXPECT_THROW(launch_concat_forward(stream_, dtype(), nullptr, nullptr, 1, 4, 4, 6, 3), Error);  // 3 + 4 > 6
+  EXPECT_THROW(launch_permute(stream_, dtype(), x.ptr(), nullptr, core::Shape{1, 2, 3, 4, 5}, {120, 60, 20, 5, 1}), Error);
 }
 
 TEST_P(GpuKernels, UpsampleNearest2x) {

@@ -57,16 +57,6 @@ Tensor Tensor::reshape(Shape shape) const {
   return t;
 }
 
-Tensor Tensor::slice0(int64_t begin, int64_t count) const {
-  VISION_CHECK(rank() >= 1 && begin >= 0 && count >= 0 && begin + count <= shape_[0],
-               "slice [{}, {}) out of range for {}", begin, begin + count, shape_.str());
-  const int64_t row = shape_[0] ? numel() / shape_[0] : 0;
-  Tensor t = *this;
-  t.shape_[0] = count;
-  t.data_ = static_cast<std::byte*>(data_) + static_cast<size_t>(begin * row) * dtype_size(dtype_);
-  return t;
-}
-
 std::vector<float> Tensor::to_vector() const {
   VISION_CHECK(device_ == Device::cpu, "to_vector needs a host tensor, this one is on {}", device_name(device_));
   const int64_t n = numel();

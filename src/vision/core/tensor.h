@@ -61,8 +61,6 @@ class Tensor {
 
   // Same memory, another shape with the same element count.
   Tensor reshape(Shape shape) const;
-  // Rows [begin, begin+count) of dimension 0, as a view.
-  Tensor slice0(int64_t begin, int64_t count) const;
 
   // Host-only helpers (throw for device tensors).
   std::vector<float> to_vector() const;  // any floating dtype, converted to f32

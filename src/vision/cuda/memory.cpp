@@ -1,5 +1,9 @@
 #include "vision/cuda/memory.h"
 
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
 #include "vision/cuda/check.h"
 
 namespace vision::cuda {
@@ -10,13 +14,23 @@ std::shared_ptr<void> device_alloc(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
 
+void PinnedFree::operator()(void* p) const {
+  if (p) cudaFreeHost(p);
+}
+
+PinnedBytes pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  VISION_CUDA_CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault));
+  return PinnedBytes(p);
+}
+
 Stream::Stream() { VISION_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
 Stream::~Stream() {
   if (s_) cudaStreamDestroy(s_);
 }
 void Stream::synchronize() const { VISION_CUDA_CHECK(cudaStreamSynchronize(s_)); }
 
-Event::Event() { VISION_CUDA_CHECK(cudaEventCreate(&e_)); }
+Event::Event(unsigned flags) { VISION_CUDA_CHECK(cudaEventCreateWithFlags(&e_, flags)); }
 Event::~Event() {
   if (e_) cudaEventDestroy(e_);
 }
@@ -26,6 +40,53 @@ float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0;
   VISION_CUDA_CHECK(cudaEventElapsedTime(&ms, start.e_, e_));
   return ms;
+}
+
+StagedUploader::~StagedUploader() {
+  for (Slot& slot : slots_)
+    if (slot.in_flight) cudaEventSynchronize(slot.done.get());  // no throwing here; the buffer is freed right after
+}
+
+void StagedUploader::upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (!bytes) return;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  VISION_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  VISION_CHECK(capturing == cudaStreamCaptureStatusNone,
+               "a host-to-device copy of {} bytes was queued while the stream is captured into a CUDA graph: upload "
+               "before capturing (a replay would read a staging buffer that later uploads overwrite)",
+               bytes);
+  cudaPointerAttributes attributes{};
+  VISION_CUDA_CHECK(cudaPointerGetAttributes(&attributes, src));
+  VISION_CHECK(attributes.type != cudaMemoryTypeDevice,
+               "a host-to-device copy was given device memory {} as its source: copy on the device instead", src);
+  std::lock_guard lock(mutex_);
+  if (attributes.type == cudaMemoryTypeHost) {  // pinned already: the DMA reads it where it is
+    VISION_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+    direct_done_.record(stream);
+    direct_done_.synchronize();  // the caller may reuse its memory once upload() returns
+    return;
+  }
+  for (size_t offset = 0; offset < bytes; offset += kChunkBytes) {
+    const size_t n = std::min(kChunkBytes, bytes - offset);
+    Slot& slot = slots_[next_];
+    next_ = (next_ + 1) % kSlots;
+    if (slot.in_flight) {
+      slot.done.synchronize();  // the copy that last read this buffer, not the whole stream
+      slot.in_flight = false;
+    }
+    if (slot.capacity < n) {
+      const size_t capacity = std::min(kChunkBytes, std::bit_ceil(std::max(n, size_t{64} << 10)));
+      slot.host.reset();
+      slot.capacity = 0;
+      slot.host = pinned_alloc(capacity);
+      slot.capacity = capacity;
+    }
+    std::memcpy(slot.host.get(), static_cast<const std::byte*>(src) + offset, n);
+    VISION_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(dst) + offset, slot.host.get(), n,
+                                      cudaMemcpyHostToDevice, stream));
+    slot.in_flight = true;  // set before recording: a failed record must not let the buffer be overwritten unwaited
+    slot.done.record(stream);
+  }
 }
 
 void CapturedGraph::begin(cudaStream_t stream) {

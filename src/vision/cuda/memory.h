@@ -1,15 +1,25 @@
-// RAII CUDA resources: device memory, streams, events and captured graphs (every status checked).
+// RAII CUDA resources: device and pinned host memory, streams, events, captured graphs, and staged host-to-device
+// uploads (every status checked).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 
 namespace vision::cuda {
 
 // cudaMalloc'd bytes, freed when the last owner goes.
 std::shared_ptr<void> device_alloc(size_t bytes);
+
+// Page-locked (pinned) host memory from cudaHostAlloc, freed with cudaFreeHost.
+struct PinnedFree {
+  void operator()(void* p) const;
+};
+using PinnedBytes = std::unique_ptr<void, PinnedFree>;
+PinnedBytes pinned_alloc(size_t bytes);
 
 class Stream {
  public:
@@ -26,7 +36,7 @@ class Stream {
 
 class Event {
  public:
-  Event();
+  explicit Event(unsigned flags = cudaEventDefault);  // cudaEventDisableTiming for events that only order work
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -38,6 +48,40 @@ class Event {
 
  private:
   cudaEvent_t e_ = nullptr;
+};
+
+// Host-to-device copies that do not wait for the stream. The caller's bytes are copied into a pinned staging buffer
+// and the DMA reads them from there, so the caller may free or modify its source as soon as upload() returns while
+// the copy is still queued. kSlots buffers are used in turn, each grown as needed up to kChunkBytes (larger copies go
+// through in chunks, the host copy of one overlapping the DMA of the previous); before a buffer is reused, upload()
+// waits for the event recorded after the copy that last read it, never for the whole stream. A source that is already
+// pinned is copied directly, and that copy is waited for (so the same contract holds). Not capturable into a CUDA
+// graph: a replay would read staging buffers that later uploads overwrite (upload() throws while the stream captures).
+class StagedUploader {
+ public:
+  static constexpr size_t kSlots = 2;
+  static constexpr size_t kChunkBytes = size_t{32} << 20;
+
+  StagedUploader() = default;
+  ~StagedUploader();  // waits for the copies still reading its buffers, then frees them
+  StagedUploader(const StagedUploader&) = delete;
+  StagedUploader& operator=(const StagedUploader&) = delete;
+
+  // Queues dst (device memory) ← src (host memory) on stream. Throws vision::Error for a device source, while the
+  // stream is capturing, or on a CUDA failure.
+  void upload(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
+ private:
+  struct Slot {
+    PinnedBytes host;
+    size_t capacity = 0;
+    Event done{cudaEventDisableTiming};  // recorded after the copy that reads `host`
+    bool in_flight = false;              // `done` was recorded since the slot was last waited for
+  };
+  std::mutex mutex_;
+  std::array<Slot, kSlots> slots_;
+  size_t next_ = 0;
+  Event direct_done_{cudaEventDisableTiming};
 };
 
 // A CUDA graph captured from the work a callable queues on a stream, instantiated for replay.

@@ -1,17 +1,11 @@
-// Helpers shared by the built-in ops: input checks for shape inference, recording, CPU lowering, and the
-// common base of their CPU RuntimeOps. Internal to src/vision/ops.
+// Helpers internal to the built-in ops of src/vision/ops: the public op_support.h (checks, recording, lowering, the
+// CPU RuntimeOp base), the CUDA factories, short names, and helpers only the built-in CPU RuntimeOps use. Code
+// outside src/vision/ops includes op_support.h instead.
 #pragma once
 
-#include <memory>
-#include <string>
-#include <string_view>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
-#include "vision/core/error.h"
-#include "vision/graph/graph.h"
-#include "vision/graph/op.h"
+#include "vision/ops/op_support.h"
 #ifdef VISION_HAS_CUDA
 #include "vision/ops/cuda/factories.h"
 #endif
@@ -31,59 +25,6 @@ using graph::RuntimeOp;
 using graph::StateKind;
 using graph::SymTensor;
 using graph::TensorSpec;
-
-// Checks that there are `count` inputs, each of rank `rank` (ranks unchecked when rank < 0).
-void expect_inputs(const std::vector<Shape>& inputs, size_t count, int rank, std::string_view what);
-// The common value of two dimensions that must agree (Shape::kAny matches anything); throws naming `what`.
-int64_t merge_dim(int64_t a, int64_t b, std::string_view what);
-// Elementwise merge_dim of two shapes of one rank; throws naming `what` when they disagree.
-Shape merge_shapes(const Shape& a, const Shape& b, std::string_view what);
-// Σ of dimensions; Shape::kAny when one of them is symbolic.
-int64_t sum_dims(const std::vector<int64_t>& dims);
-
-// Records a new OpT(args...) applied to inputs in their graph, under `name`.
-template <typename OpT, typename... A>
-SymTensor record(const std::vector<SymTensor>& inputs, const std::string& name, A&&... args) {
-  VISION_CHECK(!inputs.empty() && inputs.front().valid(), "an op needs a valid input tensor");
-  return inputs.front().graph()->apply(std::make_shared<OpT>(std::forward<A>(args)...), inputs, name);
-}
-
-// The error every op raises when asked for a backend it has no implementation for. A CUDA implementation
-// plugs in by replacing this call in the op's lower() with its factory (declared in the op's header under
-// VISION_HAS_CUDA, defined in the op's *_cuda.cpp).
-[[noreturn]] void no_backend(const Op& op, Backend backend);
-
-#ifdef VISION_HAS_CUDA
-// The CUDA factory of an op's lower(): expr may use `twin`, the op's CPU RuntimeOp (see ops/cuda/factories.h).
-#define VISION_CUDA_FACTORY(expr) [&](::vision::ops::cuda_impl::Twin twin) { return expr; }
-#else
-#define VISION_CUDA_FACTORY(expr) nullptr
-#endif
-
-// lower() of an op with a CPU RuntimeOp Rt(args...) and a CUDA one made from it by cuda (VISION_CUDA_FACTORY).
-template <typename Rt, typename F, typename... A>
-std::unique_ptr<RuntimeOp> lower_cpu_or_cuda(const Op& op, Backend backend, F&& cuda, A&&... args) {
-  auto cpu = std::make_unique<Rt>(std::forward<A>(args)...);
-  if (backend == Backend::cpu) return cpu;
-  if constexpr (!std::is_null_pointer_v<std::decay_t<F>>) {
-    if (backend == Backend::cuda) return cuda(std::move(cpu));
-  }
-  no_backend(op, backend);
-}
-
-
-// Base of the CPU RuntimeOps: a name, an input count, a backward.
-class CpuRuntimeOp : public RuntimeOp {
- public:
-  CpuRuntimeOp(std::string name, int n_inputs) : name_(std::move(name)), n_inputs_(n_inputs) {}
-  std::string name() const override { return name_; }
-  int n_activation_inputs() const override { return n_inputs_; }
-  bool has_backward() const override { return true; }
-
- private:
-  std::string name_;
-  int n_inputs_;
-};
 
 // Permutations (output dim k is input dim perm[k]): the input's element strides in output-dim order, and the
 // inverse permutation (the backward's).

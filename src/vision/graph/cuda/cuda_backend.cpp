@@ -9,11 +9,10 @@ CudaBackendContext::CudaBackendContext() : stream_(), cudnn_(stream_.get()), cub
 
 std::shared_ptr<void> CudaBackendContext::allocate(size_t bytes) { return cuda::device_alloc(bytes); }
 
+// Staged through pinned memory: the caller may free or modify src on return, and the call does not wait for the
+// stream (see cuda::StagedUploader).
 void CudaBackendContext::copy_to_device(void* dst, const void* src, size_t bytes) {
-  if (!bytes) return;
-  // The source may be pageable host memory that the caller frees right after: wait for the copy.
-  VISION_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
-  VISION_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  uploads_.upload(dst, src, bytes, stream());
 }
 
 void CudaBackendContext::copy_to_host(void* dst, const void* src, size_t bytes) {

@@ -36,6 +36,7 @@ class CudaBackendContext final : public BackendContext {
   cuda::Stream stream_;
   cuda::CudnnHandle cudnn_;
   cuda::CublasHandle cublas_;
+  cuda::StagedUploader uploads_;  // copy_to_device; declared last, so it is freed first
 };
 
 // The process-wide CUDA backend; throws vision::Error (with the probe's reason) when no GPU is usable.

@@ -24,18 +24,23 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// The first algorithm in cuDNN's ranking that succeeded and fits in max_workspace.
+// The first algorithm in cuDNN's ranking (fastest first) that succeeded, fits in max_workspace and, when asked for,
+// is deterministic.
 template <typename Perf>
-const Perf& pick(const Perf* perf, int count, size_t max_workspace, const char* what) {
+const Perf& pick(const Perf* perf, int count, size_t max_workspace, bool deterministic, const char* what) {
   for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace) return perf[i];
-  fail("cuDNN found no {} algorithm for this convolution within {} MiB of workspace", what, max_workspace >> 20);
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace &&
+        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
+      return perf[i];
+  fail("cuDNN found no {}{} algorithm for this convolution within {} MiB of workspace{}",
+       deterministic ? "deterministic " : "", what, max_workspace >> 20,
+       deterministic ? "; run it without deterministic mode" : "");
 }
 }  // namespace
 
 CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Shape& x, core::DType dtype,
-                     core::Layout layout, size_t max_workspace)
-    : handle_(handle), y_shape_(a.output_shape(x)) {
+                     core::Layout layout, bool deterministic, size_t max_workspace)
+    : handle_(handle), y_shape_(a.output_shape(x)), deterministic_(deterministic) {
   VISION_CHECK(x.is_concrete(), "CudnnConv needs a concrete input shape, got {}", x.str());
   const cudnnDataType_t dt = cudnn_dtype(dtype);
   const cudnnTensorFormat_t fmt = layout == core::Layout::nchw ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
@@ -66,17 +71,17 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
   cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   VISION_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle_, x_desc_, w_desc_, conv_desc_, y_desc_,
                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd));
-  const auto& f = pick(fwd, n, max_workspace, "forward");
+  const auto& f = pick(fwd, n, max_workspace, deterministic, "forward");
   fwd_algo_ = f.algo;
   cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, w_desc_, y_desc_, conv_desc_, x_desc_,
                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
-  const auto& d = pick(bd, n, max_workspace, "backward-data");
+  const auto& d = pick(bd, n, max_workspace, deterministic, "backward-data");
   bwd_data_algo_ = d.algo;
   cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle_, x_desc_, y_desc_, conv_desc_, w_desc_,
                                                                    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
-  const auto& w = pick(bf, n, max_workspace, "backward-filter");
+  const auto& w = pick(bf, n, max_workspace, deterministic, "backward-filter");
   bwd_filter_algo_ = w.algo;
   // The heuristics' memory estimates can be short of what the call asks for: ask for the exact sizes.
   size_t s = 0;

@@ -9,17 +9,20 @@
 namespace vision::ops::cuda_impl {
 
 // Activations in NCHW or NHWC (the filter then in KCRS or KRSC), f32 with IEEE f32 math (no TF32) or
-// f16/bf16 on tensor cores with f32 accumulation. Algorithms come from cuDNN's heuristics, the fastest whose
-// workspace fits in max_workspace.
+// f16/bf16 on tensor cores with f32 accumulation. Algorithms come from cuDNN's heuristics: for each of forward,
+// backward-data and backward-filter, the first in cuDNN's ranking (the fastest) whose workspace fits in
+// max_workspace, or with `deterministic` the first of those that cuDNN reports as CUDNN_DETERMINISTIC (bit-for-bit
+// reproducible results; a vision::Error when a direction has none).
 class CudnnConv {
  public:
   CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& attrs, const core::Shape& x, core::DType dtype,
-            core::Layout layout, size_t max_workspace = size_t(256) << 20);
+            core::Layout layout, bool deterministic = false, size_t max_workspace = size_t(256) << 20);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
 
   const core::Shape& output_shape() const { return y_shape_; }
+  bool deterministic() const { return deterministic_; }
   // Bytes of workspace that forward, backward_data and backward_filter need (the largest of the three).
   size_t workspace_bytes() const { return workspace_; }
 
@@ -34,6 +37,7 @@ class CudnnConv {
  private:
   cudnnHandle_t handle_;
   core::Shape y_shape_;
+  bool deterministic_;
   cudnnTensorDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr, bias_desc_ = nullptr;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
   cudnnConvolutionDescriptor_t conv_desc_ = nullptr;

@@ -3,9 +3,11 @@
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 #include <map>
+#include <tuple>
 
 #include "vision/cuda/libraries.h"
 #include "vision/graph/cuda/cuda_backend.h"
+#include "vision/graph/kernel_info_cuda.h"
 #include "vision/ops/cuda/cudnn_conv.h"
 #include "vision/ops/cuda/factories.h"
 #include "vision/ops/kernels/batchnorm_cuda.h"
@@ -24,6 +26,7 @@ using core::Tensor;
 using graph::BackwardCtx;
 using graph::CudaBackendContext;
 using graph::ForwardCtx;
+using graph::KernelInfo;
 using graph::Mode;
 using graph::ParamSpec;
 using graph::RuntimeOp;
@@ -33,6 +36,18 @@ namespace {
 
 cudaStream_t stream_of(graph::BackendContext* b) { return CudaBackendContext::of(b).stream(); }
 cudnnHandle_t cudnn_of(graph::BackendContext* b) { return CudaBackendContext::of(b).cudnn(); }
+
+// kernels() of an op: what each NVRTC kernel it may launch is.
+std::vector<KernelInfo> infos(const std::vector<const cuda::Kernel*>& kernels) {
+  std::vector<KernelInfo> out;
+  for (const cuda::Kernel* k : kernels) out.push_back(graph::kernel_info(*k));
+  return out;
+}
+// The f32 instantiation (the graph runs f32) of kernel D: the descriptor the launch helpers use.
+template <typename D, typename... A>
+const cuda::Kernel* f32_kernel(A... a) {
+  return &cuda::kernel_instance<D>(DType::f32, a...);
+}
 
 // Shares name, inputs, state specs and initial state with the op's CPU RuntimeOp.
 class CudaRuntimeOp : public RuntimeOp {
@@ -53,49 +68,58 @@ class CudaRuntimeOp : public RuntimeOp {
   Twin twin_;
 };
 
-// cuDNN convolution plans per input shape (a RuntimeOp serves one plan, whose shape is fixed; the cache also
-// serves workspace_bytes(), which runs before the first forward).
+// cuDNN convolution plans per (cuDNN handle, input shape, deterministic): a RuntimeOp serves one plan, whose shape and
+// determinism are fixed, but workspace_bytes() runs before the first forward. A cuDNN plan is bound to its handle
+// (and so to that handle's stream).
 class ConvCache {
  public:
   explicit ConvCache(const Conv2dAttrs& a) : a_(a) {}
-  const CudnnConv& get(const Shape& x) const {
-    auto it = convs_.find(x.dims());
-    if (it == convs_.end()) {
-      auto backend = graph::cuda_backend();
+  const CudnnConv& get(cudnnHandle_t cudnn, const Shape& x, bool deterministic) const {
+    auto key = std::tuple{cudnn, x.dims(), deterministic};
+    auto it = convs_.find(key);
+    if (it == convs_.end())
       it = convs_
-               .emplace(x.dims(), std::make_unique<CudnnConv>(CudaBackendContext::of(backend.get()).cudnn(), a_, x,
-                                                              DType::f32, core::Layout::nchw))
+               .emplace(std::move(key), std::make_unique<CudnnConv>(cudnn, a_, x, DType::f32, core::Layout::nchw,
+                                                                    deterministic))
                .first;
-    }
     return *it->second;
   }
 
  private:
   Conv2dAttrs a_;
-  mutable std::map<std::vector<int64_t>, std::unique_ptr<CudnnConv>> convs_;
+  mutable std::map<std::tuple<cudnnHandle_t, std::vector<int64_t>, bool>, std::unique_ptr<CudnnConv>> convs_;
 };
+
+// The workspace pointer for a convolution, checked against what its algorithms need.
+void* conv_workspace(const CudnnConv& c, const Tensor& ws, size_t offset = 0) {
+  const size_t have = ws.defined() ? ws.nbytes() : 0;
+  VISION_CHECK(have >= offset + c.workspace_bytes(),
+               "conv2d (CUDA): the workspace holds {} bytes, the convolution needs {} (the plan's workspace_bytes() "
+               "was computed for another input shape or GPU)",
+               have, offset + c.workspace_bytes());
+  return ws.defined() ? static_cast<std::byte*>(ws.raw()) + offset : nullptr;
+}
 
 class Conv2dCuda final : public CudaRuntimeOp {
  public:
   Conv2dCuda(Twin twin, const Conv2dAttrs& a) : CudaRuntimeOp(std::move(twin)), a_(a), convs_(a) {}
-  size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>& in, const Shape&) const override {
-    return convs_.get(in[0]).workspace_bytes();
+  size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape&) const override {
+    return convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic).workspace_bytes();
   }
   void forward(ForwardCtx& ctx) override {
-    const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
-    c.forward(ctx.inputs[0].raw(), ctx.params[0].raw(), ctx.output.raw(), workspace(ctx.workspace));
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic);
+    c.forward(ctx.inputs[0].raw(), ctx.params[0].raw(), ctx.output.raw(), conv_workspace(c, ctx.workspace));
     if (a_.bias) c.add_bias(ctx.params[1].raw(), ctx.output.raw());
   }
   void backward(BackwardCtx& ctx) override {
-    const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
-    void* ws = workspace(ctx.workspace);
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic);
+    void* ws = conv_workspace(c, ctx.workspace);
     if (ctx.grad_inputs[0].defined()) c.backward_data(ctx.params[0].raw(), ctx.grad_output.raw(), ctx.grad_inputs[0].raw(), ws);
     if (ctx.grad_params[0].defined()) c.backward_filter(ctx.inputs[0].raw(), ctx.grad_output.raw(), ctx.grad_params[0].raw(), ws);
     if (a_.bias && ctx.grad_params[1].defined()) c.backward_bias(ctx.grad_output.raw(), ctx.grad_params[1].raw());
   }
 
  private:
-  static void* workspace(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
   Conv2dAttrs a_;
   ConvCache convs_;
 };
@@ -107,8 +131,14 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
   FusedConv2dCuda(Twin twin, const Conv2dAttrs& a, const ConvFusion& f)
       : CudaRuntimeOp(std::move(twin)), a_(a), f_(f), convs_(with_bias(a)) {}
   bool has_backward() const override { return false; }
-  size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>& in, const Shape&) const override {
-    return convs_.get(in[0]).workspace_bytes();
+  size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape&) const override {
+    return convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic).workspace_bytes();
+  }
+  std::vector<KernelInfo> kernels() const override {
+    std::vector<const cuda::Kernel*> launched;
+    if (f_.batchnorm) launched.push_back(f32_kernel<kernels::BatchNormFold>());
+    if (f_.silu) launched.push_back(f32_kernel<kernels::SiluForward>());
+    return infos(launched);
   }
   std::vector<TensorSpec> derived_specs(const std::vector<Shape>&, const Shape&) const override {
     if (!f_.batchnorm) return {};
@@ -129,7 +159,7 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
                                    a_.out_channels, a_.weight_shape().numel() / a_.out_channels, f_.bn_eps);
   }
   void forward(ForwardCtx& ctx) override {
-    const CudnnConv& c = convs_.get(ctx.inputs[0].shape());
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic);
     const void* w = ctx.params[0].raw();
     const void* b = a_.bias ? ctx.params[1].raw() : nullptr;
     if (f_.batchnorm) {
@@ -137,7 +167,7 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
       w = ctx.derived[0].raw();
       b = ctx.derived[1].raw();
     }
-    c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), ctx.workspace.defined() ? ctx.workspace.raw() : nullptr);
+    c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), conv_workspace(c, ctx.workspace));
     if (b) c.add_bias(b, ctx.output.raw());
     if (f_.silu)
       kernels::launch_silu_forward(stream_of(ctx.backend), DType::f32, ctx.output.raw(), ctx.output.raw(),
@@ -159,13 +189,15 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
 class BatchNorm2dCuda final : public CudaRuntimeOp {
  public:
   BatchNorm2dCuda(Twin twin, float eps, float momentum, Mode mode)
-      : CudaRuntimeOp(std::move(twin)), eps_(eps), momentum_(momentum), mode_(mode) {
-    VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_desc_));
-    VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&c_desc_));
-  }
+      : CudaRuntimeOp(std::move(twin)), eps_(eps), momentum_(momentum), mode_(mode) {}
   ~BatchNorm2dCuda() override {
-    cudnnDestroyTensorDescriptor(c_desc_);
-    cudnnDestroyTensorDescriptor(x_desc_);
+    if (c_desc_) cudnnDestroyTensorDescriptor(c_desc_);
+    if (x_desc_) cudnnDestroyTensorDescriptor(x_desc_);
+  }
+  // cuDNN does the normalisation; training forward counts the batch with an NVRTC kernel.
+  std::vector<KernelInfo> kernels() const override {
+    if (mode_ != Mode::train) return {};
+    return infos({&cuda::kernel_instance<kernels::IncrementCounter>()});
   }
   std::vector<TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape&) const override {
     if (mode_ != Mode::train) return {};
@@ -202,13 +234,17 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
   }
 
  private:
+  // Sets the descriptors for input x (created on first use, so that lowering needs no GPU or cuDNN call).
   void prepare(const Shape& x) {
-    if (x == shape_) return;
-    shape_ = x;
+    if (x_desc_ && x == shape_) return;
+    if (!x_desc_) VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_desc_));
+    if (!c_desc_) VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&c_desc_));
+    shape_ = Shape();  // set again only once both descriptors describe x
     VISION_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(x[0]),
                                                   static_cast<int>(x[1]), static_cast<int>(x[2]),
                                                   static_cast<int>(x[3])));
     VISION_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(c_desc_, x_desc_, CUDNN_BATCHNORM_SPATIAL));
+    shape_ = x;
   }
   float eps_;
   double momentum_;
@@ -222,6 +258,10 @@ class UnaryCuda final : public CudaRuntimeOp {
  public:
   enum class Kind { silu, sigmoid };
   UnaryCuda(Twin twin, Kind kind) : CudaRuntimeOp(std::move(twin)), kind_(kind) {}
+  std::vector<KernelInfo> kernels() const override {
+    if (kind_ == Kind::silu) return infos({f32_kernel<kernels::SiluForward>(), f32_kernel<kernels::SiluBackward>()});
+    return infos({f32_kernel<kernels::SigmoidForward>(), f32_kernel<kernels::SigmoidBackward>()});
+  }
   void forward(ForwardCtx& ctx) override {
     const auto f = kind_ == Kind::silu ? kernels::launch_silu_forward : kernels::launch_sigmoid_forward;
     f(stream_of(ctx.backend), DType::f32, ctx.inputs[0].raw(), ctx.output.raw(), ctx.output.numel());
@@ -242,6 +282,10 @@ class BinaryCuda final : public CudaRuntimeOp {
  public:
   enum class Kind { add, mul };
   BinaryCuda(Twin twin, Kind kind) : CudaRuntimeOp(std::move(twin)), kind_(kind) {}
+  std::vector<KernelInfo> kernels() const override {
+    if (kind_ == Kind::add) return infos({f32_kernel<kernels::AddForward>(), f32_kernel<kernels::AddBackward>()});
+    return infos({f32_kernel<kernels::MulForward>(), f32_kernel<kernels::MulBackward>()});
+  }
   void forward(ForwardCtx& ctx) override {
     const auto f = kind_ == Kind::add ? kernels::launch_add_forward : kernels::launch_mul_forward;
     f(stream_of(ctx.backend), DType::f32, ctx.inputs[0].raw(), ctx.inputs[1].raw(), ctx.output.raw(),
@@ -276,6 +320,11 @@ class MaxPool2dCuda final : public CudaRuntimeOp {
   size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>&, const Shape& out) const override {
     return mode_ == Mode::train ? 0 : static_cast<size_t>(out.numel()) * 4;  // argmax nobody reads
   }
+  // Backward needs the argmax saved in training.
+  std::vector<KernelInfo> kernels() const override {
+    if (mode_ != Mode::train) return infos({f32_kernel<kernels::MaxPool2dForward>(window_)});
+    return infos({f32_kernel<kernels::MaxPool2dForward>(window_), f32_kernel<kernels::MaxPool2dBackward>(window_)});
+  }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
     auto* argmax = static_cast<int32_t*>(ctx.saved.empty() ? ctx.workspace.raw() : ctx.saved[0].raw());
@@ -298,6 +347,9 @@ class MaxPool2dCuda final : public CudaRuntimeOp {
 class UpsampleCuda final : public CudaRuntimeOp {
  public:
   explicit UpsampleCuda(Twin twin) : CudaRuntimeOp(std::move(twin)) {}
+  std::vector<KernelInfo> kernels() const override {
+    return infos({f32_kernel<kernels::UpsampleNearest2xForward>(), f32_kernel<kernels::UpsampleNearest2xBackward>()});
+  }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
     kernels::launch_upsample_nearest2x_forward(stream_of(ctx.backend), DType::f32, x.raw(), ctx.output.raw(),
@@ -315,6 +367,7 @@ class UpsampleCuda final : public CudaRuntimeOp {
 class PermuteCuda final : public CudaRuntimeOp {
  public:
   PermuteCuda(Twin twin, std::vector<int64_t> perm) : CudaRuntimeOp(std::move(twin)), perm_(std::move(perm)) {}
+  std::vector<KernelInfo> kernels() const override { return infos({f32_kernel<kernels::PermuteCopy>()}); }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
     kernels::launch_permute(stream_of(ctx.backend), x.dtype(), x.raw(), ctx.output.raw(), ctx.output.shape(),
@@ -335,6 +388,9 @@ class PermuteCuda final : public CudaRuntimeOp {
 class ReduceCuda final : public CudaRuntimeOp {
  public:
   ReduceCuda(Twin twin, bool square) : CudaRuntimeOp(std::move(twin)), square_(square) {}
+  std::vector<KernelInfo> kernels() const override {
+    return infos({f32_kernel<kernels::ReduceSumForward>(square_), f32_kernel<kernels::ReduceSumBackward>(square_)});
+  }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
     kernels::launch_reduce_sum_forward(stream_of(ctx.backend), DType::f32, square_, x.raw(), ctx.output.raw(),

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "vision/core/error.h"
-#include "vision/ops/op_util.h"
+#include "vision/ops/op_support.h"
 #ifdef VISION_HAS_CUDA
 #include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
 #endif

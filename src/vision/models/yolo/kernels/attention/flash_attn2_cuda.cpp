@@ -9,6 +9,8 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "vision/core/error.h"
@@ -32,6 +34,7 @@ constexpr const char* kScope = "vision::models::yolo::kernels::attention";
 constexpr std::pair<int, int> kHeadSizes[] = {{16, 16}, {32, 32}, {64, 64},  {128, 128},
                                               {16, 32}, {32, 64}, {64, 128}, {128, 256}};
 constexpr int kValueSizes[] = {16, 32, 64, 128, 256};
+constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 
 constexpr const char* kForwardParams = "const {T}*, const {T}*, const {T}*, {T}*, float*, int, int, float";
 constexpr const char* kPreprocessParams = "const {T}*, const {T}*, float*, int";
@@ -58,7 +61,7 @@ const char* params_of(FlashAttention2Kernel kernel) {
 }
 
 void register_flash_attention2_kernels(cuda::KernelRegistry& r) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+  for (DType t : kDtypes) {
     for (const auto& [d, dv] : kHeadSizes) {
       r.add<FlashAttention2Forward>(t, d, dv);
       r.add<FlashAttention2BackwardDq>(t, d, dv);
@@ -162,6 +165,25 @@ FlashAttention2BackwardSm90::FlashAttention2BackwardSm90(DType t, int d, int dv)
 
 FlashAttention2ForwardSm90::FlashAttention2ForwardSm90(DType t, int d, int dv)
     : FlashAttention2Descriptor(FlashAttention2Kernel::forward_sm90, t, d, dv) {}
+
+std::vector<const cuda::Kernel*> flash_attention2_kernels(DType dtype, int d, int d_v, graph::Mode mode) {
+  auto exists = [&](FlashAttention2Kernel k) { return flash_attention2_kernel_exists(k, dtype, d, d_v); };
+  std::vector<const cuda::Kernel*> out{&cuda::kernel_instance<FlashAttention2Forward>(dtype, d, d_v)};
+  if (exists(FlashAttention2Kernel::forward_sm90))
+    out.push_back(&cuda::kernel_instance<FlashAttention2ForwardSm90>(dtype, d, d_v));
+  if (mode != graph::Mode::train) return out;
+  out.push_back(&cuda::kernel_instance<FlashAttention2BackwardPreprocess>(dtype, d_v));
+  out.push_back(&cuda::kernel_instance<FlashAttention2BackwardDq>(dtype, d, d_v));
+  out.push_back(&cuda::kernel_instance<FlashAttention2BackwardDkv>(dtype, d, d_v));
+  // The fused pass of launch_flash_attention2_backward when it is given dq_accum (not bit-for-bit reproducible).
+  if (exists(FlashAttention2Kernel::backward_dkv_dq))
+    out.push_back(&cuda::kernel_instance<FlashAttention2BackwardDkvDq>(dtype, d, d_v));
+  if (exists(FlashAttention2Kernel::backward_sm90))
+    out.push_back(&cuda::kernel_instance<FlashAttention2BackwardSm90>(dtype, d, d_v));
+  if (exists(FlashAttention2Kernel::backward_dq_convert))
+    out.push_back(&cuda::kernel_instance<FlashAttention2BackwardDqConvert>(dtype));
+  return out;
+}
 
 bool flash_attention2_sm90_usable(DType dtype, int d, int d_v) {
   if (!flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, dtype, d, d_v)) return false;
@@ -396,17 +418,22 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
                                      scale_);
   }
 
-  // The kernels of the last run's dtype and head sizes (none before the first forward).
+  // flash_attention2_kernels() of the last forward's dtype and head sizes, or before the first forward (when they are
+  // not known yet) of every registered dtype and (d, d_v).
   std::vector<graph::KernelInfo> kernels() const override {
-    std::lock_guard lock(mutex_);
-    if (!last_) return {};
-    const auto [dtype, d, dv] = *last_;
-    std::vector<graph::KernelInfo> out{graph::kernel_info(cuda::kernel_instance<FlashAttention2Forward>(dtype, d, dv))};
-    if (mode_ == graph::Mode::train) {
-      out.push_back(graph::kernel_info(cuda::kernel_instance<FlashAttention2BackwardPreprocess>(dtype, dv)));
-      out.push_back(graph::kernel_info(cuda::kernel_instance<FlashAttention2BackwardDq>(dtype, d, dv)));
-      out.push_back(graph::kernel_info(cuda::kernel_instance<FlashAttention2BackwardDkv>(dtype, d, dv)));
+    std::vector<std::tuple<DType, int, int>> problems;
+    {
+      std::lock_guard lock(mutex_);
+      if (last_) problems.push_back(*last_);
     }
+    if (problems.empty())
+      for (DType t : kDtypes)
+        for (const auto& [d, dv] : kHeadSizes) problems.emplace_back(t, d, dv);
+    std::vector<graph::KernelInfo> out;
+    std::set<std::string, std::less<>> seen;  // preprocessing and dQ conversion are shared between head sizes
+    for (const auto& [dtype, d, dv] : problems)
+      for (const cuda::Kernel* k : flash_attention2_kernels(dtype, d, dv, mode_))
+        if (seen.insert(k->id()).second) out.push_back(graph::kernel_info(*k));
     return out;
   }
 

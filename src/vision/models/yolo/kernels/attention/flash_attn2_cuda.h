@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "vision/cuda/kernel.h"
 #include "vision/graph/op.h"
@@ -149,9 +150,16 @@ void launch_flash_attention2_backward(cudaStream_t stream, DType dtype, int d, i
                                       int64_t batch_heads, int64_t n_q, int64_t n_k, float scale,
                                       FlashAttention2Path path = FlashAttention2Path::automatic);
 
+// Every kernel the launch helpers may pick for one problem's dtype and head sizes on some GPU: the forward (and on
+// sm_90a the wgmma forward), and in training the backward's: preprocessing, dQ, dK/dV, and for f16/bf16 the fused
+// dK/dV + dQ pass (mma_sync or, on sm_90a, wgmma) with its dQ conversion. Throws vision::Error for sizes the kernels do
+// not take.
+std::vector<const cuda::Kernel*> flash_attention2_kernels(DType dtype, int d, int d_v, graph::Mode mode);
+
 // The CUDA RuntimeOp of FlashAttention2Op: the tensors' dtype picks the kernels (the graph runs f32 today), the
 // state specs (saved lse) come from the op's CPU RuntimeOp `twin`. Its workspace holds delta and, in training, room
-// for a dK or dV that no input needs (the dK/dV kernel writes both).
+// for a dK or dV that no input needs (the dK/dV kernel writes both). Its kernels() are flash_attention2_kernels() of
+// the last forward's dtype and head sizes; before the first forward, those of every registered (dtype, d, d_v).
 std::unique_ptr<graph::RuntimeOp> make_flash_attention2_cuda(std::unique_ptr<graph::RuntimeOp> twin, float scale,
                                                              graph::Mode mode);
 

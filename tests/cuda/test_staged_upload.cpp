@@ -1,0 +1,131 @@
+// CudaBackendContext::copy_to_device through cuda::StagedUploader: the caller may free or overwrite its source as
+// soon as the call returns, the call does not wait for work queued before it, large copies go through in chunks, a
+// pinned source is copied directly, and misuse (a device source, a copy while capturing) is an error.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+#include "vision/cuda/check.h"
+#include "vision/cuda/device.h"
+#include "vision/cuda/memory.h"
+#include "vision/graph/cuda/cuda_backend.h"
+
+using namespace vision;
+using graph::CudaBackendContext;
+
+namespace {
+
+std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  uint32_t s = seed * 2654435761u + 1;
+  for (auto& b : v) {
+    s = s * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(s >> 24);
+  }
+  return v;
+}
+
+std::vector<uint8_t> download(CudaBackendContext& ctx, const void* src, size_t n) {
+  std::vector<uint8_t> out(n);
+  ctx.copy_to_host(out.data(), src, n);  // ordered after the uploads on the context's stream
+  return out;
+}
+
+}  // namespace
+
+// Sizes below, at and above the chunk size; the source is overwritten and freed right after each call.
+TEST(StagedUpload, SourceMayBeReusedOnReturn) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  CudaBackendContext ctx;
+  constexpr size_t kChunk = cuda::StagedUploader::kChunkBytes;
+  for (size_t n : {size_t{1}, size_t{1000}, (size_t{64} << 10) + 3, kChunk, 3 * kChunk + 12345}) {
+    const std::vector<uint8_t> expected = pattern(n, static_cast<uint32_t>(n));
+    auto dst = ctx.allocate(n);
+    auto src = std::make_unique<std::vector<uint8_t>>(expected);
+    ctx.copy_to_device(dst.get(), src->data(), n);
+    std::memset(src->data(), 0xab, n);
+    src.reset();
+    EXPECT_EQ(download(ctx, dst.get(), n), expected) << n << " bytes";
+  }
+}
+
+// Back-to-back uploads from one host buffer rewritten between calls: each staging buffer is reused only after the
+// copy that read it is done.
+TEST(StagedUpload, BackToBackUploadsKeepTheirOwnBytes) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  CudaBackendContext ctx;
+  constexpr size_t kPart = (size_t{1} << 20) + 17;
+  constexpr int kParts = 24;
+  auto dst = ctx.allocate(kPart * kParts);
+  std::vector<uint8_t> host;
+  std::vector<uint8_t> expected;
+  for (int i = 0; i < kParts; ++i) {
+    host = pattern(kPart, 100 + i);
+    expected.insert(expected.end(), host.begin(), host.end());
+    ctx.copy_to_device(static_cast<uint8_t*>(dst.get()) + kPart * i, host.data(), kPart);
+  }
+  EXPECT_EQ(download(ctx, dst.get(), kPart * kParts), expected);
+}
+
+// A pageable upload queued behind 300 ms of stream work returns without waiting for it.
+TEST(StagedUpload, DoesNotWaitForTheStream) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  CudaBackendContext ctx;
+  constexpr size_t n = size_t{4} << 20;
+  auto dst = ctx.allocate(n);
+  std::vector<uint8_t> warm(n, 1);
+  ctx.copy_to_device(dst.get(), warm.data(), n);  // grows the staging buffers
+  ctx.copy_to_device(dst.get(), warm.data(), n);
+  ctx.synchronize();
+
+  auto sleep = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
+  VISION_CUDA_CHECK(cudaLaunchHostFunc(ctx.stream(), sleep, nullptr));
+  const std::vector<uint8_t> expected = pattern(n, 7);
+  std::vector<uint8_t> src = expected;
+  const auto start = std::chrono::steady_clock::now();
+  ctx.copy_to_device(dst.get(), src.data(), n);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::fill(src.begin(), src.end(), uint8_t{0});
+  EXPECT_LT(ms, 150.0) << "copy_to_device waited for the stream";
+  EXPECT_EQ(download(ctx, dst.get(), n), expected);
+}
+
+// A pinned source is copied without staging, and still may be reused once the call returns.
+TEST(StagedUpload, PinnedSourceIsCopiedDirectly) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  CudaBackendContext ctx;
+  constexpr size_t n = (size_t{40} << 20) + 5;  // more than one chunk
+  const std::vector<uint8_t> expected = pattern(n, 3);
+  cuda::PinnedBytes pinned = cuda::pinned_alloc(n);
+  std::memcpy(pinned.get(), expected.data(), n);
+  auto dst = ctx.allocate(n);
+  ctx.copy_to_device(dst.get(), pinned.get(), n);
+  std::memset(pinned.get(), 0, n);
+  EXPECT_EQ(download(ctx, dst.get(), n), expected);
+}
+
+TEST(StagedUpload, MisuseIsAnError) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  CudaBackendContext ctx;
+  auto a = ctx.allocate(256), b = ctx.allocate(256);
+  try {
+    ctx.copy_to_device(a.get(), b.get(), 256);
+    FAIL() << "a device source was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device memory"), std::string::npos) << e.what();
+  }
+  std::vector<uint8_t> host(256, 1);
+  try {
+    ctx.capture([&] { ctx.copy_to_device(a.get(), host.data(), host.size()); });
+    FAIL() << "an upload was captured";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("captured into a CUDA graph"), std::string::npos) << e.what();
+  }
+  ctx.copy_to_device(a.get(), host.data(), host.size());  // the context still works
+  EXPECT_EQ(download(ctx, a.get(), host.size()), host);
+}
