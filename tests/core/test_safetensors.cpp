@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8};
+constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8,
+                                DType::boolean};
 
 // The bytes of a safetensors file: 8-byte little-endian header length, header, data.
 std::string file_bytes(std::string_view header, std::string_view data = {}) {
@@ -38,7 +39,7 @@ std::string read_bytes(const fs::path& p) {
 Tensor random_bytes_tensor(Shape shape, DType dtype) {
   Tensor t = Tensor::zeros(std::move(shape), dtype);
   auto* p = static_cast<unsigned char*>(t.raw());
-  std::uniform_int_distribution<int> d(0, 255);
+  std::uniform_int_distribution<int> d(0, dtype == DType::boolean ? 1 : 255);
   for (size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>(d(vision::test::rng()));
   return t;
 }
@@ -163,7 +164,7 @@ TEST_F(Safetensors, DtypeNotAString) {
 
 TEST_F(Safetensors, DtypeUnknown) {
   expect_read_error(write_raw(R"({"w": {"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", kData8),
-                    {"tensor 'w'", "dtype \"F64\"", "F32, F16, BF16, I32, I64, U8"});
+                    {"tensor 'w'", "dtype \"F64\"", "F32, F16, BF16, I32, I64, U8, BOOL"});
 }
 
 TEST_F(Safetensors, ShapeNotAnArray) {
@@ -215,6 +216,11 @@ TEST_F(Safetensors, DataOffsetsOutsideDataSection) {
 TEST_F(Safetensors, ByteCountDoesNotMatchShape) {
   expect_read_error(write_raw(R"({"w": {"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", kData8),
                     {"tensor 'w'", "span 8 bytes", "F32 [3] needs", "= 12 bytes"});
+}
+
+TEST_F(Safetensors, BoolHoldingAnotherByte) {
+  expect_read_error(write_raw(R"({"mask": {"dtype":"BOOL","shape":[4],"data_offsets":[0,4]}})", std::string("\x01\x00\x07\x01", 4)),
+                    {"tensor 'mask' is BOOL", "byte 2 holds 7"});
 }
 
 TEST_F(Safetensors, RangesOverlap) {

@@ -3,6 +3,8 @@
 // pinned source is copied directly, and misuse (a device source, a copy while capturing) is an error.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -83,15 +85,26 @@ TEST(StagedUpload, DoesNotWaitForTheStream) {
   ctx.copy_to_device(dst.get(), warm.data(), n);
   ctx.synchronize();
 
-  auto sleep = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
-  VISION_CUDA_CHECK(cudaLaunchHostFunc(ctx.stream(), sleep, nullptr));
+  // The stream is held by a host function that waits (up to 10 s) for a flag the test sets only after
+  // copy_to_device returned. A copy that waited for the stream would keep the flag unset until the host function
+  // gave up, and the host function would then report that it never saw the flag. No clock decides the outcome.
+  struct Gate {
+    std::atomic<bool> released{false};
+    std::atomic<bool> saw_release{false};
+  } gate;
+  auto hold = [](void* p) {
+    auto* g = static_cast<Gate*>(p);
+    for (int i = 0; i < 10000 && !g->released.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g->saw_release = g->released.load();
+  };
+  VISION_CUDA_CHECK(cudaLaunchHostFunc(ctx.stream(), hold, &gate));
   const std::vector<uint8_t> expected = pattern(n, 7);
   std::vector<uint8_t> src = expected;
-  const auto start = std::chrono::steady_clock::now();
   ctx.copy_to_device(dst.get(), src.data(), n);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  gate.released = true;
   std::fill(src.begin(), src.end(), uint8_t{0});
-  EXPECT_LT(ms, 150.0) << "copy_to_device waited for the stream";
+  ctx.synchronize();
+  EXPECT_TRUE(gate.saw_release.load()) << "copy_to_device waited for the stream";
   EXPECT_EQ(download(ctx, dst.get(), n), expected);
 }
 

@@ -14,14 +14,15 @@ std::string_view dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u8: return "u8";
+    case DType::boolean: return "bool";
   }
   return "?";
 }
 
 DType parse_dtype(std::string_view name) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::boolean})
     if (dtype_name(t) == name) return t;
-  fail("unknown dtype '{}' (expected f32, f16, bf16, i32, i64 or u8)", name);
+  fail("unknown dtype '{}' (expected f32, f16, bf16, i32, i64, u8 or bool)", name);
 }
 
 std::string_view safetensors_dtype_name(DType t) {
@@ -32,12 +33,13 @@ std::string_view safetensors_dtype_name(DType t) {
     case DType::i32: return "I32";
     case DType::i64: return "I64";
     case DType::u8: return "U8";
+    case DType::boolean: return "BOOL";
   }
   return "?";
 }
 
 bool parse_safetensors_dtype(std::string_view name, DType* out) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::boolean})
     if (safetensors_dtype_name(t) == name) {
       *out = t;
       return true;

@@ -1,4 +1,4 @@
-// DType — element types of tensors (f32, f16, bf16, i32, i64, u8) and their properties.
+// DType — element types of tensors (f32, f16, bf16, i32, i64, u8, boolean) and their properties.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,8 @@
 
 namespace vision::core {
 
-enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8 };
+// boolean: one byte per element, 0 or 1 (masks). Integer and boolean values never carry a gradient.
+enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8, boolean };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -18,6 +19,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::i32: return 4;
     case DType::i64: return 8;
     case DType::u8: return 1;
+    case DType::boolean: return 1;
   }
   return 0;
 }
@@ -42,6 +44,7 @@ template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
 
 // IEEE half / bfloat16 conversions on the host (round to nearest even).
 uint16_t float_to_half(float f);

@@ -30,7 +30,7 @@ using OrderedJson = nlohmann::ordered_json;
 // A header longer than this is not a real header (the reference implementation has the same limit).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::string_view kMetadataKey = "__metadata__";
-constexpr std::string_view kSupported = "F32, F16, BF16, I32, I64, U8";
+constexpr std::string_view kSupported = "F32, F16, BF16, I32, I64, U8, BOOL";
 
 std::string where(const fs::path& p) { return fmt::format("safetensors file '{}'", p.string()); }
 
@@ -299,6 +299,10 @@ SafetensorsFile read_safetensors(const fs::path& path) {
   out.tensors.reserve(entries.size());
   for (Entry& e : entries) {
     std::byte* p = base + e.begin;
+    if (e.dtype == DType::boolean)
+      for (uint64_t i = 0; i < e.end - e.begin; ++i)
+        VISION_CHECK(static_cast<uint8_t>(p[i]) <= 1, "{}: tensor '{}' is BOOL but byte {} holds {} (only 0 or 1)",
+                     where(path), e.name, i, static_cast<int>(p[i]));
     if (e.begin % dtype_size(e.dtype) == 0) {
       out.tensors.emplace_back(std::move(e.name), Tensor::wrap(owner, p, std::move(e.shape), e.dtype, Device::cpu));
     } else {  // misaligned for its element type: give it its own aligned copy

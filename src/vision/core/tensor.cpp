@@ -76,6 +76,7 @@ std::vector<float> Tensor::to_vector() const {
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<const int64_t*>(data_)[i]);
       break;
     case DType::u8:
+    case DType::boolean:
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<const uint8_t*>(data_)[i];
       break;
   }
@@ -110,6 +111,9 @@ void Tensor::fill(float value) {
       break;
     case DType::u8:
       for (int64_t i = 0; i < n; ++i) static_cast<uint8_t*>(data_)[i] = static_cast<uint8_t>(value);
+      break;
+    case DType::boolean:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint8_t*>(data_)[i] = value != 0.0f ? 1 : 0;
       break;
   }
 }

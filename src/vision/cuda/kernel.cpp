@@ -104,6 +104,7 @@ std::string_view cuda_type_name(core::DType dtype) {
     case core::DType::i32: return "int32_t";
     case core::DType::i64: return "int64_t";
     case core::DType::u8: return "uint8_t";
+    case core::DType::boolean: return "bool";
   }
   return "?";
 }
