@@ -17,7 +17,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ -f .gpu-host/env.sh ] && source .gpu-host/env.sh
-export VISION_CACHE_DIR=/tmp/vision-kernel-cache
+# A kernel cache compiled ahead of time (`vision kernels build --arch sm_90a`, no GPU needed) may be carried in.
+export VISION_CACHE_DIR=${VISION_CACHE_DIR:-/tmp/vision-kernel-cache}
 t0=$(date +%s)
 cmake --preset default -DVISION_BENCH=$([ $bench = 1 ] && echo ON || echo OFF) >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build -j16 >"$out/build.log" 2>&1 || { grep -E "error" -A5 "$out/build.log" | head -60; exit 1; }

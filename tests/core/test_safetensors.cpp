@@ -1,11 +1,9 @@
 // Tests of safetensors reading (one hand-made corrupt file per rule the reader enforces) and atomic writing.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -30,11 +28,6 @@ std::string file_bytes(std::string_view header, std::string_view data = {}) {
   return out;
 }
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
 // A host tensor of the given shape and dtype filled with random bytes.
 Tensor random_bytes_tensor(Shape shape, DType dtype) {
   Tensor t = Tensor::zeros(std::move(shape), dtype);
@@ -50,14 +43,6 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 
 class Safetensors : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           fmt::format("vision_safetensors_{}_{}_{}", ::getpid(), info->name(), vision::test::rng()() % 1000000);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   fs::path write_raw(std::string_view header, std::string_view data = {}, const char* name = "t.safetensors") {
     const fs::path p = dir_ / name;
     std::ofstream(p, std::ios::binary) << file_bytes(header, data);
@@ -91,7 +76,8 @@ class Safetensors : public ::testing::Test {
     return out;
   }
 
-  fs::path dir_;
+  vision::test::TempDir temp_;        // one fresh directory per test
+  const fs::path dir_ = temp_.path();
 };
 
 // An 8-byte data section and a valid F32[2] entry for it, spliced into corrupt headers below.
@@ -371,7 +357,7 @@ TEST_F(Safetensors, RawBytesFollowTheFormat) {
   Tensor c = random_bytes_tensor(Shape{}, DType::i64);
   const fs::path p = dir_ / "raw.safetensors";
   write_safetensors(p, {{"b", b}, {"a", a}, {"c", c}}, {{"k", "v"}});
-  const std::string bytes = read_bytes(p);
+  const std::string bytes = vision::test::read_file(p);
 
   ASSERT_GE(bytes.size(), 8u);
   uint64_t n = 0;
@@ -454,7 +440,7 @@ TEST_F(Safetensors, BadInputsThrowAndKeepExistingFile) {
   const fs::path p = dir_ / "keep.safetensors";
   const Tensor t = vision::test::random_tensor(Shape{3});
   write_safetensors(p, {{"w", t}});
-  const std::string before = read_bytes(p);
+  const std::string before = vision::test::read_file(p);
   float dummy = 0;
   const std::vector<std::pair<std::vector<std::pair<std::string, Tensor>>, std::string>> cases = {
       {{{"w", t}, {"w", t}}, "given more than once"},
@@ -473,7 +459,7 @@ TEST_F(Safetensors, BadInputsThrowAndKeepExistingFile) {
       EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
     }
   }
-  EXPECT_EQ(read_bytes(p), before);
+  EXPECT_EQ(vision::test::read_file(p), before);
   EXPECT_EQ(dir_entries(), std::vector<std::string>{"keep.safetensors"});
 }
 

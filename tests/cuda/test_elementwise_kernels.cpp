@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cuda/cuda_test_util.h"
+#include "error_bounds.h"
 #include "test_util.h"
 #include "vision/cuda/device.h"
 #include "vision/ops/kernels/permute_cuda.h"
@@ -68,7 +69,7 @@ class GpuKernels : public testing::TestWithParam<DType> {
   }
 
   void expect_close(const std::vector<float>& out, const std::vector<double>& ref, const char* what) {
-    EXPECT_LT(rel_error(out, ref), rounding_bound(dtype())) << what << " in " << core::dtype_name(dtype());
+    EXPECT_LT(rel_error(out, ref), output_rounding_bound(dtype())) << what << " in " << core::dtype_name(dtype());
   }
   // Bit-exact results (data movement, max): compare as floats, NaN (poison) never equal.
   void expect_exact(const std::vector<float>& out, const std::vector<float>& ref, const char* what) {

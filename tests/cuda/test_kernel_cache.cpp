@@ -8,10 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <sstream>
 #include <thread>
 
+#include "test_util.h"
 #include "vision/core/error.h"
 #include "vision/cuda/kernel_cache.h"
 #include "vision/ops/kernels/elementwise_cuda.h"
@@ -19,39 +18,11 @@
 using namespace vision;
 using namespace vision::cuda;
 namespace fs = std::filesystem;
+using vision::test::read_file;
+using vision::test::TempDir;
+using vision::test::write_file;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ =
-        fs::temp_directory_path() / ("vision-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-void write_bytes(const fs::path& p, const std::string& bytes) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << bytes;
-}
 
 // Sets an environment variable for one scope.
 class ScopedEnv {
@@ -137,7 +108,7 @@ TEST(KernelCache, CorruptEntriesAreRebuilt) {
   };
   cache.get_or_build(kKey, build);
   const fs::path entry = cache.entry_path(kKey);
-  const std::string good = read_bytes(entry);
+  const std::string good = read_file(entry);
   ASSERT_EQ(good.size(), 48 + payload.size());
 
   std::string flipped = good;
@@ -156,7 +127,7 @@ TEST(KernelCache, CorruptEntriesAreRebuilt) {
       {"trailing bytes", good + "zz"},
   };
   for (const auto& [what, bytes] : damage) {
-    write_bytes(entry, bytes);
+    write_file(entry, bytes);
     bool corrupt = false;
     EXPECT_FALSE(cache.load(kKey, &corrupt).has_value()) << what;
     EXPECT_TRUE(corrupt) << what;
@@ -165,7 +136,7 @@ TEST(KernelCache, CorruptEntriesAreRebuilt) {
     EXPECT_EQ(cache.get_or_build(kKey, build, &outcome), payload) << what;
     EXPECT_EQ(outcome, CacheOutcome::rebuilt_corrupt) << what;
     EXPECT_EQ(builds, before + 1) << what;
-    EXPECT_EQ(read_bytes(entry), good) << what;  // repaired
+    EXPECT_EQ(read_file(entry), good) << what;  // repaired
   }
 }
 
@@ -231,7 +202,7 @@ TEST(KernelCache, ProcessesBuildingOneKeyAreSerialised) {
 
 TEST(KernelCache, UnusableDirectoryStillBuilds) {
   TempDir dir;
-  write_bytes(dir.path() / "file", "not a directory");
+  write_file(dir.path() / "file", "not a directory");
   const KernelCache cache(dir.path() / "file" / "kernels");
   CacheOutcome outcome{};
   auto build = [] { return std::string("ok"); };

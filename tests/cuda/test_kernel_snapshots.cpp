@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "cli_util.h"
+#include "test_util.h"
 #include "vision/core/error.h"
 #include "vision/cuda/kernel.h"
 #include "vision/cuda/nvrtc.h"
@@ -57,13 +57,6 @@ bool blessing() {
   return b && std::string(b) == "1";
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 // PTX without the lines that name the compiler's build, under a header naming the kernel, arch and NVRTC version.
 std::string ptx_snapshot(const std::string& id, const std::string& ptx) {
   std::string out = "// vision-cpp PTX snapshot: " + id + " for " + kSnapshotArch + ", NVRTC " + nvrtc_version() + "\n";
@@ -80,14 +73,14 @@ std::string ptx_snapshot(const std::string& id, const std::string& ptx) {
 // Compares text with the snapshot file, or rewrites it when blessing.
 void check_snapshot(const fs::path& path, const std::string& text) {
   if (blessing()) {
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+    test::write_file(path, text);
     return;
   }
   ASSERT_TRUE(fs::exists(path)) << path << " is missing: run the tests with VISION_BLESS=1 to write it";
-  const std::string expected = read_text(path);
+  const std::string expected = test::read_file(path);
   if (expected != text) {
     const std::string actual_path = path.string() + ".actual";
-    std::ofstream(actual_path, std::ios::binary | std::ios::trunc) << text;
+    test::write_file(actual_path, text);
     FAIL() << path << " differs from the current output (written to " << actual_path
            << "); if the change is intended, run the tests with VISION_BLESS=1";
   }
@@ -125,10 +118,13 @@ TEST_P(KernelSnapshot, Ptx) {
   const fs::path path = fs::path(VISION_SNAPSHOT_DIR) / (id + "." + kSnapshotArch + ".ptx");
   if (!blessing() && fs::exists(path)) {
     // PTX is NVRTC's output: compare only with snapshots made by the same NVRTC version.
-    const std::string first_line = read_text(path).substr(0, read_text(path).find('\n'));
+    // Under VISION_REQUIRE_GPU=1 (the GPU host) another version is a failure: bless the snapshots with this NVRTC.
+    const std::string text = test::read_file(path);
+    const std::string first_line = text.substr(0, text.find('\n'));
     const std::string version = "NVRTC " + nvrtc_version();
     if (!first_line.ends_with(version))
-      GTEST_SKIP() << path << " was made by another NVRTC (" << first_line << "); this is " << version;
+      VISION_SKIP_OR_FAIL(path.string() + " was made by another NVRTC (" + first_line + "); this is " + version +
+                          " (VISION_BLESS=1 rewrites it)");
   }
   // Compile without the disk cache, so that the snapshot reflects NVRTC's output now.
   const Kernel& k = kernel(id);
@@ -172,10 +168,11 @@ bool source_checked(const std::string& id) {
 
 // What `vision kernels source ID` prints is each kernel's source, and it compiles as printed.
 TEST(KernelsCommand, SourceOutputCompiles) {
+  if (!fs::exists(VISION_CLI)) VISION_SKIP_OR_FAIL(std::string(VISION_CLI) + " is not built (the vision_cli target)");
   int status = 0;
   const std::string help = run_command(std::string(VISION_CLI) + " --help 2>&1", &status);
   if (help.find("\n  kernels ") == std::string::npos)  // listed under Subcommands
-    GTEST_SKIP() << "this vision binary has no `kernels` command (not wired into apps/vision/main.cpp)";
+    VISION_SKIP_OR_FAIL("this vision binary has no `kernels` command (not wired into apps/vision/main.cpp)");
 
   const std::vector<const Kernel*> all_kernels = KernelRegistry::global().kernels();
   std::vector<const Kernel*> kernels;

@@ -1,11 +1,9 @@
 // The kernel system without a GPU: embedding, descriptors, registry, NVRTC compile, status checks, device probe.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <functional>
 #include <set>
-#include <sstream>
 
+#include "test_util.h"
 #include "vision/cuda/check.h"
 #include "vision/cuda/device.h"
 #include "vision/cuda/embedded.h"
@@ -19,25 +17,8 @@ using namespace vision;
 using namespace vision::cuda;
 using vision::core::DType;
 
-namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using vision::test::error_of;
+using vision::test::read_file;
 
 TEST(Sha256, KnownVectors) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
@@ -58,8 +39,10 @@ TEST(CudaCheck, NamesTheCallAndTheError) {
   EXPECT_EQ(nv.rfind("fake_compile() failed: NVRTC_ERROR_INVALID_OPTION", 0), 0u) << nv;
 }
 
+// Runs in a child process that sees no GPU (CUDA_VISIBLE_DEVICES empty), on a GPU host too.
 TEST(CudaCheck, RealCallWithoutGpu) {
-  if (gpu_available()) GTEST_SKIP() << "a GPU is present: cudaMalloc would succeed";
+  VISION_RUN_WITHOUT_GPU();
+  ASSERT_FALSE(gpu_available()) << "CUDA_VISIBLE_DEVICES is empty, yet a GPU is usable";
   void* p = nullptr;
   const std::string msg = error_of([&] { VISION_CUDA_CHECK(cudaMalloc(&p, 16)); });
   EXPECT_EQ(msg.rfind("cudaMalloc(&p, 16) failed: ", 0), 0u) << msg;
@@ -89,7 +72,12 @@ TEST(Nvrtc, ArchValidation) {
   EXPECT_TRUE(is_real_arch("sm_90a"));
   EXPECT_FALSE(is_real_arch("compute_90a"));
   EXPECT_EQ(compile_options("sm_90a"), (std::vector<std::string>{"--gpu-architecture=sm_90a", "--std=c++17"}));
-  EXPECT_EQ(compile_options("sm_90a"), compile_options("sm_90a"));
+  // Only the architecture option follows the arch (the options are part of the kernel cache key).
+  EXPECT_EQ(compile_options("sm_80"), (std::vector<std::string>{"--gpu-architecture=sm_80", "--std=c++17"}));
+  EXPECT_EQ(compile_options("compute_90a"),
+            (std::vector<std::string>{"--gpu-architecture=compute_90a", "--std=c++17"}));
+  EXPECT_NE(compile_options("sm_80"), compile_options("sm_90a"));
+  EXPECT_THROW(compile_options("sm_9"), Error);
   const std::string v = nvrtc_version();
   EXPECT_NE(v.find('.'), std::string::npos) << v;
 }
@@ -100,13 +88,13 @@ TEST(Embedded, KernelSourcesMatchTheTree) {
   std::set<std::string> names;
   for (const EmbeddedFile& f : files) {
     EXPECT_TRUE(std::string_view(f.name).ends_with(".cuh")) << f.name;
-    EXPECT_EQ(f.text, read_text(std::string(VISION_SOURCE_DIR) + "/src/" + std::string(f.name))) << f.name;
+    EXPECT_EQ(f.text, read_file(std::string(VISION_SOURCE_DIR) + "/src/" + std::string(f.name))) << f.name;
     names.insert(std::string(f.name));
   }
   EXPECT_TRUE(names.count("vision/ops/kernels/elementwise.cuh"));
   EXPECT_TRUE(names.count("vision/cuda/kernel_common.cuh"));
   EXPECT_EQ(embedded_kernel_source("vision/ops/kernels/elementwise.cuh"),
-            read_text(std::string(VISION_SOURCE_DIR) + "/src/vision/ops/kernels/elementwise.cuh"));
+            read_file(std::string(VISION_SOURCE_DIR) + "/src/vision/ops/kernels/elementwise.cuh"));
   EXPECT_TRUE(embedded_kernel_source("vision/ops/kernels/nope.cuh").empty());
 }
 
@@ -178,7 +166,7 @@ TEST(KernelRegistry, ListsEveryKernelOnce) {
   }
   for (const char* id :
        {"silu_forward__f32", "silu_backward__bf16", "sigmoid_forward__f16", "add_backward__f32", "mul_backward__bf16",
-        "channel_copy__f16", "channel_slice_backward__f32", "upsample_nearest2x_forward__f16",
+        "permute_copy__f16", "permute_copy__bf16", "upsample_nearest2x_forward__f16",
         "upsample_nearest2x_backward__bf16", "maxpool2d_forward__f32__k5_s1_p2", "maxpool2d_backward__f16__k5_s1_p2"})
     EXPECT_TRUE(ids.count(id)) << id;
   EXPECT_EQ(KernelRegistry::global().find("silu_forward"), nullptr);

@@ -9,7 +9,9 @@
 
 using namespace vision;
 using namespace vision::graph;
+using vision::test::error_of;
 using vision::test::random_tensor;
+using vision::test::TempDir;
 
 namespace {
 
@@ -22,23 +24,6 @@ std::shared_ptr<Graph> two_scales(int channels) {
   return g;
 }
 
-struct TempDir {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("vision_state_" + std::to_string(::getpid()) + "_" +
-                                                std::to_string(vision::test::rng()()));
-  TempDir() { std::filesystem::create_directories(path); }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(StateStore, SaveLoadRoundTripReproducesOutputs) {
@@ -47,10 +32,10 @@ TEST(StateStore, SaveLoadRoundTripReproducesOutputs) {
   auto x = random_tensor(Shape{2, 3, 2, 2});
   a.state({x.shape()}).set_from_host("model.0.weight", random_tensor(Shape{3}));
   const auto ya = a.forward({x})[0].to_vector();
-  a.state().save_safetensors(dir.path / "w.safetensors", {{"format", "vision"}});
+  a.state().save_safetensors(dir.path() / "w.safetensors", {{"format", "vision"}});
 
   Executor b(two_scales(3), cpu_backend());
-  b.state({x.shape()}).load_safetensors(dir.path / "w.safetensors");
+  b.state({x.shape()}).load_safetensors(dir.path() / "w.safetensors");
   EXPECT_EQ(b.forward({x})[0].to_vector(), ya);
   EXPECT_EQ(b.state().find("model.1.weight")->kind, StateKind::parameter);
 }
@@ -59,7 +44,7 @@ TEST(StateStore, LoadNamesMissingUnexpectedAndMisShapedTensors) {
   TempDir dir;
   Executor ex(two_scales(3), cpu_backend());
   auto& st = ex.state({Shape{1, 3, 2, 2}});
-  const auto p = dir.path / "w.safetensors";
+  const auto p = dir.path() / "w.safetensors";
 
   core::write_safetensors(p, {{"model.0.weight", random_tensor(Shape{3})}});
   auto msg = error_of([&] { st.load_safetensors(p); });
@@ -78,7 +63,7 @@ TEST(StateStore, LoadNamesMissingUnexpectedAndMisShapedTensors) {
   msg = error_of([&] { st.load_safetensors(p); });
   EXPECT_NE(msg.find("model.0.weight (file [4], model [3])"), std::string::npos) << msg;
 
-  msg = error_of([&] { st.load_safetensors(dir.path / "nope.safetensors"); });
+  msg = error_of([&] { st.load_safetensors(dir.path() / "nope.safetensors"); });
   EXPECT_NE(msg.find("nope.safetensors"), std::string::npos) << msg;
 }
 
@@ -89,7 +74,7 @@ TEST(StateStore, HalfPrecisionCheckpointsAreConverted) {
   core::Tensor h = core::Tensor::zeros(Shape{2}, core::DType::f16);
   h.data<uint16_t>()[0] = core::float_to_half(0.25f);
   h.data<uint16_t>()[1] = core::float_to_half(-3.0f);
-  core::write_safetensors(dir.path / "h.safetensors", {{"model.0.weight", h}, {"model.1.weight", h}});
-  st.load_safetensors(dir.path / "h.safetensors");
+  core::write_safetensors(dir.path() / "h.safetensors", {{"model.0.weight", h}, {"model.1.weight", h}});
+  st.load_safetensors(dir.path() / "h.safetensors");
   EXPECT_EQ(st.tensor("model.1.weight").to_vector(), (std::vector<float>{0.25f, -3.0f}));
 }

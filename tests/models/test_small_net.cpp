@@ -1,9 +1,10 @@
-// The foundation's end-to-end check: the small network's every parameter gradient against finite differences.
+// The foundation's end-to-end checks: the small network's fused inference against float64, and every parameter
+// gradient against finite differences.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <set>
 
+#include "models/small_net_reference.h"
 #include "test_util.h"
 #include "vision/graph/executor.h"
 #include "vision/models/demo/small_net.h"
@@ -14,7 +15,7 @@ using namespace vision::graph;
 namespace {
 
 double loss_of(Executor& ex, const Tensor& x, const Tensor& r) {
-  return ex.backend().download(ex.forward_train({x, r})[0]).to_vector()[0];
+  return test::to_host(ex, ex.forward_train({x, r})[0])[0];
 }
 
 }  // namespace
@@ -23,14 +24,18 @@ TEST(SmallNet, RecordsTheFoundationNetworkAndFusesForInference) {
   auto g = models::demo::small_net({.in_channels = 3, .width = 4});
   Executor ex(g, cpu_backend());
   auto x = test::random_tensor(Shape{2, 3, 8, 8});
+  test::randomize_batchnorm_state(ex.state({x.shape()}));  // real statistics for the fold to get wrong
   const auto y = ex.forward({x})[0];
   EXPECT_EQ(y.shape(), (Shape{2, 4, 8, 8}));
   const Plan& p = ex.plan(Mode::inference, {x.shape()});
   EXPECT_EQ(p.steps().size(), 6u);
   EXPECT_EQ(p.steps()[0].op->name(), "ops.conv2d_bn_silu");
-  // The fused inference result equals the unfused graph run with BatchNorm on its running statistics.
-  const auto fused = y.to_vector();
-  for (const auto& v : fused) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_EQ(p.steps()[2].op->name(), "ops.conv2d_bn_silu");
+  // The fused inference result equals the unfused network, computed in float64 with BatchNorm on its running
+  // statistics: as a norm, and element by element within the f32 error bound of each output.
+  const test::SmallNetReference ref = test::small_net_reference(ex.state(), x);
+  EXPECT_LT(test::rel_error(y.to_vector(), ref.y), 1e-5);
+  EXPECT_TRUE(test::within_bounds(y.to_vector(), ref.y, ref.bound));
   EXPECT_NE(ex.state().find("net.0.bn.running_var"), nullptr);
   EXPECT_EQ(ex.state().find("net.0.bn.num_batches_tracked")->kind, StateKind::buffer);
   EXPECT_EQ(ex.state().parameter_count(), 4 * 3 * 9 + 8 + 4 * 4 * 9 + 8 + 8 * 4 + 4);
@@ -42,6 +47,7 @@ TEST(SmallNet, EveryParameterGradientMatchesFiniteDifferences) {
   Executor ex(g, cpu_backend());
   auto x = test::random_tensor(Shape{2, 3, 8, 8});
   auto r = test::random_tensor(Shape{2, 4, 8, 8});
+  test::randomize_batchnorm_state(ex.state({x.shape(), r.shape()}));  // γ, β not at 1, 0
   ex.forward_train({x, r});
   ex.backward();
   const std::vector<float> grad = ex.state().flat_grads().to_vector();
@@ -49,22 +55,19 @@ TEST(SmallNet, EveryParameterGradientMatchesFiniteDifferences) {
   double gmax = 0;
   for (float v : grad) gmax = std::max(gmax, double(std::abs(v)));
   ASSERT_GT(gmax, 0);
-  // Parameters upstream of the maxpool (net.0.*) can sit next to a kink (two pooled values nearly tied): a
-  // central difference straddling it averages the two slopes. Mismatches confined to one channel of net.0 are
-  // taken for such a kink; every parameter downstream of the pool must match.
+  // Parameters upstream of the maxpool (net.0.*) can sit next to a kink: two pooled values nearly tied, crossed within
+  // [p − h, p + h]. A central difference then averages two slopes, but the analytic gradient is the slope on the side
+  // the point is on, which the one-sided difference on that side measures (the tie is crossed on the other side
+  // only). So a mismatch upstream is accepted only where the gradient matches one of the two one-sided differences;
+  // every other parameter must match the central difference.
   int64_t upstream_end = 0;
   for (const auto& e : ex.state().entries())
     if (e.kind == StateKind::parameter && e.key.rfind("net.0.", 0) == 0)
       upstream_end = std::max<int64_t>(upstream_end, static_cast<int64_t>(e.offset / 4) + e.shape.numel());
-  ASSERT_GT(upstream_end, 0);
-  // The output channel of net.0 that parameter i (of net.0.conv.weight, then net.0.bn.weight / bias) feeds.
-  const int64_t per_channel = 3 * 9, width = 4;
-  auto upstream_channel = [&](int64_t i) {
-    return i < width * per_channel ? i / per_channel : (i - width * per_channel) % width;
-  };
-  ASSERT_EQ(upstream_end, width * per_channel + 2 * width);  // conv weight, then bn weight and bias
-  std::set<int64_t> kinked_channels;
-  int bad = 0;
+  ASSERT_EQ(upstream_end, 4 * 3 * 9 + 2 * 4);  // conv weight, then bn weight and bias
+  const double l0 = loss_of(ex, x, r);
+  auto matches = [&](double fd, double g) { return std::abs(fd - g) <= 2e-2 * std::abs(fd) + 2e-3 * gmax; };
+  int kinks = 0;
   for (int64_t i = 0; i < params.numel(); ++i) {
     float* p = params.data<float>() + i;
     const float saved = *p, h = 1e-4f;
@@ -73,18 +76,18 @@ TEST(SmallNet, EveryParameterGradientMatchesFiniteDifferences) {
     *p = saved - h;
     const double down = loss_of(ex, x, r);
     *p = saved;
-    const double fd = (up - down) / (2.0 * double(h)), g = grad[static_cast<size_t>(i)];
-    if (std::abs(fd - g) <= 2e-2 * std::abs(fd) + 2e-3 * gmax) continue;
-    if (i < upstream_end) {
-      // A near-tie in one pooling window moves with every parameter of the one channel feeding it.
-      kinked_channels.insert(upstream_channel(i));
-    } else {
-      ++bad;
-      ADD_FAILURE() << "parameter " << i << ": analytic " << g << " vs finite difference " << fd;
+    const double g = grad[static_cast<size_t>(i)];
+    if (matches((up - down) / (2.0 * double(h)), g)) continue;
+    const double right = (up - l0) / double(h), left = (l0 - down) / double(h);
+    if (i < upstream_end && (matches(right, g) || matches(left, g))) {
+      ++kinks;
+      continue;
     }
+    ADD_FAILURE() << "parameter " << i << ": analytic " << g << " vs finite differences " << (up - down) / (2.0 * h)
+                  << " (one-sided " << left << ", " << right << ")";
   }
-  EXPECT_EQ(bad, 0);
-  EXPECT_LE(kinked_channels.size(), 1u) << "mismatches upstream of the maxpool in several channels are no kink";
+  // A kink moves every parameter of the one channel feeding the tied window: more would be suspicious.
+  EXPECT_LE(kinks, 3 * 9 + 2) << "parameters accepted as next to a maxpool kink";
 }
 
 TEST(SmallNet, InputsOfTheWrongShapeAreClearErrors) {

@@ -45,19 +45,6 @@ std::vector<double> normalize_ref(const Tensor& x, const std::vector<double>& me
   return y;
 }
 
-std::vector<double> as_double(const Tensor& t) {
-  auto v = t.to_vector();
-  return {v.begin(), v.end()};
-}
-
-// Random γ, β and running statistics (variance positive), so no test sees the identity init.
-void randomize_state(OpHarness& h) {
-  h.param("weight") = random_tensor(h.param("weight").shape(), 0.5f, 1.5f);
-  h.param("bias") = random_tensor(h.param("bias").shape());
-  h.param("running_mean") = random_tensor(h.param("running_mean").shape());
-  h.param("running_var") = random_tensor(h.param("running_var").shape(), 0.2f, 2.0f);
-}
-
 TEST(BatchNorm2d, StateMatchesTheUltralyticsStateDict) {
   BatchNorm2dOp op(1e-3f, 0.03f);
   OpHarness h(op, {random_tensor({2, 5, 3, 3})});
@@ -82,7 +69,7 @@ TEST(BatchNorm2d, TrainingForwardUsesBatchStatistics) {
   const float eps = 1e-3f;
   BatchNorm2dOp op(eps, 0.03f);
   OpHarness h(op, {random_tensor({4, 3, 5, 6}, -2.0f, 3.0f)}, Mode::train);
-  randomize_state(h);
+  randomize_batchnorm(h);
   const Tensor y = h.forward(true);
   const auto s = batch_stats(h.inputs[0]);
   EXPECT_LT(rel_error(y.to_vector(), normalize_ref(h.inputs[0], s.mean, s.var, h.param("weight"), h.param("bias"), eps)),
@@ -108,8 +95,8 @@ TEST(BatchNorm2d, TrainingUpdatesRunningStatistics) {
   const double m = 0.03;
   BatchNorm2dOp op(1e-3f, static_cast<float>(m));
   OpHarness h(op, {random_tensor({2, 4, 3, 5}, -1.0f, 2.0f)}, Mode::train);
-  randomize_state(h);
-  const auto mean0 = as_double(h.param("running_mean")), var0 = as_double(h.param("running_var"));
+  randomize_batchnorm(h);
+  const auto mean0 = to_double(h.param("running_mean")), var0 = to_double(h.param("running_var"));
   h.forward(true);
   const auto s = batch_stats(h.inputs[0]);
   const double n = 2 * 3 * 5;
@@ -134,9 +121,9 @@ TEST(BatchNorm2d, InferenceUsesRunningStatistics) {
   const float eps = 1e-3f;
   BatchNorm2dOp op(eps, 0.03f);
   OpHarness h(op, {random_tensor({3, 6, 4, 4}, -2.0f, 2.0f)});
-  randomize_state(h);
+  randomize_batchnorm(h);
   const Tensor y = h.forward(false);
-  const auto ref = normalize_ref(h.inputs[0], as_double(h.param("running_mean")), as_double(h.param("running_var")),
+  const auto ref = normalize_ref(h.inputs[0], to_double(h.param("running_mean")), to_double(h.param("running_var")),
                                  h.param("weight"), h.param("bias"), eps);
   EXPECT_LT(rel_error(y.to_vector(), ref), 1e-5);
   EXPECT_TRUE(h.saved.empty());
@@ -145,14 +132,14 @@ TEST(BatchNorm2d, InferenceUsesRunningStatistics) {
 TEST(BatchNorm2d, TrainingBackwardMatchesFiniteDifferences) {
   BatchNorm2dOp op(1e-3f, 0.03f);
   OpHarness h(op, {random_tensor({3, 2, 3, 3}, -1.0f, 2.0f)}, Mode::train);
-  randomize_state(h);
+  randomize_batchnorm(h);
   check_gradients(h, {.training = true, .eps = 1e-3, .tol = 1e-2});
 }
 
 TEST(BatchNorm2d, BackwardWithoutInputGradient) {
   BatchNorm2dOp op(1e-3f, 0.03f);
   OpHarness h(op, {random_tensor({2, 3, 4, 4})}, Mode::train);
-  randomize_state(h);
+  randomize_batchnorm(h);
   h.forward(true);
   const Tensor dy = random_tensor(h.output_shape());
   const auto all = h.backward(dy);

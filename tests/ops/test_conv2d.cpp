@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "error_bounds.h"
 #include "ops/op_harness.h"
 #include "vision/graph/graph.h"
 #include "vision/ops/conv2d.h"
@@ -40,6 +41,37 @@ std::vector<double> conv_ref(const Tensor& x, const Tensor& w, const Tensor* b, 
         }
     }
   return y;
+}
+
+// The weight gradient dW[oc, ic, ky, kx] = Σ_{n, oy, ox} dy[n, oc, oy, ox] · x[n, g·cig + ic, iy, ix] in float64, and
+// the magnitudes of its terms: in f32 every product and every addition rounds (the f32 rounding bound of a K-term
+// reduction, K = N·Ho·Wo).
+std::vector<double> conv_weight_grad_ref(const Tensor& x, const Tensor& dy, const Conv2dAttrs& a,
+                                         RoundingTerms* terms) {
+  const int64_t n = x.dim(0), h = x.dim(2), wd = x.dim(3), co = dy.dim(1), oh = dy.dim(2), ow = dy.dim(3);
+  const int64_t cig = a.in_channels / a.groups, cog = a.out_channels / a.groups, k = a.kernel;
+  const float* xp = x.data<float>();
+  const float* gp = dy.data<float>();
+  std::vector<double> dw(static_cast<size_t>(a.weight_shape().numel()));
+  for (int64_t oc = 0; oc < co; ++oc)
+    for (int64_t ic = 0; ic < cig; ++ic)
+      for (int64_t ky = 0; ky < k; ++ky)
+        for (int64_t kx = 0; kx < k; ++kx) {
+          const size_t wi = static_cast<size_t>(((oc * cig + ic) * k + ky) * k + kx);
+          for (int64_t in = 0; in < n; ++in)
+            for (int64_t oy = 0; oy < oh; ++oy)
+              for (int64_t ox = 0; ox < ow; ++ox) {
+                const int64_t iy = oy * a.stride - a.pad() + ky * a.dilation;
+                const int64_t ix = ox * a.stride - a.pad() + kx * a.dilation;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                const double t = static_cast<double>(gp[((in * co + oc) * oh + oy) * ow + ox]) *
+                                 xp[((in * a.in_channels + (oc / cog) * cig + ic) * h + iy) * wd + ix];
+                dw[wi] += t;
+                if (terms) terms->add(wi, t);
+              }
+          if (terms) terms->add(wi, dw[wi]);
+        }
+  return dw;
 }
 
 struct ConvCase {
@@ -123,7 +155,11 @@ TEST(Conv2d, BackwardWithoutInputGradient) {
     for (int64_t i = 0; i < 25; ++i) s += dy.data<float>()[c * 25 + i];
     EXPECT_NEAR(g.params[1].data<float>()[c], s, 1e-4);
   }
-  EXPECT_TRUE(std::isfinite(g.params[0].to_vector()[0]));
+  // Weight gradient against float64, as a norm and element by element (f32 rounding bound of its N·Ho·Wo-term sums).
+  RoundingTerms terms(static_cast<size_t>(a.weight_shape().numel()), DType::f32);
+  const auto dw = conv_weight_grad_ref(h.inputs[0], dy, a, &terms);
+  EXPECT_LT(rel_error(g.params[0].to_vector(), dw), 1e-5);
+  EXPECT_TRUE(within_rounding(g.params[0].to_vector(), dw, terms, DType::f32, /*k=*/1 * 5 * 5));
 }
 
 TEST(Conv2d, StateAndDefaultInit) {

@@ -27,10 +27,7 @@ struct Separate {
         bn(bn_op, {Tensor::zeros(a.output_shape(x))}),
         silu(silu_op, {Tensor::zeros(a.output_shape(x))}) {
     for (auto& p : conv.params) p = random_tensor(p.shape());
-    bn.param("weight") = random_tensor({a.out_channels}, 0.5f, 1.5f);
-    bn.param("bias") = random_tensor({a.out_channels});
-    bn.param("running_mean") = random_tensor({a.out_channels});
-    bn.param("running_var") = random_tensor({a.out_channels}, 0.2f, 2.0f);
+    randomize_batchnorm(bn);
   }
   Tensor run(bool with_bn, bool with_silu) {
     Tensor y = conv.forward();
