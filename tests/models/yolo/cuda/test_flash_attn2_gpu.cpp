@@ -321,7 +321,9 @@ TEST_P(FlashAttention2Gpu, EveryKernelMatchesFloat64AndTheCpuTwin) {
 
     if (dt == DType::f32) {  // also the relative norms the f32 kernels have always met
       EXPECT_LT(rel_error(o, r.o), kF32Bound) << "o";
-      EXPECT_LT(rel_error(delta_out, r.delta), kF32Bound) << "delta";
+      // delta is one sum per row that may cancel: over a handful of rows its norm is the relative error of single
+      // near-zero sums, which no f32 bound holds. Each row is held to its rounding bound above.
+      if (delta_out.size() >= 64) EXPECT_LT(rel_error(delta_out, r.delta), kF32Bound) << "delta";
       // With one key, dq and dk are exactly 0: their error is then an absolute norm.
       const double bound_qk = pr.nk == 1 ? 1e-4 : kF32Bound;
       EXPECT_LT(rel_error(dq, r.dq), bound_qk) << "dq";
@@ -340,7 +342,8 @@ TEST_P(FlashAttention2Gpu, EveryKernelMatchesFloat64AndTheCpuTwin) {
       flash_attention2_backward_dq_cpu(tq, tk, tv, tgo, tl, td, scale, tdq);
       flash_attention2_backward_dkv_cpu(tq, tk, tv, tgo, tl, td, scale, tdk, tdv);
       EXPECT_LT(rel_error(o, to.to_vector()), 1e-5) << "o vs CPU twin";
-      EXPECT_LT(rel_error(lse_out, tl.to_vector()), 1e-5) << "lse vs CPU twin";
+      // lse may be near 0 (one key): an absolute bound, as against float64 above.
+      EXPECT_LT(max_abs_error(lse_out, tl.to_vector()), 1e-5) << "lse vs CPU twin";
       // With one key both are rounding noise around 0: compared as an absolute norm.
       const auto grad_error = [&](const std::vector<float>& out, const Tensor& twin) {
         return pr.nk == 1 ? abs_norm_error(out, twin.to_vector()) : rel_error(out, twin.to_vector());
