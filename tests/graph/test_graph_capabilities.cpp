@@ -156,6 +156,25 @@ TEST(GraphCapabilities, UnreachedOutputsOfABackwardStepGetZeroGradients) {
   EXPECT_EQ(gw[2], 0.0f);
 }
 
+// A tensor in another memory order than its input declares is rejected, not misread.
+TEST(GraphCapabilities, AnInputOfTheWrongLayoutIsRejected) {
+  auto g = std::make_shared<Graph>();
+  auto x = g->input("image", Shape{1, 3, 4, 4});
+  g->mark_output(ops::silu(x, "act"));
+  Executor ex(g, cpu_backend());
+  const Tensor nchw = random_tensor(Shape{1, 3, 4, 4});
+  const Tensor nhwc = core::to_layout(nchw, core::Layout::nhwc);
+  EXPECT_NO_THROW(ex.forward({nchw}));
+  try {
+    ex.forward({nhwc});
+    ADD_FAILURE() << "an NHWC tensor was accepted for an NCHW input";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'image'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nchw"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(g->input("nhwc", Shape{1, 3, 4, 4}, DType::f32, core::Layout::nhwc), Error);
+}
+
 TEST(GraphCapabilities, ShapeOpErrorsNameTheProblem) {
   Graph g;
   auto x = g.input("x", Shape{2, 6, 4});

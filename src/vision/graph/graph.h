@@ -37,6 +37,9 @@ struct Value {
   // Whether a gradient can flow through this value: floating values not cut off by a stop-gradient op.
   // Integer and boolean values (indices, masks, counts) never carry one.
   bool differentiable = true;
+  // Memory order of a rank-4 value (the shape is always N, C, H, W). Graph inputs declare it; every op today
+  // works in NCHW, so a plan rejects an input tensor of another layout rather than misreading it.
+  core::Layout layout = core::Layout::nchw;
 };
 
 struct Node {
@@ -65,7 +68,8 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   // A graph input; symbolic dims (Shape::kAny) are bound when a plan is built.
-  SymTensor input(const std::string& name, Shape shape, DType dtype = DType::f32);
+  SymTensor input(const std::string& name, Shape shape, DType dtype = DType::f32,
+                  core::Layout layout = core::Layout::nchw);
   // Records op applied to inputs; the node is named "<scope>.<local_name>" (local_name may be empty).
   // apply returns the op's only output; apply_multi all of them.
   SymTensor apply(std::shared_ptr<const Op> op, const std::vector<SymTensor>& inputs, const std::string& local_name);

@@ -108,6 +108,7 @@ Plan::Plan(const Graph& graph, std::shared_ptr<BackendContext> backend, Mode mod
            const std::vector<Shape>& input_shapes, StateStore& state, PlanOptions options)
     : backend_(std::move(backend)), state_(&state), mode_(mode), options_(options), input_shapes_(input_shapes) {
   graph_inputs_ = graph.inputs(mode);
+  for (int id : graph_inputs_) input_layouts_.push_back(graph.value(id).layout);
   graph_outputs_ = graph.outputs(mode);
   VISION_CHECK(!graph_outputs_.empty(), "the graph has no {} outputs: mark at least one with mark_output",
                mode == Mode::inference ? "inference" : "training");
@@ -497,9 +498,12 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& dst = values_[static_cast<size_t>(graph_inputs_[i])];
     const Tensor& src = inputs[i];
-    VISION_CHECK(src.defined() && src.shape() == dst.shape() && src.dtype() == dst.dtype(),
-                 "input {} ('{}'): expected {} {}, got {}", i, value_names_[static_cast<size_t>(graph_inputs_[i])],
+    const core::Layout layout = input_layouts_[i];
+    VISION_CHECK(src.defined() && src.shape() == dst.shape() && src.dtype() == dst.dtype() &&
+                     (src.rank() != 4 || src.layout() == layout),
+                 "input {} ('{}'): expected {} {}{}, got {}", i, value_names_[static_cast<size_t>(graph_inputs_[i])],
                  core::dtype_name(dst.dtype()), dst.shape().str(),
+                 dst.rank() == 4 ? fmt::format(" {}", core::layout_name(layout)) : std::string(),
                  src.defined() ? src.str() : std::string("an undefined tensor"));
     if (src.device() == core::Device::cpu)
       backend_->copy_to_device(dst.raw(), src.raw(), src.nbytes());

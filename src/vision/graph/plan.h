@@ -102,6 +102,7 @@ class Plan {
   PlanOptions options_;
   std::vector<Shape> input_shapes_;
   std::vector<int> graph_inputs_, graph_outputs_;
+  std::vector<core::Layout> input_layouts_;  // declared memory order of each input (rank 4)
   std::vector<bool> seeded_;        // per graph output of this plan: backward starts from it
   std::vector<DType> value_dtypes_;
   std::vector<std::string> value_names_;
