@@ -33,8 +33,9 @@ constexpr DecodeMode kModes[] = {DecodeMode::pixels, DecodeMode::grid, DecodeMod
 constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 
 // Unit roundoff of an element type.
-double unit_roundoff(DType t) { return t == DType::f32 ? std::ldexp(1.0, -24) : t == DType::f16 ? std::ldexp(1.0, -11)
-                                                                                               : std::ldexp(1.0, -8); }
+double unit_roundoff(DType t) {
+  return std::ldexp(1.0, t == DType::f32 ? -24 : t == DType::f16 ? -11 : -8);
+}
 
 std::vector<Tensor> levels(int64_t batch, int64_t h, int64_t w) {
   std::vector<Tensor> out;
@@ -86,7 +87,8 @@ TEST(DetectDecodeKernels, ForwardAndGridBackwardMatchFloat64InEveryDtype) {
       for (size_t i = 0; i < count; ++i) {
         const auto a = reference_anchor(static_cast<int64_t>(i) % n, h, w);
         const double s = mode == DecodeMode::grid ? 1.0 : a[2];
-        const double bound = 8 * std::ldexp(1.0, -24) * (std::max(a[0], a[1]) + 6) * s + unit_roundoff(dt) * std::abs(ref[i]);
+        const double bound =
+            8 * std::ldexp(1.0, -24) * (std::max(a[0], a[1]) + 6) * s + unit_roundoff(dt) * std::abs(ref[i]);
         if (!(std::abs(o[i] - ref[i]) <= bound) && bad++ < 5)
           ADD_FAILURE() << core::dtype_name(dt) << " " << decode_mode_name(mode) << " element " << i << ": " << o[i]
                         << " vs " << ref[i];

@@ -82,7 +82,8 @@ std::array<int64_t, 2> detect_image_size(const Shape& p3, const Shape& p4, const
     for (size_t i = 0; i < 3; ++i)
       VISION_CHECK(size[d] % kDetectStrides[i] == 0 && (*levels[i])[2 + d] * kDetectStrides[i] == size[d],
                    "detect_decode: the levels P3 {}, P4 {}, P5 {} are not the stride-8/16/32 maps of one input (P3's "
-                   "{} of {} means an input {} of {}, which P{} does not match; the input size must be a multiple of 32)",
+                   "{} of {} means an input {} of {}, which P{} does not match; the input size must be a "
+                   "multiple of 32)",
                    p3.str(), p4.str(), p5.str(), d == 0 ? "height" : "width", h3, d == 0 ? "height" : "width",
                    size[d], i + 3);
   }

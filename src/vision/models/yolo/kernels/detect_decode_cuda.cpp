@@ -44,8 +44,8 @@ void check_sizes(int64_t batch, int64_t n_anchors) {
 }  // namespace
 
 DetectDecodeForward::DetectDecodeForward(DType t)
-    : KernelDescriptor({"detect_decode_forward", kFile, t, {}, "const {T}*, const float*, {T}*, int64_t, int64_t, int32_t",
-                        kScope}) {
+    : KernelDescriptor({"detect_decode_forward", kFile, t, {},
+                        "const {T}*, const float*, {T}*, int64_t, int64_t, int32_t", kScope}) {
   check_dtype(t);
 }
 

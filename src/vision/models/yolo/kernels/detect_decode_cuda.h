@@ -20,7 +20,8 @@ struct DetectDecodeForward
   explicit DetectDecodeForward(core::DType dtype);
 };
 struct DetectDecodeBackward
-    : cuda::KernelDescriptor<const void* /*grad_boxes*/, void* /*grad_ltrb*/, int64_t /*batch*/, int64_t /*n_anchors*/> {
+    : cuda::KernelDescriptor<const void* /*grad_boxes*/, void* /*grad_ltrb*/, int64_t /*batch*/,
+                             int64_t /*n_anchors*/> {
   explicit DetectDecodeBackward(core::DType dtype);
 };
 
