@@ -50,6 +50,9 @@ const std::vector<std::string> kSnapshotIds = {
     "flash_attention2_backward_dq_convert__bf16",
     "flash_attention2_forward_sm90__bf16__d32_dv64",
     "flash_attention2_backward_sm90__f16__d32_dv64",
+    // YOLO26's box decode: the forward (every mode, a kernel argument) and the grid mode's backward.
+    "detect_decode_forward__f32",
+    "detect_decode_backward__bf16",
 };
 
 bool blessing() {
