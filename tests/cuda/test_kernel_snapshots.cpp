@@ -50,6 +50,11 @@ const std::vector<std::string> kSnapshotIds = {
     "flash_attention2_backward_dq_convert__bf16",
     "flash_attention2_forward_sm90__bf16__d32_dv64",
     "flash_attention2_backward_sm90__f16__d32_dv64",
+    // PSA data movement (psa.cuh): channels → rows and back at YOLO26's widths, V extraction forward and backward.
+    "psa_channels_to_rows__f32__w32",
+    "psa_rows_to_channels__bf16__w64",
+    "psa_extract_v_forward__f16__kd32",
+    "psa_extract_v_backward__f32__kd32",
 };
 
 bool blessing() {
