@@ -1,0 +1,289 @@
+#include "vision/models/yolo/kernels/attention/psa.h"
+
+#include <utility>
+
+#include "vision/core/error.h"
+#include "vision/cpu/parallel.h"
+#include "vision/graph/backend.h"
+#include "vision/ops/op_support.h"
+
+#ifdef VISION_HAS_CUDA
+#include "vision/models/yolo/kernels/attention/psa_cuda.h"
+#endif
+
+namespace vision::models::yolo::kernels::attention {
+
+using core::DType;
+using core::Shape;
+
+void check_psa_config(const PsaConfig& c, std::string_view what) {
+  VISION_CHECK(c.key_dim > 0 && c.heads > 0, "{}: key_dim and heads must be positive, got key_dim {} and heads {}", what,
+               c.key_dim, c.heads);
+}
+
+std::vector<PsaRowsBlock> psa_pack_blocks(const PsaConfig& c, int64_t batch, int64_t n) {
+  const PsaRowsBlock base{batch, c.heads, n, c.qkv_channels(), 4 * c.key_dim, 0, c.key_dim};
+  std::vector<PsaRowsBlock> blocks{base, base};
+  blocks[1].offset = c.key_dim;  // K
+  for (int64_t part = 0; part < c.v_parts(); ++part) {
+    PsaRowsBlock v = base;
+    v.offset = 2 * c.key_dim + part * c.v_part_width();
+    v.width = c.v_part_width();
+    blocks.push_back(v);
+  }
+  return blocks;
+}
+
+std::vector<PsaRowsBlock> psa_merge_blocks(const PsaConfig& c, int64_t batch, int64_t n) {
+  std::vector<PsaRowsBlock> blocks;
+  for (int64_t part = 0; part < c.v_parts(); ++part)
+    blocks.push_back({batch, c.heads, n, c.v_channels(), 2 * c.key_dim, part * c.v_part_width(), c.v_part_width()});
+  return blocks;
+}
+
+namespace {
+
+// The one indexing helper of the rows ↔ channels layouts: the channel-major index of row element i of `block`.
+inline int64_t channel_index(const PsaRowsBlock& k, int64_t i) {
+  const int64_t d = i % k.width, r = i / k.width, p = r % k.n, bh = r / k.n;
+  const int64_t b = bh / k.heads, h = bh % k.heads;
+  return (b * k.channels + h * k.head_stride + k.offset + d) * k.n + p;
+}
+
+// The one indexing helper of extract_v: the qkv index of image element i, or -1 for none. Image element i is
+// (b, h·2·KEY_DIM + d, p); qkv channel h·4·KEY_DIM + 2·KEY_DIM + d.
+inline int64_t qkv_index_of_v(int64_t i, int64_t key_dim, int64_t heads, int64_t n) {
+  const int64_t p = i % n, ch = (i / n) % (2 * key_dim * heads), b = i / (n * 2 * key_dim * heads);
+  const int64_t h = ch / (2 * key_dim), d = ch % (2 * key_dim);
+  return (b * 4 * key_dim * heads + h * 4 * key_dim + 2 * key_dim + d) * n + p;
+}
+
+void check_f32(const Tensor& t, int64_t numel, std::string_view what) {
+  VISION_CHECK(t.defined() && t.dtype() == DType::f32 && t.numel() == numel,
+               "psa (CPU): {} must be an f32 tensor of {} elements, got {}", what, numel,
+               t.defined() ? t.str() : std::string("an undefined tensor"));
+}
+
+}  // namespace
+
+void psa_channels_to_rows_cpu(const Tensor& channels, const PsaRowsBlock& block, const Tensor& rows) {
+  check_f32(channels, block.batch * block.channels * block.n, "the channel-major tensor");
+  check_f32(rows, block.rows_numel(), "the rows");
+  const float* src = channels.data<float>();
+  float* dst = rows.data<float>();
+  cpu::parallel_for(block.rows_numel(), [&](int64_t i) { dst[i] = src[channel_index(block, i)]; });
+}
+
+void psa_rows_to_channels_cpu(const Tensor& rows, const PsaRowsBlock& block, const Tensor& channels) {
+  check_f32(channels, block.batch * block.channels * block.n, "the channel-major tensor");
+  check_f32(rows, block.rows_numel(), "the rows");
+  const float* src = rows.data<float>();
+  float* dst = channels.data<float>();
+  cpu::parallel_for(block.rows_numel(), [&](int64_t i) { dst[channel_index(block, i)] = src[i]; });
+}
+
+void psa_extract_v_cpu(const Tensor& qkv, int64_t key_dim, int64_t heads, const Tensor& image) {
+  check_f32(image, qkv.numel() / 2, "the V image");
+  check_f32(qkv, image.numel() * 2, "qkv");
+  const int64_t n = qkv.dim(2) * qkv.dim(3);
+  const float* src = qkv.data<float>();
+  float* dst = image.data<float>();
+  cpu::parallel_for(image.numel(), [&](int64_t i) { dst[i] = src[qkv_index_of_v(i, key_dim, heads, n)]; });
+}
+
+void psa_extract_v_backward_cpu(const Tensor& grad_image, int64_t key_dim, int64_t heads, const Tensor& grad_qkv) {
+  check_f32(grad_image, grad_qkv.numel() / 2, "the V image gradient");
+  check_f32(grad_qkv, grad_image.numel() * 2, "the qkv gradient");
+  const int64_t n = grad_qkv.dim(2) * grad_qkv.dim(3);
+  const float* src = grad_image.data<float>();
+  float* dst = grad_qkv.data<float>();
+  cpu::parallel_for(grad_qkv.numel(), [&](int64_t i) { dst[i] = 0.0f; });  // Q and K get no gradient
+  cpu::parallel_for(grad_image.numel(), [&](int64_t i) { dst[qkv_index_of_v(i, key_dim, heads, n)] = src[i]; });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// RuntimeOps
+
+namespace {
+
+class CpuCopies final : public PsaCopies {
+ public:
+  void channels_to_rows(graph::BackendContext&, const Tensor& channels, const PsaRowsBlock& block,
+                        const Tensor& rows) const override {
+    psa_channels_to_rows_cpu(channels, block, rows);
+  }
+  void rows_to_channels(graph::BackendContext&, const Tensor& rows, const PsaRowsBlock& block,
+                        const Tensor& channels) const override {
+    psa_rows_to_channels_cpu(rows, block, channels);
+  }
+  void extract_v(graph::BackendContext&, const Tensor& qkv, const PsaConfig& c, const Tensor& image) const override {
+    psa_extract_v_cpu(qkv, c.key_dim, c.heads, image);
+  }
+  void extract_v_backward(graph::BackendContext&, const Tensor& grad_image, const PsaConfig& c,
+                          const Tensor& grad_qkv) const override {
+    psa_extract_v_backward_cpu(grad_image, c.key_dim, c.heads, grad_qkv);
+  }
+};
+
+// The three ops' forward and backward, once, on any backend's copies.
+class PsaRuntime final : public graph::RuntimeOp {
+ public:
+  PsaRuntime(std::string op, PsaConfig config, std::shared_ptr<const PsaCopies> copies,
+             std::unique_ptr<graph::RuntimeOp> twin)
+      : op_(std::move(op)), config_(config), copies_(std::move(copies)), twin_(std::move(twin)) {
+    VISION_CHECK(op_ == "yolo.psa_pack_qkv" || op_ == "yolo.psa_extract_v" || op_ == "yolo.psa_merge_attn",
+                 "make_psa_runtime: unknown op {}", op_);
+    VISION_CHECK(copies_ != nullptr, "make_psa_runtime: no copies for {}", op_);
+  }
+  std::string name() const override { return op_; }
+  int n_activation_inputs() const override {
+    return op_ == "yolo.psa_merge_attn" ? static_cast<int>(config_.v_parts()) : 1;
+  }
+  bool has_backward() const override { return true; }
+  std::vector<graph::KernelInfo> kernels() const override { return copies_->kernels(op_, config_); }
+
+  void forward(graph::ForwardCtx& ctx) override {
+    graph::BackendContext& b = *ctx.backend;
+    if (op_ == "yolo.psa_extract_v") return copies_->extract_v(b, ctx.inputs.at(0), config_, ctx.outputs.at(0));
+    if (op_ == "yolo.psa_pack_qkv") {
+      const Tensor& qkv = ctx.inputs.at(0);
+      const auto blocks = psa_pack_blocks(config_, qkv.dim(0), qkv.dim(2) * qkv.dim(3));
+      VISION_CHECK(ctx.outputs.size() == blocks.size(), "psa_pack_qkv: {} outputs given, {} expected",
+                   ctx.outputs.size(), blocks.size());
+      for (size_t k = 0; k < blocks.size(); ++k) copies_->channels_to_rows(b, qkv, blocks[k], ctx.outputs[k]);
+      return;
+    }
+    const Tensor& image = ctx.outputs.at(0);
+    const auto blocks = psa_merge_blocks(config_, image.dim(0), image.dim(2) * image.dim(3));
+    for (size_t k = 0; k < blocks.size(); ++k) copies_->rows_to_channels(b, ctx.inputs.at(k), blocks[k], image);
+  }
+
+  void backward(graph::BackwardCtx& ctx) override {
+    graph::BackendContext& b = *ctx.backend;
+    if (op_ == "yolo.psa_merge_attn") {
+      const Tensor& grad_image = ctx.grad_outputs.at(0);
+      const auto blocks = psa_merge_blocks(config_, grad_image.dim(0), grad_image.dim(2) * grad_image.dim(3));
+      for (size_t k = 0; k < blocks.size(); ++k)
+        if (ctx.grad_inputs.at(k).defined())
+          copies_->channels_to_rows(b, grad_image, blocks[k], ctx.grad_inputs[k]);
+      return;
+    }
+    const Tensor& grad_qkv = ctx.grad_inputs.at(0);
+    if (!grad_qkv.defined()) return;
+    if (op_ == "yolo.psa_extract_v") return copies_->extract_v_backward(b, ctx.grad_outputs.at(0), config_, grad_qkv);
+    // The blocks cover every qkv channel, so d_qkv is written whole.
+    const auto blocks = psa_pack_blocks(config_, grad_qkv.dim(0), grad_qkv.dim(2) * grad_qkv.dim(3));
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      VISION_CHECK(k < ctx.grad_outputs.size() && ctx.grad_outputs[k].defined(),
+                   "psa_pack_qkv backward: output {} has no gradient (the executor passes zeros for unused ones)", k);
+      copies_->rows_to_channels(b, ctx.grad_outputs[k], blocks[k], grad_qkv);
+    }
+  }
+
+ private:
+  std::string op_;
+  PsaConfig config_;
+  std::shared_ptr<const PsaCopies> copies_;
+  std::unique_ptr<graph::RuntimeOp> twin_;  // the CPU RuntimeOp a CUDA one keeps (no state to share)
+};
+
+std::unique_ptr<graph::RuntimeOp> lower_psa(const graph::Op& op, const PsaConfig& config, graph::Backend backend) {
+  if (backend == graph::Backend::cpu) return make_psa_runtime(op.name(), config, std::make_shared<CpuCopies>());
+#ifdef VISION_HAS_CUDA
+  if (backend == graph::Backend::cuda)
+    return make_psa_runtime(op.name(), config, psa_cuda_copies(),
+                            make_psa_runtime(op.name(), config, std::make_shared<CpuCopies>()));
+#endif
+  ops::no_backend(op, backend);
+}
+
+int64_t times(int64_t a, int64_t b) { return a == Shape::kAny || b == Shape::kAny ? Shape::kAny : a * b; }
+
+// Checks qkv's shape against the config; returns N (symbolic when H or W is).
+int64_t check_qkv(const std::vector<Shape>& in, const PsaConfig& c, std::string_view what) {
+  VISION_CHECK(in.size() == 1 && in[0].rank() == 4, "{} takes one qkv tensor [B, 4·key_dim·heads, H, W], got {}",
+               what, in.empty() ? std::string("none") : in[0].str());
+  VISION_CHECK(in[0][1] == c.qkv_channels(),
+               "{}: qkv {} must have 4·key_dim·heads = 4·{}·{} = {} channels (Q, K and 2·key_dim V per head); check "
+               "key_dim and heads against the qkv convolution",
+               what, in[0].str(), c.key_dim, c.heads, c.qkv_channels());
+  return times(in[0][2], in[0][3]);
+}
+
+}  // namespace
+
+std::unique_ptr<graph::RuntimeOp> make_psa_runtime(std::string op, PsaConfig config,
+                                                   std::shared_ptr<const PsaCopies> copies,
+                                                   std::unique_ptr<graph::RuntimeOp> twin) {
+  return std::make_unique<PsaRuntime>(std::move(op), config, std::move(copies), std::move(twin));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Graph ops
+
+PsaPackQkvOp::PsaPackQkvOp(PsaConfig config) : config_(config) { check_psa_config(config_, "psa_pack_qkv"); }
+
+std::vector<Shape> PsaPackQkvOp::infer_output_shapes(const std::vector<Shape>& in) const {
+  const int64_t n = check_qkv(in, config_, name());
+  const int64_t bh = times(in[0][0], config_.heads);
+  std::vector<Shape> out{Shape{bh, n, config_.key_dim}, Shape{bh, n, config_.key_dim}};
+  for (int64_t part = 0; part < config_.v_parts(); ++part) out.push_back(Shape{bh, n, config_.v_part_width()});
+  return out;
+}
+
+std::unique_ptr<graph::RuntimeOp> PsaPackQkvOp::lower(graph::Backend backend, graph::Mode) const {
+  return lower_psa(*this, config_, backend);
+}
+
+PsaExtractVOp::PsaExtractVOp(PsaConfig config) : config_(config) { check_psa_config(config_, "psa_extract_v"); }
+
+Shape PsaExtractVOp::infer_output_shape(const std::vector<Shape>& in) const {
+  check_qkv(in, config_, name());
+  return Shape{in[0][0], config_.v_channels(), in[0][2], in[0][3]};
+}
+
+std::unique_ptr<graph::RuntimeOp> PsaExtractVOp::lower(graph::Backend backend, graph::Mode) const {
+  return lower_psa(*this, config_, backend);
+}
+
+PsaMergeAttnOp::PsaMergeAttnOp(PsaConfig config, int64_t height, int64_t width)
+    : config_(config), height_(height), width_(width) {
+  check_psa_config(config_, "psa_merge_attn");
+  VISION_CHECK(height > 0 && width > 0, "psa_merge_attn: the image size must be positive, got {}×{}", height, width);
+}
+
+Shape PsaMergeAttnOp::infer_output_shape(const std::vector<Shape>& in) const {
+  const auto parts = static_cast<size_t>(config_.v_parts());
+  VISION_CHECK(in.size() == parts, "psa_merge_attn ({}) takes {} attention output(s), got {}",
+               config_.form == PsaForm::two_pass ? "two_pass" : "one_pass", parts, in.size());
+  int64_t bh = Shape::kAny;
+  for (const Shape& s : in) {
+    VISION_CHECK(s.rank() == 3 && s[1] == height_ * width_ && s[2] == config_.v_part_width(),
+                 "psa_merge_attn: each attention output must be [B·heads, H·W = {}, {}], got {}", height_ * width_,
+                 config_.v_part_width(), s.str());
+    bh = ops::merge_dim(bh, s[0], "psa_merge_attn: the attention outputs' B·heads");
+  }
+  VISION_CHECK(bh == Shape::kAny || bh % config_.heads == 0,
+               "psa_merge_attn: B·heads = {} is not a multiple of heads = {}", bh, config_.heads);
+  return Shape{bh == Shape::kAny ? Shape::kAny : bh / config_.heads, config_.v_channels(), height_, width_};
+}
+
+std::unique_ptr<graph::RuntimeOp> PsaMergeAttnOp::lower(graph::Backend backend, graph::Mode) const {
+  return lower_psa(*this, config_, backend);
+}
+
+std::vector<graph::SymTensor> psa_pack_qkv(graph::SymTensor qkv, const PsaConfig& config, const std::string& name) {
+  VISION_CHECK(qkv.valid(), "psa_pack_qkv needs a recorded qkv tensor");
+  return qkv.graph()->apply_multi(std::make_shared<PsaPackQkvOp>(config), {qkv}, name);
+}
+
+graph::SymTensor psa_extract_v(graph::SymTensor qkv, const PsaConfig& config, const std::string& name) {
+  return ops::record<PsaExtractVOp>({qkv}, name, config);
+}
+
+graph::SymTensor psa_merge_attn(const std::vector<graph::SymTensor>& parts, const PsaConfig& config, int64_t height,
+                                int64_t width, const std::string& name) {
+  return ops::record<PsaMergeAttnOp>(parts, name, config, height, width);
+}
+
+}  // namespace vision::models::yolo::kernels::attention

@@ -1,0 +1,146 @@
+// PSA data movement — the copies between YOLO26's qkv convolution output and FlashAttention-2's head-major rows:
+// pack (qkv → Q, K, V rows), extract (qkv → the V channels as an image) and merge (attention rows → an image), each
+// a graph op with a CPU twin here and CUDA kernels in psa.cuh (psa_cuda.h).
+//
+// Layouts (f32 in the graph; every tensor contiguous):
+//   qkv    [B, 4·KEY_DIM·heads, H, W], N = H·W, channel-major. Head h owns channels h·4·KEY_DIM + c, c in
+//          [0, 4·KEY_DIM): Q (c < KEY_DIM) | K (KEY_DIM ≤ c < 2·KEY_DIM) | V (2·KEY_DIM ≤ c).
+//   rows   [B·heads, N, w], row-major: element (b·heads + h, p, d).
+//   image  [B, 2·KEY_DIM·heads, H, W]: channel h·2·KEY_DIM + d holds V dim d of head h (ultralytics' order).
+// Each op is a pure copy: every output element comes from exactly one input element, so backward is the transpose
+// (a scatter; channels no output reads get zero gradient).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vision/graph/graph.h"
+
+namespace vision::models::yolo::kernels::attention {
+
+using core::Tensor;
+
+// How attention runs over V (2·KEY_DIM wide): twice at head size KEY_DIM on V_lo and V_hi (two_pass), or once with a
+// V of 2·KEY_DIM (one_pass).
+enum class PsaForm : uint8_t { two_pass, one_pass };
+
+// The configuration the three ops share. key_dim ≥ 1 and heads ≥ 1 (the CUDA kernels take key_dim a power of two
+// up to 64).
+struct PsaConfig {
+  int64_t key_dim = 32;
+  int64_t heads = 1;
+  PsaForm form = PsaForm::two_pass;
+
+  int64_t qkv_channels() const { return 4 * key_dim * heads; }
+  int64_t v_channels() const { return 2 * key_dim * heads; }
+  // The attention parts: 2 (V_lo, V_hi / O_lo, O_hi) in two_pass, 1 in one_pass; and the width of each.
+  int64_t v_parts() const { return form == PsaForm::two_pass ? 2 : 1; }
+  int64_t v_part_width() const { return form == PsaForm::two_pass ? key_dim : 2 * key_dim; }
+};
+// Throws vision::Error unless key_dim and heads are positive.
+void check_psa_config(const PsaConfig& c, std::string_view what);
+
+// One block of channels of a channel-major [B, channels, N] tensor seen as rows [B·heads, N, width]: row element
+// (b·heads + h, p, d) is channel h·head_stride + offset + d of batch b. Pack's outputs are such blocks of qkv
+// (head_stride 4·KEY_DIM), merge's inputs such blocks of the image (head_stride 2·KEY_DIM).
+struct PsaRowsBlock {
+  int64_t batch = 0, heads = 0, n = 0;
+  int64_t channels = 0;     // of the channel-major tensor, per batch
+  int64_t head_stride = 0;  // channels between heads
+  int64_t offset = 0;       // first channel of the block within a head
+  int64_t width = 0;        // channels of the block per head (row length)
+  int64_t rows_numel() const { return batch * heads * n * width; }
+};
+// The blocks of pack's outputs (Q, K, V_lo, V_hi or Q, K, V) and of merge's inputs (O_lo, O_hi or O).
+std::vector<PsaRowsBlock> psa_pack_blocks(const PsaConfig& c, int64_t batch, int64_t n);
+std::vector<PsaRowsBlock> psa_merge_blocks(const PsaConfig& c, int64_t batch, int64_t n);
+
+// CPU twin, f32 host tensors; outputs are overwritten.
+// channel-major → rows (pack forward, merge backward) and rows → channel-major (pack backward, merge forward).
+void psa_channels_to_rows_cpu(const Tensor& channels, const PsaRowsBlock& block, const Tensor& rows);
+void psa_rows_to_channels_cpu(const Tensor& rows, const PsaRowsBlock& block, const Tensor& channels);
+// image [B, 2·KEY_DIM·heads, H, W] = the V channels of qkv; backward: d_qkv = the image gradient in the V channels,
+// zero in Q and K.
+void psa_extract_v_cpu(const Tensor& qkv, int64_t key_dim, int64_t heads, const Tensor& image);
+void psa_extract_v_backward_cpu(const Tensor& grad_image, int64_t key_dim, int64_t heads, const Tensor& grad_qkv);
+
+// The copies a backend provides to the ops' RuntimeOps (the CPU twin above, or the CUDA kernels of psa_cuda.h), on
+// tensors of that backend.
+class PsaCopies {
+ public:
+  virtual ~PsaCopies() = default;
+  virtual void channels_to_rows(graph::BackendContext& b, const Tensor& channels, const PsaRowsBlock& block,
+                                const Tensor& rows) const = 0;
+  virtual void rows_to_channels(graph::BackendContext& b, const Tensor& rows, const PsaRowsBlock& block,
+                                const Tensor& channels) const = 0;
+  virtual void extract_v(graph::BackendContext& b, const Tensor& qkv, const PsaConfig& c, const Tensor& image) const = 0;
+  virtual void extract_v_backward(graph::BackendContext& b, const Tensor& grad_image, const PsaConfig& c,
+                                  const Tensor& grad_qkv) const = 0;
+  // The GPU kernels these copies launch for one op (empty on the CPU).
+  virtual std::vector<graph::KernelInfo> kernels(std::string_view op, const PsaConfig& c) const {
+    (void)op, (void)c;
+    return {};
+  }
+};
+
+// The RuntimeOp of "yolo.psa_pack_qkv", "yolo.psa_extract_v" or "yolo.psa_merge_attn" (op) on the given copies;
+// twin (may be null) is the CPU RuntimeOp a CUDA RuntimeOp keeps.
+std::unique_ptr<graph::RuntimeOp> make_psa_runtime(std::string op, PsaConfig config,
+                                                   std::shared_ptr<const PsaCopies> copies,
+                                                   std::unique_ptr<graph::RuntimeOp> twin = nullptr);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Graph ops (f32). The batch may be symbolic.
+
+// "yolo.psa_pack_qkv": qkv [B, 4·KEY_DIM·heads, H, W] → two_pass: Q, K, V_lo, V_hi [B·heads, N, KEY_DIM];
+// one_pass: Q, K [B·heads, N, KEY_DIM] and V [B·heads, N, 2·KEY_DIM].
+class PsaPackQkvOp final : public graph::Op {
+ public:
+  explicit PsaPackQkvOp(PsaConfig config);
+  std::string name() const override { return "yolo.psa_pack_qkv"; }
+  size_t n_outputs() const override { return config_.form == PsaForm::two_pass ? 4 : 3; }
+  std::vector<core::Shape> infer_output_shapes(const std::vector<core::Shape>& inputs) const override;
+  std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
+  const PsaConfig& config() const { return config_; }
+
+ private:
+  PsaConfig config_;
+};
+
+// "yolo.psa_extract_v": qkv [B, 4·KEY_DIM·heads, H, W] → its V channels [B, 2·KEY_DIM·heads, H, W].
+class PsaExtractVOp final : public graph::Op {
+ public:
+  explicit PsaExtractVOp(PsaConfig config);
+  std::string name() const override { return "yolo.psa_extract_v"; }
+  core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
+  std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
+
+ private:
+  PsaConfig config_;
+};
+
+// "yolo.psa_merge_attn": two_pass O_lo, O_hi [B·heads, N, KEY_DIM] (or one_pass O [B·heads, N, 2·KEY_DIM]) →
+// [B, 2·KEY_DIM·heads, H, W], head h dim d at channel h·2·KEY_DIM + d. N must equal H·W.
+class PsaMergeAttnOp final : public graph::Op {
+ public:
+  PsaMergeAttnOp(PsaConfig config, int64_t height, int64_t width);
+  std::string name() const override { return "yolo.psa_merge_attn"; }
+  core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
+  std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
+
+ private:
+  PsaConfig config_;
+  int64_t height_, width_;
+};
+
+// Recording helpers. psa_pack_qkv returns the op's outputs in order (Q, K, V_lo, V_hi or Q, K, V).
+std::vector<graph::SymTensor> psa_pack_qkv(graph::SymTensor qkv, const PsaConfig& config,
+                                           const std::string& name = "pack_qkv");
+graph::SymTensor psa_extract_v(graph::SymTensor qkv, const PsaConfig& config, const std::string& name = "extract_v");
+graph::SymTensor psa_merge_attn(const std::vector<graph::SymTensor>& parts, const PsaConfig& config, int64_t height,
+                                int64_t width, const std::string& name = "merge_attn");
+
+}  // namespace vision::models::yolo::kernels::attention
