@@ -474,7 +474,7 @@ void Plan::layout_memory(const std::vector<Shape>& shapes) {
 }
 
 void Plan::refresh_derived() {
-  if (!has_derived_ || (refreshed_ && refreshed_version_ == state_->version())) return;
+  if (!has_derived_ || refreshed_version_ == state_->version()) return;
   for (PlanStep& s : steps_) {
     if (s.derived.empty()) continue;
     ForwardCtx ctx;
@@ -489,7 +489,6 @@ void Plan::refresh_derived() {
     }
   }
   refreshed_version_ = state_->version();
-  refreshed_ = true;
 }
 
 void Plan::forward(const std::vector<Tensor>& inputs) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,8 +120,7 @@ class Plan {
   bool forward_done_ = false;
   bool graph_replay_ = true;
   bool has_derived_ = false;
-  uint64_t refreshed_version_ = 0;
-  bool refreshed_ = false;
+  std::optional<uint64_t> refreshed_version_;  // the state version the derived tensors were computed from
   int64_t runs_ = 0;
   std::shared_ptr<void> captured_;
 };

@@ -31,9 +31,9 @@ TEST(PsaDescriptors, IdsAndKernelsPerOp) {
   EXPECT_THROW(PsaChannelsToRows(core::DType::f32, 24), Error);
   EXPECT_THROW(PsaExtractVForward(core::DType::i32, 32), Error);
   const PsaConfig two{32, 2, PsaForm::two_pass}, one{32, 2, PsaForm::one_pass};
-  EXPECT_EQ(psa_kernels("yolo.psa_pack_qkv", two, core::DType::f32).size(), 2u);  // width 32 both ways
-  EXPECT_EQ(psa_kernels("yolo.psa_pack_qkv", one, core::DType::f32).size(), 4u);  // widths 32 and 64
-  EXPECT_EQ(psa_kernels("yolo.psa_extract_v", one, core::DType::f32).size(), 2u);
+  EXPECT_EQ(psa_kernels(PsaOpKind::pack_qkv, two, core::DType::f32).size(), 2u);  // width 32 both ways
+  EXPECT_EQ(psa_kernels(PsaOpKind::pack_qkv, one, core::DType::f32).size(), 4u);  // widths 32 and 64
+  EXPECT_EQ(psa_kernels(PsaOpKind::extract_v, one, core::DType::f32).size(), 2u);
   const auto rt = PsaPackQkvOp(one).lower(graph::Backend::cuda, graph::Mode::train);
   EXPECT_EQ(rt->name(), "yolo.psa_pack_qkv");
   EXPECT_TRUE(rt->has_backward());

@@ -128,24 +128,22 @@ class CpuCopies final : public PsaCopies {
 // The three ops' forward and backward, once, on any backend's copies.
 class PsaRuntime final : public graph::RuntimeOp {
  public:
-  PsaRuntime(std::string op, PsaConfig config, std::shared_ptr<const PsaCopies> copies,
+  PsaRuntime(PsaOpKind op, PsaConfig config, std::shared_ptr<const PsaCopies> copies,
              std::unique_ptr<graph::RuntimeOp> twin)
-      : op_(std::move(op)), config_(config), copies_(std::move(copies)), twin_(std::move(twin)) {
-    VISION_CHECK(op_ == "yolo.psa_pack_qkv" || op_ == "yolo.psa_extract_v" || op_ == "yolo.psa_merge_attn",
-                 "make_psa_runtime: unknown op {}", op_);
-    VISION_CHECK(copies_ != nullptr, "make_psa_runtime: no copies for {}", op_);
+      : op_(op), config_(config), copies_(std::move(copies)), twin_(std::move(twin)) {
+    VISION_CHECK(copies_ != nullptr, "make_psa_runtime: no copies for {}", psa_op_name(op_));
   }
-  std::string name() const override { return op_; }
+  std::string name() const override { return psa_op_name(op_); }
   int n_activation_inputs() const override {
-    return op_ == "yolo.psa_merge_attn" ? static_cast<int>(config_.v_parts()) : 1;
+    return op_ == PsaOpKind::merge_attn ? static_cast<int>(config_.v_parts()) : 1;
   }
   bool has_backward() const override { return true; }
   std::vector<graph::KernelInfo> kernels() const override { return copies_->kernels(op_, config_); }
 
   void forward(graph::ForwardCtx& ctx) override {
     graph::BackendContext& b = *ctx.backend;
-    if (op_ == "yolo.psa_extract_v") return copies_->extract_v(b, ctx.inputs.at(0), config_, ctx.outputs.at(0));
-    if (op_ == "yolo.psa_pack_qkv") {
+    if (op_ == PsaOpKind::extract_v) return copies_->extract_v(b, ctx.inputs.at(0), config_, ctx.outputs.at(0));
+    if (op_ == PsaOpKind::pack_qkv) {
       const Tensor& qkv = ctx.inputs.at(0);
       const auto blocks = psa_pack_blocks(config_, qkv.dim(0), qkv.dim(2) * qkv.dim(3));
       VISION_CHECK(ctx.outputs.size() == blocks.size(), "psa_pack_qkv: {} outputs given, {} expected",
@@ -160,7 +158,7 @@ class PsaRuntime final : public graph::RuntimeOp {
 
   void backward(graph::BackwardCtx& ctx) override {
     graph::BackendContext& b = *ctx.backend;
-    if (op_ == "yolo.psa_merge_attn") {
+    if (op_ == PsaOpKind::merge_attn) {
       const Tensor& grad_image = ctx.grad_outputs.at(0);
       const auto blocks = psa_merge_blocks(config_, grad_image.dim(0), grad_image.dim(2) * grad_image.dim(3));
       for (size_t k = 0; k < blocks.size(); ++k)
@@ -170,7 +168,7 @@ class PsaRuntime final : public graph::RuntimeOp {
     }
     const Tensor& grad_qkv = ctx.grad_inputs.at(0);
     if (!grad_qkv.defined()) return;
-    if (op_ == "yolo.psa_extract_v") return copies_->extract_v_backward(b, ctx.grad_outputs.at(0), config_, grad_qkv);
+    if (op_ == PsaOpKind::extract_v) return copies_->extract_v_backward(b, ctx.grad_outputs.at(0), config_, grad_qkv);
     // The blocks cover every qkv channel, so d_qkv is written whole.
     const auto blocks = psa_pack_blocks(config_, grad_qkv.dim(0), grad_qkv.dim(2) * grad_qkv.dim(3));
     for (size_t k = 0; k < blocks.size(); ++k) {
@@ -181,18 +179,19 @@ class PsaRuntime final : public graph::RuntimeOp {
   }
 
  private:
-  std::string op_;
+  PsaOpKind op_;
   PsaConfig config_;
   std::shared_ptr<const PsaCopies> copies_;
   std::unique_ptr<graph::RuntimeOp> twin_;  // the CPU RuntimeOp a CUDA one keeps (no state to share)
 };
 
-std::unique_ptr<graph::RuntimeOp> lower_psa(const graph::Op& op, const PsaConfig& config, graph::Backend backend) {
-  if (backend == graph::Backend::cpu) return make_psa_runtime(op.name(), config, std::make_shared<CpuCopies>());
+std::unique_ptr<graph::RuntimeOp> lower_psa(const graph::Op& op, PsaOpKind kind, const PsaConfig& config,
+                                            graph::Backend backend) {
+  if (backend == graph::Backend::cpu) return make_psa_runtime(kind, config, std::make_shared<CpuCopies>());
 #ifdef VISION_HAS_CUDA
   if (backend == graph::Backend::cuda)
-    return make_psa_runtime(op.name(), config, psa_cuda_copies(),
-                            make_psa_runtime(op.name(), config, std::make_shared<CpuCopies>()));
+    return make_psa_runtime(kind, config, psa_cuda_copies(),
+                            make_psa_runtime(kind, config, std::make_shared<CpuCopies>()));
 #endif
   ops::no_backend(op, backend);
 }
@@ -212,10 +211,19 @@ int64_t check_qkv(const std::vector<Shape>& in, const PsaConfig& c, std::string_
 
 }  // namespace
 
-std::unique_ptr<graph::RuntimeOp> make_psa_runtime(std::string op, PsaConfig config,
+std::string psa_op_name(PsaOpKind kind) {
+  switch (kind) {
+    case PsaOpKind::pack_qkv: return "yolo.psa_pack_qkv";
+    case PsaOpKind::extract_v: return "yolo.psa_extract_v";
+    case PsaOpKind::merge_attn: return "yolo.psa_merge_attn";
+  }
+  fail("unknown PSA op kind {}", static_cast<int>(kind));
+}
+
+std::unique_ptr<graph::RuntimeOp> make_psa_runtime(PsaOpKind op, PsaConfig config,
                                                    std::shared_ptr<const PsaCopies> copies,
                                                    std::unique_ptr<graph::RuntimeOp> twin) {
-  return std::make_unique<PsaRuntime>(std::move(op), config, std::move(copies), std::move(twin));
+  return std::make_unique<PsaRuntime>(op, config, std::move(copies), std::move(twin));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -232,7 +240,7 @@ std::vector<Shape> PsaPackQkvOp::infer_output_shapes(const std::vector<Shape>& i
 }
 
 std::unique_ptr<graph::RuntimeOp> PsaPackQkvOp::lower(graph::Backend backend, graph::Mode) const {
-  return lower_psa(*this, config_, backend);
+  return lower_psa(*this, PsaOpKind::pack_qkv, config_, backend);
 }
 
 PsaExtractVOp::PsaExtractVOp(PsaConfig config) : config_(config) { check_psa_config(config_, "psa_extract_v"); }
@@ -243,7 +251,7 @@ Shape PsaExtractVOp::infer_output_shape(const std::vector<Shape>& in) const {
 }
 
 std::unique_ptr<graph::RuntimeOp> PsaExtractVOp::lower(graph::Backend backend, graph::Mode) const {
-  return lower_psa(*this, config_, backend);
+  return lower_psa(*this, PsaOpKind::extract_v, config_, backend);
 }
 
 PsaMergeAttnOp::PsaMergeAttnOp(PsaConfig config, int64_t height, int64_t width)
@@ -269,7 +277,7 @@ Shape PsaMergeAttnOp::infer_output_shape(const std::vector<Shape>& in) const {
 }
 
 std::unique_ptr<graph::RuntimeOp> PsaMergeAttnOp::lower(graph::Backend backend, graph::Mode) const {
-  return lower_psa(*this, config_, backend);
+  return lower_psa(*this, PsaOpKind::merge_attn, config_, backend);
 }
 
 std::vector<graph::SymTensor> psa_pack_qkv(graph::SymTensor qkv, const PsaConfig& config, const std::string& name) {

@@ -67,6 +67,10 @@ void psa_rows_to_channels_cpu(const Tensor& rows, const PsaRowsBlock& block, con
 void psa_extract_v_cpu(const Tensor& qkv, int64_t key_dim, int64_t heads, const Tensor& image);
 void psa_extract_v_backward_cpu(const Tensor& grad_image, int64_t key_dim, int64_t heads, const Tensor& grad_qkv);
 
+// The three PSA data-movement ops, and their graph names ("yolo.psa_pack_qkv", …).
+enum class PsaOpKind : uint8_t { pack_qkv, extract_v, merge_attn };
+std::string psa_op_name(PsaOpKind kind);
+
 // The copies a backend provides to the ops' RuntimeOps (the CPU twin above, or the CUDA kernels of psa_cuda.h), on
 // tensors of that backend.
 class PsaCopies {
@@ -80,15 +84,14 @@ class PsaCopies {
   virtual void extract_v_backward(graph::BackendContext& b, const Tensor& grad_image, const PsaConfig& c,
                                   const Tensor& grad_qkv) const = 0;
   // The GPU kernels these copies launch for one op (empty on the CPU).
-  virtual std::vector<graph::KernelInfo> kernels(std::string_view op, const PsaConfig& c) const {
+  virtual std::vector<graph::KernelInfo> kernels(PsaOpKind op, const PsaConfig& c) const {
     (void)op, (void)c;
     return {};
   }
 };
 
-// The RuntimeOp of "yolo.psa_pack_qkv", "yolo.psa_extract_v" or "yolo.psa_merge_attn" (op) on the given copies;
-// twin (may be null) is the CPU RuntimeOp a CUDA RuntimeOp keeps.
-std::unique_ptr<graph::RuntimeOp> make_psa_runtime(std::string op, PsaConfig config,
+// The RuntimeOp of one of the ops on the given copies; twin (may be null) is the CPU RuntimeOp a CUDA RuntimeOp keeps.
+std::unique_ptr<graph::RuntimeOp> make_psa_runtime(PsaOpKind op, PsaConfig config,
                                                    std::shared_ptr<const PsaCopies> copies,
                                                    std::unique_ptr<graph::RuntimeOp> twin = nullptr);
 
@@ -100,7 +103,7 @@ std::unique_ptr<graph::RuntimeOp> make_psa_runtime(std::string op, PsaConfig con
 class PsaPackQkvOp final : public graph::Op {
  public:
   explicit PsaPackQkvOp(PsaConfig config);
-  std::string name() const override { return "yolo.psa_pack_qkv"; }
+  std::string name() const override { return psa_op_name(PsaOpKind::pack_qkv); }
   size_t n_outputs() const override { return config_.form == PsaForm::two_pass ? 4 : 3; }
   std::vector<core::Shape> infer_output_shapes(const std::vector<core::Shape>& inputs) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
@@ -114,7 +117,7 @@ class PsaPackQkvOp final : public graph::Op {
 class PsaExtractVOp final : public graph::Op {
  public:
   explicit PsaExtractVOp(PsaConfig config);
-  std::string name() const override { return "yolo.psa_extract_v"; }
+  std::string name() const override { return psa_op_name(PsaOpKind::extract_v); }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
 
@@ -127,7 +130,7 @@ class PsaExtractVOp final : public graph::Op {
 class PsaMergeAttnOp final : public graph::Op {
  public:
   PsaMergeAttnOp(PsaConfig config, int64_t height, int64_t width);
-  std::string name() const override { return "yolo.psa_merge_attn"; }
+  std::string name() const override { return psa_op_name(PsaOpKind::merge_attn); }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
 

@@ -95,11 +95,11 @@ void launch_psa_extract_v_backward(cudaStream_t stream, core::DType dtype, const
   launch_extract<PsaExtractVBackward>(stream, dtype, grad_image, grad_qkv, batch, key_dim, heads, n);
 }
 
-std::vector<const cuda::Kernel*> psa_kernels(std::string_view op, const PsaConfig& c, core::DType dtype) {
+std::vector<const cuda::Kernel*> psa_kernels(PsaOpKind op, const PsaConfig& c, core::DType dtype) {
   const int kd = checked_pow2(c.key_dim, "key_dim"), vw = checked_pow2(c.v_part_width(), "the V width");
-  if (op == "yolo.psa_extract_v")
+  if (op == PsaOpKind::extract_v)
     return {&cuda::kernel_instance<PsaExtractVForward>(dtype, kd), &cuda::kernel_instance<PsaExtractVBackward>(dtype, kd)};
-  VISION_CHECK(op == "yolo.psa_pack_qkv" || op == "yolo.psa_merge_attn", "psa_kernels: unknown op {}", op);
+  // pack_qkv and merge_attn: the two transposes at each row width.
   std::vector<const cuda::Kernel*> out;
   std::vector<int> widths{kd};
   if (vw != kd) widths.push_back(vw);  // one_pass: V rows are 2·KEY_DIM wide
@@ -139,7 +139,7 @@ class CudaCopies final : public PsaCopies {
     launch_psa_extract_v_backward(stream(b), grad_image.dtype(), grad_image.raw(), grad_qkv.raw(), grad_qkv.dim(0),
                                   c.key_dim, c.heads, grad_qkv.dim(2) * grad_qkv.dim(3));
   }
-  std::vector<graph::KernelInfo> kernels(std::string_view op, const PsaConfig& c) const override {
+  std::vector<graph::KernelInfo> kernels(PsaOpKind op, const PsaConfig& c) const override {
     std::vector<graph::KernelInfo> out;
     for (const cuda::Kernel* k : psa_kernels(op, c, core::DType::f32)) out.push_back(graph::kernel_info(*k));
     return out;

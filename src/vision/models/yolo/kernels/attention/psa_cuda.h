@@ -51,7 +51,7 @@ void launch_psa_extract_v_backward(cudaStream_t stream, core::DType dtype, const
                                    int64_t batch, int64_t key_dim, int64_t heads, int64_t n);
 
 // The kernels the RuntimeOp of `op` launches for this config and dtype, forward and backward.
-std::vector<const cuda::Kernel*> psa_kernels(std::string_view op, const PsaConfig& config, core::DType dtype);
+std::vector<const cuda::Kernel*> psa_kernels(PsaOpKind op, const PsaConfig& config, core::DType dtype);
 
 // The CUDA copies for make_psa_runtime (tensors of the CUDA backend, one dtype).
 std::shared_ptr<const PsaCopies> psa_cuda_copies();
