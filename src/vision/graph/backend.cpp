@@ -2,6 +2,13 @@
 
 namespace vision::graph {
 
+void check_convertible(const Tensor& dst, const Tensor& src) {
+  VISION_CHECK(dst.defined() && src.defined() && dst.shape() == src.shape() && core::is_floating(dst.dtype()) &&
+                   core::is_floating(src.dtype()),
+               "convert: {} from {} (floating tensors of one shape only)", dst.defined() ? dst.str() : "undefined",
+               src.defined() ? src.str() : "undefined");
+}
+
 Tensor BackendContext::upload(const Tensor& host) {
   VISION_CHECK(host.device() == core::Device::cpu, "upload takes a host tensor, got {}", host.str());
   if (backend() == Backend::cpu) return host.clone();

@@ -27,6 +27,13 @@ class BackendContext {
   // dst += alpha · src, same shape and dtype (gradient accumulation, plain SGD steps).
   virtual void axpy(const Tensor& dst, float alpha, const Tensor& src) = 0;
   void add_into(const Tensor& dst, const Tensor& src) { axpy(dst, 1.0f, src); }
+  // dst = src (or dst += src when accumulate) converted element by element: same shape, any of f32, f16 and
+  // bf16 on either side (rounded to nearest even), each rank-4 tensor in its own layout (Tensor::layout()).
+  // The plan's cast and layout steps, the low-precision copies of parameters and their gradients.
+  virtual void convert(const Tensor& dst, const Tensor& src, bool accumulate = false) = 0;
+  // t *= factor (f32, in place) and whether every element of t is finite afterwards: the unscaling of gradients
+  // under dynamic loss scaling. Waits for the result.
+  virtual bool scale_and_check_finite(const Tensor& t, float factor) = 0;
   // Waits for all work queued on the backend.
   virtual void synchronize() = 0;
 
@@ -42,6 +49,9 @@ class BackendContext {
   Tensor upload(const Tensor& host);
   Tensor download(const Tensor& dev);
 };
+
+// Throws unless convert(dst, src) can run: floating tensors of one shape.
+void check_convertible(const Tensor& dst, const Tensor& src);
 
 // The CPU backend's context (always available).
 std::shared_ptr<BackendContext> cpu_backend();

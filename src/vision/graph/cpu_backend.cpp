@@ -1,4 +1,5 @@
 // The CPU backend context: aligned host memory, memcpy copies, OpenMP axpy.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -8,6 +9,29 @@
 namespace vision::graph {
 
 namespace {
+
+// Element i of dst (in dst's memory order) is element source(i) of src (in src's): the same logical (N, C, H, W)
+// index, each side in its own layout.
+struct ConvertIndex {
+  ConvertIndex(const Tensor& dst, const Tensor& src) {
+    relayout = dst.rank() == 4 && dst.layout() != src.layout();
+    if (relayout) {
+      n = dst.dim(0), c = dst.dim(1), h = dst.dim(2), w = dst.dim(3);
+      to_nhwc = dst.layout() == core::Layout::nhwc;
+    }
+  }
+  int64_t source(int64_t i) const {
+    if (!relayout) return i;
+    if (to_nhwc) {  // i walks (n, h, w, c); src is NCHW
+      const int64_t ci = i % c, wi = (i / c) % w, hi = (i / (c * w)) % h, ni = i / (c * w * h);
+      return ((ni * c + ci) * h + hi) * w + wi;
+    }
+    const int64_t wi = i % w, hi = (i / w) % h, ci = (i / (w * h)) % c, ni = i / (w * h * c);  // i walks NCHW
+    return ((ni * h + hi) * w + wi) * c + ci;
+  }
+  bool relayout = false, to_nhwc = false;
+  int64_t n = 1, c = 1, h = 1, w = 1;
+};
 
 class CpuBackendContext final : public BackendContext {
  public:
@@ -37,7 +61,42 @@ class CpuBackendContext final : public BackendContext {
     const float* s = src.data<float>();
     cpu::parallel_for(dst.numel(), [&](int64_t i) { d[i] += alpha * s[i]; });
   }
+  void convert(const Tensor& dst, const Tensor& src, bool accumulate) override {
+    check_convertible(dst, src);
+    const ConvertIndex index(dst, src);
+    cpu::parallel_for(dst.numel(), [&](int64_t i) {
+      const int64_t j = index.source(i);
+      const float v = load(src, j);
+      store(dst, i, accumulate ? load(dst, i) + v : v);
+    });
+  }
+  bool scale_and_check_finite(const Tensor& t, float factor) override {
+    VISION_CHECK(t.dtype() == DType::f32, "scale_and_check_finite takes an f32 tensor, got {}", t.str());
+    float* p = t.data<float>();
+    bool finite = true;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      p[i] *= factor;
+      finite = finite && std::isfinite(p[i]);
+    }
+    return finite;
+  }
   void synchronize() override {}
+
+ private:
+  static float load(const Tensor& t, int64_t i) {
+    switch (t.dtype()) {
+      case DType::f32: return static_cast<const float*>(t.raw())[i];
+      case DType::f16: return core::half_to_float(static_cast<const uint16_t*>(t.raw())[i]);
+      default: return core::bf16_to_float(static_cast<const uint16_t*>(t.raw())[i]);
+    }
+  }
+  static void store(const Tensor& t, int64_t i, float v) {
+    switch (t.dtype()) {
+      case DType::f32: static_cast<float*>(t.raw())[i] = v; break;
+      case DType::f16: static_cast<uint16_t*>(t.raw())[i] = core::float_to_half(v); break;
+      default: static_cast<uint16_t*>(t.raw())[i] = core::float_to_bf16(v); break;
+    }
+  }
 };
 
 }  // namespace

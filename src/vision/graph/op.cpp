@@ -7,6 +7,10 @@ namespace vision::graph {
 
 std::string_view backend_name(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
 
+std::string format_name(const Format& f) {
+  return std::string(core::dtype_name(f.dtype)) + " " + std::string(core::layout_name(f.layout));
+}
+
 std::vector<std::byte> RuntimeOp::param_init_data(size_t i, const std::vector<Shape>& inputs, const Shape& output,
                                                   uint64_t seed) const {
   fail("op '{}' declares state #{} but gives no initial data for it", name(), i);

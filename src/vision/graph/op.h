@@ -24,11 +24,25 @@ std::string_view backend_name(Backend b);
 // produced per plan by param_init_data (the anchor grid) and neither checkpointed nor optimized.
 enum class StateKind : uint8_t { parameter, buffer, constant };
 
+// What a plan computes in: an element type and, for rank-4 activations, a memory order. The shape of a rank-4
+// value is always (N, C, H, W); the layout says how it lies in memory.
+struct Format {
+  DType dtype = DType::f32;
+  core::Layout layout = core::Layout::nchw;
+  bool operator==(const Format&) const = default;
+};
+std::string format_name(const Format& f);  // "f16 nhwc"
+
 struct ParamSpec {
   std::string name;  // local name ("weight"); the checkpoint key is "<node name>.<name>"
   Shape shape;
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  // the stored dtype (f32 for every trainable parameter: the master copy)
   StateKind kind = StateKind::parameter;
+  // The format the op reads this state in, when it is not the stored one: a convolution in f16 NHWC reads an f16
+  // copy of its f32 weight with shape (K, C, R, S) laid out K, R, S, C. The plan binds a copy the state store
+  // keeps per (state, format), shared by every plan of the model and refreshed when the state changes; the op
+  // writes that parameter's gradient in the same format and the plan adds it into the f32 gradient buffer.
+  std::optional<Format> compute_format = std::nullopt;
 };
 
 struct TensorSpec {
@@ -88,12 +102,20 @@ struct BackwardCtx {
   bool deterministic = false;
 };
 
-// Launch level: concrete shapes only, one backend.
+// Launch level: concrete shapes only, one backend, one format.
 class RuntimeOp {
  public:
   virtual ~RuntimeOp() = default;
   virtual std::string name() const = 0;
   virtual int n_activation_inputs() const = 0;
+
+  // The formats this op computes in. A plan picks one per step (its compute dtype and layout when the op has
+  // them, else f32 and/or NCHW with cast and layout steps around it) and calls set_format() before anything
+  // else; the op's floating activations (inputs and outputs) are then of format().dtype and its rank-4
+  // activations in format().layout. An op with no rank-4 activation is asked with NCHW. Default: f32 NCHW only.
+  virtual bool supports(const Format& f) const { return f == Format{}; }
+  const Format& format() const { return format_; }
+  void set_format(const Format& f) { format_ = f; }
 
   // State the op owns, for the given concrete input and output shapes.
   virtual std::vector<ParamSpec> param_specs(const std::vector<Shape>& inputs, const Shape& output) const {
@@ -134,6 +156,9 @@ class RuntimeOp {
 
   // The GPU kernels this op launches (empty on the CPU backend).
   virtual std::vector<KernelInfo> kernels() const { return {}; }
+
+ private:
+  Format format_;
 };
 
 // An output that shares memory with an input: elements [offset, offset + its numel) of input `input`.
@@ -169,14 +194,17 @@ class Op {
   virtual bool stops_gradient() const { return false; }
   // Output `output` is a view of an input's memory (reshape, detach, a split along an outer axis): the plan
   // gives it no memory of its own and the op's forward then copies nothing. nullopt: the op writes it.
-  virtual std::optional<OutputView> output_view(size_t output, const std::vector<Shape>& inputs) const {
-    (void)output, (void)inputs;
+  // layout is the memory order of the step's rank-4 values (a channel split is a view in NCHW, not in NHWC).
+  virtual std::optional<OutputView> output_view(size_t output, const std::vector<Shape>& inputs,
+                                                core::Layout layout) const {
+    (void)output, (void)inputs, (void)layout;
     return std::nullopt;
   }
   // Input `input` may be produced directly inside output 0, at this element offset (concat along an outer
   // axis): the plan places the producer's value there and the op's forward skips the copy.
-  virtual std::optional<size_t> input_in_output(size_t input, const std::vector<Shape>& inputs) const {
-    (void)input, (void)inputs;
+  virtual std::optional<size_t> input_in_output(size_t input, const std::vector<Shape>& inputs,
+                                                core::Layout layout) const {
+    (void)input, (void)inputs, (void)layout;
     return std::nullopt;
   }
 

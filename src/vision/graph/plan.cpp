@@ -303,7 +303,7 @@ void Plan::place_views(const std::vector<Shape>& shapes) {
   for (auto& s : steps_) {
     const std::vector<Shape> in = input_shapes_of(s, shapes);
     for (size_t k = 0; k < s.outputs.size(); ++k) {
-      const auto view = s.op->output_view(k, in);
+      const auto view = s.op->output_view(k, in, core::Layout::nchw);
       if (!view) continue;
       VISION_CHECK(view->input < s.inputs.size() &&
                        view->offset * element_bytes(s.outputs[k]) + bytes_of_value(s.outputs[k]) <=
@@ -317,7 +317,7 @@ void Plan::place_views(const std::vector<Shape>& shapes) {
       const int x = s.inputs[i];
       if (alias_[static_cast<size_t>(x)].parent >= 0 || is_input(x)) continue;
       if (std::count(s.inputs.begin(), s.inputs.end(), x) != 1) continue;
-      const auto offset = s.op->input_in_output(i, in);
+      const auto offset = s.op->input_in_output(i, in, core::Layout::nchw);
       if (!offset) continue;
       VISION_CHECK(*offset * element_bytes(x) + bytes_of_value(x) <= bytes_of_value(s.outputs[0]),
                    "{}: input {} is declared in place outside the output", step_context(s), i);

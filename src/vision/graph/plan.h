@@ -25,6 +25,11 @@ struct PlanOptions {
   // No floating-point atomics in reductions and backward passes and deterministic library algorithms:
   // running the plan twice on the same inputs and state gives bit-identical outputs and gradients.
   bool deterministic = false;
+  // The element type activations are computed in (f32, f16 or bf16; the CPU backend computes in f32) and the
+  // memory order of rank-4 activations. Each step runs in this format when its op has it, else in f32 and/or
+  // NCHW with conversions around it; losses, reductions and BatchNorm statistics stay f32.
+  DType compute_dtype = DType::f32;
+  core::Layout layout = core::Layout::nchw;
 };
 
 struct PlanStep {

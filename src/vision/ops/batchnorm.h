@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
-#include "vision/ops/f32_op.h"
+#include "vision/ops/float_op.h"
 
 namespace vision::ops {
 
@@ -21,7 +21,7 @@ std::vector<std::byte> batchnorm2d_state_init(size_t i, int64_t channels);
 // Training (ForwardCtx::training): y = γ·(x − μ_B)/sqrt(σ²_B + eps) + β with the batch's mean and biased
 // variance; running_mean = (1 − momentum)·running_mean + momentum·μ_B, running_var likewise with the unbiased
 // batch variance, num_batches_tracked += 1. Inference: the running statistics stand in for the batch's.
-class BatchNorm2dOp final : public F32Op {
+class BatchNorm2dOp final : public FloatOp {
  public:
   BatchNorm2dOp(float eps, float momentum);
   float eps() const { return eps_; }

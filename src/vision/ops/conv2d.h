@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
-#include "vision/ops/f32_op.h"
+#include "vision/ops/float_op.h"
 
 namespace vision::ops {
 
@@ -35,7 +35,7 @@ struct Conv2dAttrs {
 std::vector<graph::ParamSpec> conv2d_state_specs(const Conv2dAttrs& a);
 std::vector<std::byte> conv2d_state_init(const Conv2dAttrs& a, size_t i, uint64_t seed);
 
-class Conv2dOp final : public F32Op {
+class Conv2dOp final : public FloatOp {
  public:
   explicit Conv2dOp(const Conv2dAttrs& a);
   const Conv2dAttrs& attrs() const { return attrs_; }
@@ -62,7 +62,7 @@ struct ConvFusion {
 
 // Inference only: y = silu?(conv(x, W·γ/σ) + β + (b − μ)·γ/σ), σ = sqrt(running_var + eps). The folded weights
 // are computed in the workspace on each call (cheap next to the convolution); SiLU is oneDNN's swish post-op.
-class FusedConv2dOp final : public F32Op {
+class FusedConv2dOp final : public FloatOp {
  public:
   FusedConv2dOp(const Conv2dAttrs& a, ConvFusion f);
   const Conv2dAttrs& attrs() const { return attrs_; }

@@ -6,18 +6,18 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
-#include "vision/ops/f32_op.h"
+#include "vision/ops/float_op.h"
 
 namespace vision::ops {
 
 // An op of one input whose output has the input's shape.
-class UnaryElementwiseOp : public F32Op {
+class UnaryElementwiseOp : public FloatOp {
  public:
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
 };
 
 // An op of two inputs of one shape, with an output of that shape.
-class BinaryElementwiseOp : public F32Op {
+class BinaryElementwiseOp : public FloatOp {
  public:
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
 };

@@ -1,13 +1,17 @@
 #include "vision/ops/op_util.h"
 
-#include "vision/ops/f32_op.h"
+#include "vision/ops/float_op.h"
 
 namespace vision::ops {
 
-DType F32Op::infer_output_dtype(const std::vector<DType>& inputs) const {
-  for (size_t i = 0; i < inputs.size(); ++i)
-    VISION_CHECK(inputs[i] == DType::f32, "{} takes f32 tensors, input {} is {}", name(), i, core::dtype_name(inputs[i]));
-  return DType::f32;
+DType FloatOp::infer_output_dtype(const std::vector<DType>& inputs) const {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    VISION_CHECK(core::is_floating(inputs[i]), "{} takes f32, f16 or bf16 tensors, input {} is {}", name(), i,
+                 core::dtype_name(inputs[i]));
+    VISION_CHECK(inputs[i] == inputs[0], "{}: input {} is {}, input 0 is {}", name(), i, core::dtype_name(inputs[i]),
+                 core::dtype_name(inputs[0]));
+  }
+  return inputs.empty() ? DType::f32 : inputs[0];
 }
 
 ChannelView::ChannelView(const Shape& s) {

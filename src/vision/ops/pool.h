@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
-#include "vision/ops/f32_op.h"
+#include "vision/ops/float_op.h"
 
 namespace vision::ops {
 
 // In training the op saves the argmax of each window (an i32 index into its input plane) for backward;
 // ties go to the first maximum in row-major window order.
-class MaxPool2dOp final : public F32Op {
+class MaxPool2dOp final : public FloatOp {
  public:
   MaxPool2dOp(int64_t kernel, int64_t stride, int64_t padding);
   int64_t kernel() const { return kernel_; }

@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
-#include "vision/ops/f32_op.h"
+#include "vision/ops/float_op.h"
 
 namespace vision::ops {
 
 // An op of one input of any shape with a rank-0 (Shape{}) output.
-class ScalarReductionOp : public F32Op {
+class ScalarReductionOp : public FloatOp {
  public:
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
 };

@@ -33,6 +33,22 @@ struct AxisGeometry {
   }
 };
 
+// The memory-order view of a logical shape and axis: a rank-4 NHWC tensor of shape (N, C, H, W) lies in memory as
+// (N, H, W, C), so its channel axis is the innermost one.
+struct Physical {
+  Shape shape;
+  int64_t axis;
+  Physical(const Shape& s, int64_t logical_axis, core::Layout layout) : shape(s) {
+    axis = normalized_axis(logical_axis, s.rank(), "axis");
+    if (s.rank() == 4 && layout == core::Layout::nhwc) {
+      shape = Shape{s[0], s[2], s[3], s[1]};
+      static constexpr int64_t kNhwcAxis[4] = {0, 3, 1, 2};
+      axis = kNhwcAxis[axis];
+    }
+  }
+  AxisGeometry geometry() const { return AxisGeometry(shape, axis); }
+};
+
 // Copies `count` entries along the axis, for every outer index: src entries [src_begin, +count) of its src_dim to
 // dst entries [dst_begin, +count) of its dst_dim. Nothing to do when the bytes already are where they belong.
 void copy_along_axis(graph::BackendContext& backend, const Tensor& src, int64_t src_dim, int64_t src_begin,
@@ -53,11 +69,13 @@ void copy_unless_same(graph::BackendContext& backend, const Tensor& src, const T
 
 // Concat and split share one runtime shape: a whole tensor and its parts along an axis. These runtimes use only
 // the backend's copies, so the same class serves the CPU and CUDA backends, for any dtype.
+// Byte movers: any dtype, either layout (format().layout says how to read the axis).
 class ConcatRuntime final : public CpuRuntimeOp {
  public:
   ConcatRuntime(int n, int64_t axis) : CpuRuntimeOp("ops.concat", n), axis_(axis) {}
+  bool supports(const graph::Format&) const override { return true; }
   void forward(ForwardCtx& ctx) override {
-    const AxisGeometry g(ctx.output.shape(), axis_);
+    const AxisGeometry g = Physical(ctx.output.shape(), axis_, format().layout).geometry();
     int64_t offset = 0;
     for (const Tensor& x : ctx.inputs) {
       const int64_t n = x.dim(static_cast<int>(axis_));  // Shape::dim counts negative axes from the end
@@ -66,7 +84,7 @@ class ConcatRuntime final : public CpuRuntimeOp {
     }
   }
   void backward(BackwardCtx& ctx) override {
-    const AxisGeometry g(ctx.output.shape(), axis_);
+    const AxisGeometry g = Physical(ctx.output.shape(), axis_, format().layout).geometry();
     int64_t offset = 0;
     for (size_t i = 0; i < ctx.inputs.size(); ++i) {
       const int64_t n = ctx.inputs[i].dim(static_cast<int>(axis_));
@@ -84,8 +102,9 @@ class SplitRuntime final : public CpuRuntimeOp {
  public:
   SplitRuntime(std::vector<int64_t> sizes, int64_t axis)
       : CpuRuntimeOp("ops.split", 1), sizes_(std::move(sizes)), axis_(axis) {}
+  bool supports(const graph::Format&) const override { return true; }
   void forward(ForwardCtx& ctx) override {
-    const AxisGeometry g(ctx.inputs[0].shape(), axis_);
+    const AxisGeometry g = Physical(ctx.inputs[0].shape(), axis_, format().layout).geometry();
     int64_t offset = 0;
     for (size_t k = 0; k < sizes_.size(); ++k) {
       copy_along_axis(*ctx.backend, ctx.inputs[0], g.dim, offset, ctx.outputs[k], sizes_[k], 0, g.outer, sizes_[k],
@@ -96,7 +115,7 @@ class SplitRuntime final : public CpuRuntimeOp {
   void backward(BackwardCtx& ctx) override {
     const Tensor& dx = ctx.grad_inputs[0];
     if (!dx.defined()) return;
-    const AxisGeometry g(dx.shape(), axis_);
+    const AxisGeometry g = Physical(dx.shape(), axis_, format().layout).geometry();
     int64_t offset = 0;
     for (size_t k = 0; k < sizes_.size(); ++k) {
       VISION_CHECK(ctx.grad_outputs[k].defined(), "split backward: part {} has no gradient", k);
@@ -113,7 +132,10 @@ class SplitRuntime final : public CpuRuntimeOp {
 // Reshape and detach: the output is the input's bytes.
 class SameBytesRuntime final : public CpuRuntimeOp {
  public:
-  SameBytesRuntime(std::string name, bool backward) : CpuRuntimeOp(std::move(name), 1), backward_(backward) {}
+  SameBytesRuntime(std::string name, bool backward, bool any_layout)
+      : CpuRuntimeOp(std::move(name), 1), backward_(backward), any_layout_(any_layout) {}
+  // Any dtype; a reshape reads its input in row-major (N, C, H, W) order, so it takes NCHW only.
+  bool supports(const graph::Format& f) const override { return any_layout_ || f.layout == core::Layout::nchw; }
   bool has_backward() const override { return backward_; }
   void forward(ForwardCtx& ctx) override { copy_unless_same(*ctx.backend, ctx.inputs[0], ctx.output); }
   void backward(BackwardCtx& ctx) override {
@@ -122,7 +144,7 @@ class SameBytesRuntime final : public CpuRuntimeOp {
   }
 
  private:
-  bool backward_;
+  bool backward_, any_layout_;
 };
 
 // y[i0, …] = x at the input index whose dim perm[k] is i_k. Elements moved as raw bytes of their size.
@@ -193,14 +215,15 @@ class PermuteRuntime final : public CpuRuntimeOp {
 class ChannelSliceRuntime final : public CpuRuntimeOp {
  public:
   ChannelSliceRuntime(int64_t begin, int64_t count) : CpuRuntimeOp("ops.channel_slice", 1), begin_(begin), count_(count) {}
+  bool supports(const graph::Format&) const override { return true; }
   void forward(ForwardCtx& ctx) override {
-    const AxisGeometry g(ctx.inputs[0].shape(), 1);
+    const AxisGeometry g = Physical(ctx.inputs[0].shape(), 1, format().layout).geometry();
     copy_along_axis(*ctx.backend, ctx.inputs[0], g.dim, begin_, ctx.output, count_, 0, g.outer, count_, g.inner);
   }
   void backward(BackwardCtx& ctx) override {
     const Tensor& dx = ctx.grad_inputs[0];
     if (!dx.defined()) return;
-    const AxisGeometry g(dx.shape(), 1);
+    const AxisGeometry g = Physical(dx.shape(), 1, format().layout).geometry();
     ctx.backend->fill_zero(dx.raw(), dx.nbytes());
     copy_along_axis(*ctx.backend, ctx.grad_output, count_, 0, dx, g.dim, begin_, g.outer, count_, g.inner);
   }
@@ -244,9 +267,10 @@ core::DType ConcatOp::infer_output_dtype(const std::vector<core::DType>& inputs)
   return inputs.at(0);
 }
 
-std::optional<size_t> ConcatOp::input_in_output(size_t input, const std::vector<Shape>& inputs) const {
+std::optional<size_t> ConcatOp::input_in_output(size_t input, const std::vector<Shape>& inputs,
+                                                core::Layout layout) const {
   const int64_t axis = normalized_axis(axis_, inputs[0].rank(), "concat");
-  const AxisGeometry g(inputs[0], axis);
+  const AxisGeometry g = Physical(inputs[0], axis, layout).geometry();
   if (g.outer != 1) return std::nullopt;  // the input's part of the output is not one contiguous range
   int64_t offset = 0;
   for (size_t i = 0; i < input; ++i) offset += inputs[i][static_cast<size_t>(axis)];
@@ -277,9 +301,10 @@ std::vector<Shape> SplitOp::infer_output_shapes(const std::vector<Shape>& inputs
   return out;
 }
 
-std::optional<graph::OutputView> SplitOp::output_view(size_t output, const std::vector<Shape>& inputs) const {
+std::optional<graph::OutputView> SplitOp::output_view(size_t output, const std::vector<Shape>& inputs,
+                                                     core::Layout layout) const {
   const int64_t axis = normalized_axis(axis_, inputs[0].rank(), "split");
-  const AxisGeometry g(inputs[0], axis);
+  const AxisGeometry g = Physical(inputs[0], axis, layout).geometry();
   if (g.outer != 1) return std::nullopt;
   int64_t offset = 0;
   for (size_t k = 0; k < output; ++k) offset += sizes_[k];
@@ -367,12 +392,12 @@ Shape ReshapeOp::infer_output_shape(const std::vector<Shape>& inputs) const {
   return Shape(d);
 }
 
-std::optional<graph::OutputView> ReshapeOp::output_view(size_t, const std::vector<Shape>&) const {
+std::optional<graph::OutputView> ReshapeOp::output_view(size_t, const std::vector<Shape>&, core::Layout) const {
   return graph::OutputView{0, 0};
 }
 
 std::unique_ptr<RuntimeOp> ReshapeOp::lower(Backend, Mode) const {
-  return std::make_unique<SameBytesRuntime>(name(), true);
+  return std::make_unique<SameBytesRuntime>(name(), true, false);
 }
 
 // ---- PermuteOp
@@ -404,12 +429,12 @@ Shape DetachOp::infer_output_shape(const std::vector<Shape>& inputs) const {
   return inputs[0];
 }
 
-std::optional<graph::OutputView> DetachOp::output_view(size_t, const std::vector<Shape>&) const {
+std::optional<graph::OutputView> DetachOp::output_view(size_t, const std::vector<Shape>&, core::Layout) const {
   return graph::OutputView{0, 0};
 }
 
 std::unique_ptr<RuntimeOp> DetachOp::lower(Backend, Mode) const {
-  return std::make_unique<SameBytesRuntime>("ops.detach", false);
+  return std::make_unique<SameBytesRuntime>("ops.detach", false, true);
 }
 
 // ---- recording

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
-#include "vision/ops/f32_op.h"
+#include "vision/ops/float_op.h"
 
 namespace vision::ops {
 
@@ -23,7 +23,8 @@ class ConcatOp final : public graph::Op {
   std::string name() const override { return "ops.concat"; }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
   core::DType infer_output_dtype(const std::vector<core::DType>& inputs) const override;
-  std::optional<size_t> input_in_output(size_t input, const std::vector<core::Shape>& inputs) const override;
+  std::optional<size_t> input_in_output(size_t input, const std::vector<core::Shape>& inputs,
+                                        core::Layout layout) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
 
  private:
@@ -38,7 +39,8 @@ class SplitOp final : public graph::Op {
   std::string name() const override { return "ops.split"; }
   size_t n_outputs() const override { return sizes_.size(); }
   std::vector<core::Shape> infer_output_shapes(const std::vector<core::Shape>& inputs) const override;
-  std::optional<graph::OutputView> output_view(size_t output, const std::vector<core::Shape>& inputs) const override;
+  std::optional<graph::OutputView> output_view(size_t output, const std::vector<core::Shape>& inputs,
+                                               core::Layout layout) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
 
  private:
@@ -47,7 +49,7 @@ class SplitOp final : public graph::Op {
 };
 
 // Channels [begin, begin + count) of the input.
-class ChannelSliceOp final : public F32Op {
+class ChannelSliceOp final : public FloatOp {
  public:
   ChannelSliceOp(int64_t begin, int64_t count);
   int64_t begin() const { return begin_; }
@@ -69,7 +71,8 @@ class ReshapeOp final : public graph::Op {
   explicit ReshapeOp(std::vector<int64_t> dims);
   std::string name() const override { return flatten_ ? "ops.flatten" : "ops.reshape"; }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
-  std::optional<graph::OutputView> output_view(size_t output, const std::vector<core::Shape>& inputs) const override;
+  std::optional<graph::OutputView> output_view(size_t output, const std::vector<core::Shape>& inputs,
+                                               core::Layout layout) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
 
  private:
@@ -98,7 +101,8 @@ class DetachOp final : public graph::Op {
   std::string name() const override { return "ops.detach"; }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
   bool stops_gradient() const override { return true; }
-  std::optional<graph::OutputView> output_view(size_t output, const std::vector<core::Shape>& inputs) const override;
+  std::optional<graph::OutputView> output_view(size_t output, const std::vector<core::Shape>& inputs,
+                                               core::Layout layout) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
 };
 

@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "vision/graph/graph.h"
-#include "vision/ops/f32_op.h"
+#include "vision/ops/float_op.h"
 
 namespace vision::ops {
 
 // y[n, c, i, j] = x[n, c, i / scale, j / scale]
-class UpsampleNearestOp final : public F32Op {
+class UpsampleNearestOp final : public FloatOp {
  public:
   explicit UpsampleNearestOp(int64_t scale);
   int64_t scale() const { return scale_; }

@@ -2,6 +2,7 @@
 
 #include "vision/cuda/check.h"
 #include "vision/cuda/device.h"
+#include "vision/graph/cuda/convert_kernels.h"
 
 namespace vision::graph {
 
@@ -43,6 +44,22 @@ void CudaBackendContext::axpy(const Tensor& dst, float alpha, const Tensor& src)
   VISION_CHECK(dst.numel() <= INT32_MAX, "axpy: {} elements exceed cuBLAS's 32-bit count", dst.numel());
   VISION_CUBLAS_CHECK(cublasAxpyEx(cublas(), static_cast<int>(dst.numel()), &alpha, CUDA_R_32F, src.raw(), t, 1,
                                    dst.raw(), t, 1, CUDA_R_32F));
+}
+
+void CudaBackendContext::convert(const Tensor& dst, const Tensor& src, bool accumulate) {
+  check_convertible(dst, src);
+  cuda_kernels::launch_convert(stream(), dst, src, accumulate);
+}
+
+bool CudaBackendContext::scale_and_check_finite(const Tensor& t, float factor) {
+  VISION_CHECK(t.dtype() == DType::f32, "scale_and_check_finite takes an f32 tensor, got {}", t.str());
+  if (!flag_) flag_ = allocate(sizeof(int32_t));
+  auto* flag = static_cast<int32_t*>(flag_.get());
+  VISION_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int32_t), stream()));
+  cuda_kernels::launch_scale_check_finite(stream(), t, factor, flag);
+  int32_t host = 0;
+  copy_to_host(&host, flag, sizeof(host));
+  return host == 0;
 }
 
 void CudaBackendContext::synchronize() { stream_.synchronize(); }

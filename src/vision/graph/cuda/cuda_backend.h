@@ -20,6 +20,8 @@ class CudaBackendContext final : public BackendContext {
   void fill_zero(void* dst, size_t bytes) override;
   void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) override;
   void axpy(const Tensor& dst, float alpha, const Tensor& src) override;
+  void convert(const Tensor& dst, const Tensor& src, bool accumulate) override;
+  bool scale_and_check_finite(const Tensor& t, float factor) override;
   void synchronize() override;
   bool supports_graph_capture() const override { return true; }
   std::shared_ptr<void> capture(const std::function<void()>& work) override;
@@ -36,6 +38,7 @@ class CudaBackendContext final : public BackendContext {
   cuda::Stream stream_;
   cuda::CudnnHandle cudnn_;
   cuda::CublasHandle cublas_;
+  std::shared_ptr<void> flag_;  // one device i32 for scale_and_check_finite
   cuda::StagedUploader uploads_;  // copy_to_device; declared last, so it is freed first
 };
 

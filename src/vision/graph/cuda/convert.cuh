@@ -1,0 +1,58 @@
+// Conversions between element types and memory orders (the plan's cast and layout steps, low-precision copies of
+// parameters and the accumulation of their gradients), and the unscaling of gradients under loss scaling.
+#pragma once
+
+#include "vision/cuda/kernel_common.cuh"
+
+namespace vk {
+// The element type of dtype code C: 0 float, 1 __half, 2 __nv_bfloat16.
+template <int C>
+struct CodeType;
+template <>
+struct CodeType<0> {
+  using type = float;
+};
+template <>
+struct CodeType<1> {
+  using type = __half;
+};
+template <>
+struct CodeType<2> {
+  using type = __nv_bfloat16;
+};
+}  // namespace vk
+
+// dst[i] = src[source(i)] (or dst[i] += it when accumulate), converted from T to the type of code OUT, rounded to
+// nearest even. relayout 0: the same order (any rank); 1: dst is NHWC, src NCHW of logical shape (n, c, h, w);
+// 2: dst is NCHW, src NHWC. One element per thread.
+template <typename T, int OUT>
+__global__ void convert_copy(const T* __restrict__ src, void* __restrict__ dst_raw, int64_t total, int64_t c,
+                             int64_t h, int64_t w, int32_t relayout, int32_t accumulate) {
+  using U = typename vk::CodeType<OUT>::type;
+  U* dst = static_cast<U*>(dst_raw);
+  for (int64_t i = vk::thread_index(); i < total; i += vk::thread_count()) {
+    int64_t j = i;
+    if (relayout == 1) {  // i walks (n, h, w, c)
+      const int64_t ci = i % c, wi = (i / c) % w, hi = (i / (c * w)) % h, ni = i / (c * w * h);
+      j = ((ni * c + ci) * h + hi) * w + wi;
+    } else if (relayout == 2) {  // i walks (n, c, h, w)
+      const int64_t wi = i % w, hi = (i / w) % h, ci = (i / (w * h)) % c, ni = i / (w * h * c);
+      j = ((ni * h + hi) * w + wi) * c + ci;
+    }
+    float v = vk::to_float(src[j]);
+    if (accumulate) v += vk::to_float(dst[i]);
+    dst[i] = vk::from_float<U>(v);
+  }
+}
+
+// p[i] *= factor for i < n; *nonfinite is set to 1 when any result is inf or NaN (it is never cleared here).
+template <typename T>
+__global__ void scale_check_finite(T* __restrict__ p, int64_t n, float factor, int32_t* __restrict__ nonfinite) {
+  bool bad = false;
+  for (int64_t i = vk::thread_index(); i < n; i += vk::thread_count()) {
+    const float v = vk::to_float(p[i]) * factor;
+    p[i] = vk::from_float<T>(v);
+    bad = bad || !isfinite(v);
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *nonfinite = 1;
+}
