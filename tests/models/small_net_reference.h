@@ -45,12 +45,17 @@ struct SmallNetReference {
   std::vector<double> y, bound;
 };
 
+// storage: the dtype a plan keeps activations and (folded) weights in (PlanOptions::compute_dtype), f32 arithmetic
+// in between. Each value stored in it adds its unit roundoff ud times its magnitude: the input's conversion, the
+// (folded) weights and biases (ud · Σ|W·x|, as the weights' own rounding scales the conv's terms), and every stored
+// output (ud · |y| for conv, BatchNorm and SiLU; max-pool, upsample and concat copy). ud = 0 for f32.
 inline SmallNetReference small_net_reference(const graph::StateStore& state, const core::Tensor& x_host,
-                                             double eps = 1e-3) {
+                                             double eps = 1e-3, core::DType storage = core::DType::f32) {
   std::map<std::string, std::vector<double>> p;
   for (const auto& [key, t] : state.to_host())
     if (t.dtype() == core::DType::f32) p[key] = to_double(t);
   constexpr double u = kF32Epsilon;
+  const double ud = storage == core::DType::f32 ? 0.0 : unit_roundoff(storage);
 
   struct Act {
     int64_t c, h, w;
@@ -62,6 +67,7 @@ inline SmallNetReference small_net_reference(const graph::StateStore& state, con
   const int64_t batch = x_host.dim(0);
   Act in{x_host.dim(1), x_host.dim(2), x_host.dim(3), to_double(x_host), {}};
   in.e.assign(in.v.size(), 0.0);
+  for (size_t i = 0; i < in.v.size(); ++i) in.e[i] = ud * std::abs(in.v[i]);
 
   // conv k×k, stride 1, "same" padding; returns the value, its error bound and the magnitude Σ|W·x| + |b|.
   auto conv = [&](Act& x, const std::string& name, int64_t co, int64_t k, bool bias, std::vector<double>* magnitude) {
@@ -88,7 +94,7 @@ inline SmallNetReference small_net_reference(const graph::StateStore& state, con
             const size_t idx = static_cast<size_t>(((n * co + o) * x.h + r) * x.w + s);
             y.v[idx] = acc;
             (*magnitude)[idx] = mag;
-            y.e[idx] = err + static_cast<double>(kk + 2) * u * mag;
+            y.e[idx] = err + (static_cast<double>(kk + 2) * u + ud) * mag + ud * std::abs(acc);
           }
     return y;
   };
@@ -102,9 +108,11 @@ inline SmallNetReference small_net_reference(const graph::StateStore& state, con
       const size_t ch = (i / static_cast<size_t>(z.h * z.w)) % static_cast<size_t>(co);
       const double s = g[ch] / std::sqrt(var[ch] + eps);
       const double t = s * (z.v[i] - mu[ch]) + beta[ch];
-      const double et = std::abs(s) * z.e[i] + 6 * u * (std::abs(s) * (mag[i] + std::abs(mu[ch])) + std::abs(beta[ch]));
+      const double et = std::abs(s) * z.e[i] +
+                        (6 * u + ud) * (std::abs(s) * (mag[i] + std::abs(mu[ch])) + std::abs(beta[ch])) +
+                        ud * std::abs(t);
       z.v[i] = t / (1.0 + std::exp(-t));
-      z.e[i] = 1.1 * et + 8 * u * std::abs(z.v[i]);
+      z.e[i] = 1.1 * et + (8 * u + ud) * std::abs(z.v[i]);
     }
     return z;
   };

@@ -57,9 +57,9 @@ std::vector<Tensor> Executor::forward_train(const std::vector<Tensor>& inputs) {
   return p.outputs();
 }
 
-void Executor::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
+void Executor::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed) {
   VISION_CHECK(last_train_ != nullptr, "backward called before forward_train");
-  last_train_->backward(grad_outputs, accumulate);
+  last_train_->backward(grad_outputs, accumulate, seed);
 }
 
 }  // namespace vision::graph

@@ -35,7 +35,8 @@ class Executor {
   // Training forward: takes the inputs training outputs depend on; keeps what backward needs.
   std::vector<Tensor> forward_train(const std::vector<Tensor>& inputs);
   // Reverse pass of the last forward_train; parameter gradients land in state().flat_grads().
-  void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false);
+  // seed: what scalar losses start from (the loss scale under dynamic loss scaling).
+  void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false, float seed = 1.0f);
   Plan* last_train_plan() const { return last_train_; }
 
  private:

@@ -17,10 +17,6 @@ DType SymTensor::dtype() const {
 }
 
 SymTensor Graph::input(const std::string& name, Shape shape, DType dtype, core::Layout layout) {
-  VISION_CHECK(layout == core::Layout::nchw || shape.rank() != 4,
-               "graph input '{}': the ops run in NCHW; an NHWC input needs the plan's format pass (foundation 4b): "
-               "declare it NCHW and convert the tensor with core::to_layout",
-               name);
   values_.push_back(Value{std::move(shape), dtype, -1, 0, name, core::is_floating(dtype), layout});
   const int id = static_cast<int>(values_.size()) - 1;
   inputs_.push_back(id);

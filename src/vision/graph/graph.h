@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,8 @@ struct Value {
   // Whether a gradient can flow through this value: floating values not cut off by a stop-gradient op.
   // Integer and boolean values (indices, masks, counts) never carry one.
   bool differentiable = true;
-  // Memory order of a rank-4 value (the shape is always N, C, H, W). Graph inputs declare it; every op today
-  // works in NCHW, so a plan rejects an input tensor of another layout rather than misreading it.
+  // Memory order of a rank-4 graph input (the shape is always N, C, H, W): what Plan::forward expects of the
+  // tensor given for it. The layout of every other value is chosen per plan (PlanOptions).
   core::Layout layout = core::Layout::nchw;
 };
 
@@ -56,6 +57,9 @@ struct OutputUse {
   // In a training plan: backward starts from this output's gradient (a loss). False for values that are
   // only reported (loss components): they get no seed and are never counted twice.
   bool seed_gradient = true;
+  // The dtype and (rank 4) layout the plan hands this output out in; by default its recorded dtype and NCHW.
+  // A plan computing in another format converts it once at the end.
+  std::optional<Format> format = std::nullopt;
 };
 inline constexpr OutputUse kInferenceOutput{.inference = true, .train = false, .seed_gradient = false};
 inline constexpr OutputUse kTrainingLoss{.inference = false, .train = true, .seed_gradient = true};

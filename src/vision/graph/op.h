@@ -114,6 +114,9 @@ class RuntimeOp {
   // else; the op's floating activations (inputs and outputs) are then of format().dtype and its rank-4
   // activations in format().layout. An op with no rank-4 activation is asked with NCHW. Default: f32 NCHW only.
   virtual bool supports(const Format& f) const { return f == Format{}; }
+  // An op that only moves bytes (concat, split, reshape) runs in the format its first input has when it can,
+  // rather than in the plan's, so that no conversion is added for it.
+  virtual bool follows_input_format() const { return false; }
   const Format& format() const { return format_; }
   void set_format(const Format& f) { format_ = f; }
 

@@ -107,8 +107,9 @@ std::vector<Shape> bind_shapes(const Graph& graph, const std::vector<Shape>& inp
 Plan::Plan(const Graph& graph, std::shared_ptr<BackendContext> backend, Mode mode,
            const std::vector<Shape>& input_shapes, StateStore& state, PlanOptions options)
     : backend_(std::move(backend)), state_(&state), mode_(mode), options_(options), input_shapes_(input_shapes) {
+  VISION_CHECK(core::is_floating(options_.compute_dtype), "a plan computes in f32, f16 or bf16, not {}",
+               core::dtype_name(options_.compute_dtype));
   graph_inputs_ = graph.inputs(mode);
-  for (int id : graph_inputs_) input_layouts_.push_back(graph.value(id).layout);
   graph_outputs_ = graph.outputs(mode);
   VISION_CHECK(!graph_outputs_.empty(), "the graph has no {} outputs: mark at least one with mark_output",
                mode == Mode::inference ? "inference" : "training");
@@ -116,20 +117,23 @@ Plan::Plan(const Graph& graph, std::shared_ptr<BackendContext> backend, Mode mod
     if (mode == Mode::inference ? use.inference : use.train) seeded_.push_back(mode == Mode::train && use.seed_gradient);
   for (const Value& v : graph.values()) {
     value_dtypes_.push_back(v.dtype);
+    value_layouts_.push_back(v.producer < 0 && v.shape.rank() == 4 ? v.layout : core::Layout::nchw);
+    differentiable_.push_back(v.differentiable);
     value_names_.push_back(v.name);
   }
   std::vector<bool> bound;
-  const std::vector<Shape> shapes = bind_shapes(graph, graph_inputs_, input_shapes, &bound);
+  shapes_ = bind_shapes(graph, graph_inputs_, input_shapes, &bound);
   build_steps(graph);
-  bind_state(state, shapes);
+  assign_formats(graph);
+  bind_state(state);
   mark_gradients(graph);
-  place_views(shapes);
-  layout_memory(shapes);
+  place_views();
+  layout_memory();
 }
 
-std::vector<Shape> Plan::input_shapes_of(const PlanStep& s, const std::vector<Shape>& shapes) const {
+std::vector<Shape> Plan::input_shapes_of(const PlanStep& s) const {
   std::vector<Shape> in;
-  for (int id : s.inputs) in.push_back(shapes[static_cast<size_t>(id)]);
+  for (int id : s.inputs) in.push_back(shapes_[static_cast<size_t>(id)]);
   return in;
 }
 
@@ -194,7 +198,143 @@ void Plan::build_steps(const Graph& graph) {
   }
 }
 
-void Plan::bind_state(StateStore& state, const std::vector<Shape>& shapes) {
+namespace {
+
+// The plan's cast and layout step: its output is its input in another dtype and/or memory order. Its backward
+// converts the gradient back.
+class ConvertRuntime final : public RuntimeOp {
+ public:
+  explicit ConvertRuntime(Format to) : to_(to) {}
+  std::string name() const override { return "plan.convert"; }
+  int n_activation_inputs() const override { return 1; }
+  bool supports(const Format&) const override { return true; }
+  bool has_backward() const override { return true; }
+  void forward(ForwardCtx& ctx) override { ctx.backend->convert(ctx.output, ctx.inputs[0]); }
+  void backward(BackwardCtx& ctx) override {
+    if (ctx.grad_inputs[0].defined()) ctx.backend->convert(ctx.grad_inputs[0], ctx.grad_output);
+  }
+
+ private:
+  Format to_;
+};
+
+class ConvertOp final : public Op {
+ public:
+  explicit ConvertOp(Format to) : to_(to) {}
+  std::string name() const override { return "plan.convert"; }
+  Shape infer_output_shape(const std::vector<Shape>& inputs) const override { return inputs.at(0); }
+  DType infer_output_dtype(const std::vector<DType>&) const override { return to_.dtype; }
+  std::unique_ptr<RuntimeOp> lower(Backend, Mode) const override { return std::make_unique<ConvertRuntime>(to_); }
+
+ private:
+  Format to_;
+};
+
+}  // namespace
+
+int Plan::converted_value(int value, const Format& format, std::vector<PlanStep>& steps) {
+  const auto v = static_cast<size_t>(value);
+  const bool rank4 = shapes_[v].rank() == 4;
+  const Format to{format.dtype, rank4 ? format.layout : core::Layout::nchw};
+  if (value_dtypes_[v] == to.dtype && value_layouts_[v] == to.layout) return value;
+  VISION_CHECK(core::is_floating(value_dtypes_[v]) && core::is_floating(to.dtype),
+               "value '{}' ({} {}) would need a conversion to {}, which only floating values have", value_names_[v],
+               core::dtype_name(value_dtypes_[v]), core::layout_name(value_layouts_[v]), format_name(to));
+  const auto key = std::tuple{value, to.dtype, to.layout};
+  if (auto it = conversions_.find(key); it != conversions_.end()) return it->second;
+  const int id = static_cast<int>(shapes_.size());
+  shapes_.push_back(shapes_[v]);
+  value_dtypes_.push_back(to.dtype);
+  value_layouts_.push_back(to.layout);
+  differentiable_.push_back(differentiable_[v]);
+  value_names_.push_back(fmt::format("{}@{}", value_names_[v], rank4 ? format_name(to) : core::dtype_name(to.dtype)));
+  PlanStep s;
+  s.name = value_names_.back();
+  s.op = std::make_shared<ConvertOp>(to);
+  s.runtime = s.op->lower(backend_->backend(), mode_);
+  s.runtime->set_format(to);
+  s.format = to;
+  s.inputs = {value};
+  s.outputs = {id};
+  steps.push_back(std::move(s));
+  conversions_.emplace(key, id);
+  return id;
+}
+
+void Plan::assign_formats(const Graph& graph) {
+  const Format plan{options_.compute_dtype, options_.layout};
+  std::vector<PlanStep> out;
+  for (PlanStep& s : steps_) {
+    bool rank4 = false;
+    for (int id : s.inputs) rank4 = rank4 || shapes_[static_cast<size_t>(id)].rank() == 4;
+    for (int id : s.outputs) rank4 = rank4 || shapes_[static_cast<size_t>(id)].rank() == 4;
+    auto layout_of = [&](core::Layout l) { return rank4 ? l : core::Layout::nchw; };
+    // The plan's format, then the fallbacks in f32 and/or NCHW. An op that only moves bytes keeps the format its
+    // first input already has when that is one of them, so no conversion is added for it.
+    std::vector<Format> candidates;
+    for (DType dt : {plan.dtype, DType::f32})
+      for (core::Layout l : {plan.layout, core::Layout::nchw}) {
+        const Format f{dt, layout_of(l)};
+        if (std::find(candidates.begin(), candidates.end(), f) == candidates.end()) candidates.push_back(f);
+      }
+    std::optional<Format> chosen;
+    if (s.runtime->follows_input_format() && !s.inputs.empty()) {
+      const auto first = static_cast<size_t>(s.inputs.front());
+      const Format current{value_dtypes_[first], layout_of(value_layouts_[first])};
+      if (std::find(candidates.begin(), candidates.end(), current) != candidates.end() && s.runtime->supports(current))
+        chosen = current;
+    }
+    for (size_t i = 0; i < candidates.size() && !chosen; ++i)
+      if (s.runtime->supports(candidates[i])) chosen = candidates[i];
+    VISION_CHECK(chosen.has_value(), "{} computes in none of {}, {}", step_context(s), format_name(candidates.front()),
+                 format_name(candidates.back()));
+    s.format = *chosen;
+    s.runtime->set_format(s.format);
+
+    std::vector<DType> in_dtypes;
+    for (int& id : s.inputs) {
+      const auto v = static_cast<size_t>(id);
+      const Format want{core::is_floating(value_dtypes_[v]) ? s.format.dtype : value_dtypes_[v], s.format.layout};
+      if (core::is_floating(value_dtypes_[v]) || shapes_[v].rank() == 4) id = converted_value(id, want, out);
+      in_dtypes.push_back(value_dtypes_[static_cast<size_t>(id)]);
+    }
+    std::vector<DType> out_dtypes;
+    try {
+      out_dtypes = s.op->infer_output_dtypes(in_dtypes);
+    } catch (const Error& e) {
+      fail("{} in {}: {}", step_context(s), format_name(s.format), e.what());
+    }
+    VISION_CHECK(out_dtypes.size() == s.outputs.size(), "{}: {} output dtypes for {} outputs", step_context(s),
+                 out_dtypes.size(), s.outputs.size());
+    for (size_t k = 0; k < s.outputs.size(); ++k) {
+      const auto o = static_cast<size_t>(s.outputs[k]);
+      value_dtypes_[o] = out_dtypes[k];
+      value_layouts_[o] = shapes_[o].rank() == 4 ? s.format.layout : core::Layout::nchw;
+    }
+    out.push_back(std::move(s));
+  }
+  // Outputs in their declared format: the recorded dtype and NCHW unless mark_output said otherwise.
+  size_t i = 0;
+  for (const auto& [id, use] : graph.marked_outputs()) {
+    if (!(mode_ == Mode::inference ? use.inference : use.train)) continue;
+    const Format declared = use.format.value_or(Format{graph.value(id).dtype, core::Layout::nchw});
+    graph_outputs_[i] = converted_value(graph_outputs_[i], declared, out);
+    ++i;
+  }
+  steps_ = std::move(out);
+}
+
+Format Plan::value_format(int value_id) const {
+  const auto v = static_cast<size_t>(value_id);
+  return {value_dtypes_.at(v), value_layouts_.at(v)};
+}
+
+size_t Plan::conversion_steps() const {
+  return static_cast<size_t>(
+      std::count_if(steps_.begin(), steps_.end(), [](const PlanStep& s) { return s.op->name() == "plan.convert"; }));
+}
+
+void Plan::bind_state(StateStore& state) {
   struct PendingConstant {
     PlanStep* step;
     size_t index;
@@ -209,11 +349,12 @@ void Plan::bind_state(StateStore& state, const std::vector<Shape>& shapes) {
   };
   std::vector<PendingDerived> derived;
   for (auto& s : steps_) {
-    const std::vector<Shape> in = input_shapes_of(s, shapes);
-    const Shape& out = shapes[static_cast<size_t>(s.outputs.front())];
+    const std::vector<Shape> in = input_shapes_of(s);
+    const Shape& out = shapes_[static_cast<size_t>(s.outputs.front())];
     s.specs = s.runtime->param_specs(in, out);
     s.params.resize(s.specs.size());
     s.grad_params.resize(s.specs.size());
+    s.param_copy.assign(s.specs.size(), false);
     for (size_t k = 0; k < s.specs.size(); ++k) {
       const ParamSpec& spec = s.specs[k];
       const std::string key = state_key(s.name, spec.name);
@@ -233,6 +374,13 @@ void Plan::bind_state(StateStore& state, const std::vector<Shape>& shapes) {
                    "{}: state '{}' is {} {} in the model but the op wants {} {}", step_context(s), key,
                    core::dtype_name(e->dtype), e->shape.str(), core::dtype_name(spec.dtype), spec.shape.str());
       s.params[k] = state.tensor(key);
+      if (spec.compute_format) {
+        const Format f{spec.compute_format->dtype, spec.shape.rank() == 4 ? spec.compute_format->layout : core::Layout::nchw};
+        if (f != Format{spec.dtype, core::Layout::nchw}) {
+          s.params[k] = state.compute_copy(key, f);
+          s.param_copy[k] = true;
+        }
+      }
       if (spec.kind == StateKind::parameter) s.grad_params[k] = state.grad(key);
     }
     s.derived_specs = s.runtime->derived_specs(in, out);
@@ -258,8 +406,8 @@ void Plan::bind_state(StateStore& state, const std::vector<Shape>& shapes) {
   }
 }
 
-void Plan::mark_gradients(const Graph& graph) {
-  const size_t nv = graph.values().size();
+void Plan::mark_gradients(const Graph&) {
+  const size_t nv = shapes_.size();
   needs_grad_.assign(nv, false);
   if (mode_ != Mode::train) return;
   // A value can carry a gradient when it is differentiable and depends on a parameter.
@@ -268,7 +416,7 @@ void Plan::mark_gradients(const Graph& graph) {
     bool g = false;
     for (auto& spec : s.specs) g = g || spec.kind == StateKind::parameter;
     for (int id : s.inputs) g = g || flows[static_cast<size_t>(id)];
-    for (int o : s.outputs) flows[static_cast<size_t>(o)] = g && graph.value(o).differentiable;
+    for (int o : s.outputs) flows[static_cast<size_t>(o)] = g && differentiable_[static_cast<size_t>(o)];
   }
   // It gets one when a seeded output depends on it through differentiable values.
   std::vector<bool> reached(nv, false);
@@ -293,7 +441,8 @@ void Plan::mark_gradients(const Graph& graph) {
       for (int o : s.outputs) needs_grad_[static_cast<size_t>(o)] = needs_grad_[static_cast<size_t>(o)] || flows[static_cast<size_t>(o)];
 }
 
-void Plan::place_views(const std::vector<Shape>& shapes) {
+void Plan::place_views() {
+  const std::vector<Shape>& shapes = shapes_;
   alias_.assign(value_dtypes_.size(), Alias{});
   auto bytes_of_value = [&](int id) {
     return static_cast<size_t>(shapes[static_cast<size_t>(id)].numel()) * core::dtype_size(value_dtypes_[static_cast<size_t>(id)]);
@@ -301,9 +450,9 @@ void Plan::place_views(const std::vector<Shape>& shapes) {
   auto element_bytes = [&](int id) { return core::dtype_size(value_dtypes_[static_cast<size_t>(id)]); };
   auto is_input = [&](int id) { return std::find(graph_inputs_.begin(), graph_inputs_.end(), id) != graph_inputs_.end(); };
   for (auto& s : steps_) {
-    const std::vector<Shape> in = input_shapes_of(s, shapes);
+    const std::vector<Shape> in = input_shapes_of(s);
     for (size_t k = 0; k < s.outputs.size(); ++k) {
-      const auto view = s.op->output_view(k, in, core::Layout::nchw);
+      const auto view = s.op->output_view(k, in, s.format.layout);
       if (!view) continue;
       VISION_CHECK(view->input < s.inputs.size() &&
                        view->offset * element_bytes(s.outputs[k]) + bytes_of_value(s.outputs[k]) <=
@@ -317,7 +466,7 @@ void Plan::place_views(const std::vector<Shape>& shapes) {
       const int x = s.inputs[i];
       if (alias_[static_cast<size_t>(x)].parent >= 0 || is_input(x)) continue;
       if (std::count(s.inputs.begin(), s.inputs.end(), x) != 1) continue;
-      const auto offset = s.op->input_in_output(i, in, core::Layout::nchw);
+      const auto offset = s.op->input_in_output(i, in, s.format.layout);
       if (!offset) continue;
       VISION_CHECK(*offset * element_bytes(x) + bytes_of_value(x) <= bytes_of_value(s.outputs[0]),
                    "{}: input {} is declared in place outside the output", step_context(s), i);
@@ -326,7 +475,8 @@ void Plan::place_views(const std::vector<Shape>& shapes) {
   }
 }
 
-void Plan::layout_memory(const std::vector<Shape>& shapes) {
+void Plan::layout_memory() {
+  const std::vector<Shape>& shapes = shapes_;
   const int S = static_cast<int>(steps_.size());
   const int end = mode_ == Mode::train ? 2 * S : S;
   const size_t nv = value_dtypes_.size();
@@ -390,7 +540,7 @@ void Plan::layout_memory(const std::vector<Shape>& shapes) {
   size_t workspace = 0, scratch = 0;
   for (int i = 0; i < S; ++i) {
     PlanStep& s = steps_[static_cast<size_t>(i)];
-    const std::vector<Shape> in = input_shapes_of(s, shapes);
+    const std::vector<Shape> in = input_shapes_of(s);
     const Shape& out = shapes[static_cast<size_t>(s.outputs.front())];
     s.workspace = s.runtime->workspace_bytes(plan_ctx, in, out);
     workspace = std::max(workspace, s.workspace);
@@ -449,7 +599,8 @@ void Plan::layout_memory(const std::vector<Shape>& shapes) {
         break;
       case kGrad:
         grads_[static_cast<size_t>(o.a)] =
-            Tensor::view(p, shapes[static_cast<size_t>(o.a)], value_dtypes_[static_cast<size_t>(o.a)], dev);
+            Tensor::view(p, shapes[static_cast<size_t>(o.a)], value_dtypes_[static_cast<size_t>(o.a)], dev,
+                         value_layouts_[static_cast<size_t>(o.a)]);
         break;
       case kSaved: {
         PlanStep& s = steps_[static_cast<size_t>(o.a)];
@@ -469,7 +620,8 @@ void Plan::layout_memory(const std::vector<Shape>& shapes) {
   for (size_t id = 0; id < nv; ++id) {
     if (!present[id]) continue;
     const auto [root, offset] = root_of(static_cast<int>(id));
-    values_[id] = Tensor::view(root_memory[static_cast<size_t>(root)] + offset, shapes[id], value_dtypes_[id], dev);
+    values_[id] = Tensor::view(root_memory[static_cast<size_t>(root)] + offset, shapes[id], value_dtypes_[id], dev,
+                               value_layouts_[id]);
   }
 }
 
@@ -497,7 +649,7 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& dst = values_[static_cast<size_t>(graph_inputs_[i])];
     const Tensor& src = inputs[i];
-    const core::Layout layout = input_layouts_[i];
+    const core::Layout layout = dst.layout();
     VISION_CHECK(src.defined() && src.shape() == dst.shape() && src.dtype() == dst.dtype() &&
                      (src.rank() != 4 || src.layout() == layout),
                  "input {} ('{}'): expected {} {}{}, got {}", i, value_names_[static_cast<size_t>(graph_inputs_[i])],
@@ -509,6 +661,7 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
     else
       backend_->copy_on_device(dst.raw(), src.raw(), src.nbytes());
   }
+  state_->refresh_compute_copies();
   refresh_derived();
   const bool replayable = mode_ == Mode::inference && graph_replay_ && backend_->supports_graph_capture();
   if (!replayable) {
@@ -554,7 +707,7 @@ std::vector<Tensor> Plan::outputs() const {
 
 Tensor Plan::value_grad(int value_id) const { return grads_.at(static_cast<size_t>(value_id)); }
 
-void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
+void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed) {
   VISION_CHECK(mode_ == Mode::train, "backward needs a plan built for training (forward_train)");
   VISION_CHECK(forward_done_, "backward called before forward_train");
   VISION_CHECK(grad_outputs.empty() || grad_outputs.size() == graph_outputs_.size(),
@@ -583,7 +736,7 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
       VISION_CHECK(g.numel() == 1, "backward without output gradients needs scalar seeded outputs; '{}' is {}",
                    value_names_[static_cast<size_t>(o)], g.shape().str());
       Tensor one = Tensor::zeros(g.shape(), g.dtype());
-      one.fill(1.0f);
+      one.fill(seed);
       backend_->copy_to_device(g.raw(), one.raw(), one.nbytes());
     }
     written[static_cast<size_t>(o)] = true;
@@ -617,7 +770,7 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
     if (s.workspace) ctx.workspace = workspace_;
     size_t used = 0;
     auto take_scratch = [&](const Tensor& like) {
-      Tensor t = Tensor::view(scratch_base + used, like.shape(), like.dtype(), backend_->device());
+      Tensor t = Tensor::view(scratch_base + used, like.shape(), like.dtype(), backend_->device(), like.layout());
       used += align_up(like.nbytes(), 256);
       return t;
     };
@@ -640,7 +793,16 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
         adds.emplace_back(g, t);
       }
     }
-    for (auto& g : s.grad_params) {
+    std::vector<std::pair<Tensor, Tensor>> converts;  // (f32 master gradient, compute-format gradient)
+    for (size_t k = 0; k < s.grad_params.size(); ++k) {
+      const Tensor& g = s.grad_params[k];
+      if (g.defined() && s.param_copy[k]) {
+        // The op writes the gradient of its f16/bf16 copy; it is added into the (zeroed or accumulating) f32 one.
+        Tensor t = take_scratch(s.params[k]);
+        ctx.grad_params.push_back(t);
+        converts.emplace_back(g, t);
+        continue;
+      }
       if (!g.defined() || !accumulate) {
         ctx.grad_params.push_back(g);
         continue;
@@ -655,6 +817,7 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate) {
       fail("{} backward: {}", step_context(s), e.what());
     }
     for (auto& [dst, src] : adds) backend_->add_into(dst, src);
+    for (auto& [dst, src] : converts) backend_->convert(dst, src, /*accumulate=*/true);
   }
 }
 
@@ -663,7 +826,8 @@ std::string Plan::describe() const {
   for (const auto& s : steps_) {
     std::string shapes;
     for (int o : s.outputs) shapes += (shapes.empty() ? "" : ", ") + values_[static_cast<size_t>(o)].shape().str();
-    out += fmt::format("{:<32} {:<22} -> {}", s.name.empty() ? "(root)" : s.name, s.op->name(), shapes);
+    out += fmt::format("{:<32} {:<22} {:<9} -> {}", s.name.empty() ? "(root)" : s.name, s.op->name(),
+                       format_name(s.format), shapes);
     if (s.fused_from.size() > 1) {
       out += "  fused:";
       for (auto& f : s.fused_from) out += " " + f;

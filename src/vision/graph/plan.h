@@ -1,7 +1,9 @@
 // Plan — one graph lowered for one backend, mode and input shape: op order, arena layout, state bindings.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <tuple>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,9 +27,11 @@ struct PlanOptions {
   // No floating-point atomics in reductions and backward passes and deterministic library algorithms:
   // running the plan twice on the same inputs and state gives bit-identical outputs and gradients.
   bool deterministic = false;
-  // The element type activations are computed in (f32, f16 or bf16; the CPU backend computes in f32) and the
-  // memory order of rank-4 activations. Each step runs in this format when its op has it, else in f32 and/or
-  // NCHW with conversions around it; losses, reductions and BatchNorm statistics stay f32.
+  // The element type activations are computed in (f32, f16 or bf16) and the memory order of rank-4
+  // activations. Each step runs in this format when its op has it, else in f32 and/or NCHW (the built-in CPU
+  // ops compute in f32 NCHW), with cast and layout steps only where two formats meet: graph inputs and outputs
+  // whose declared format differs, and ops that lack the format. Losses, reductions and BatchNorm statistics
+  // stay f32. Parameters stay f32 masters; an op reading one in f16/bf16 gets a copy (StateStore::compute_copy).
   DType compute_dtype = DType::f32;
   core::Layout layout = core::Layout::nchw;
 };
@@ -48,6 +52,8 @@ struct PlanStep {
   size_t workspace = 0;
   bool backward = false;                  // train mode: a gradient reaches one of its outputs
   std::vector<std::string> fused_from;    // node names merged into this step
+  Format format;                          // what the step computes in (RuntimeOp::format())
+  std::vector<bool> param_copy;           // per spec: params[k] is a compute copy; its gradient is converted
 };
 
 class Plan {
@@ -73,10 +79,16 @@ class Plan {
   // grad_outputs is empty (every seeded output is a scalar and gets 1) or has one entry per plan output;
   // entries of outputs that are not seeded are ignored. Parameter gradients are written into the flat
   // gradient buffer, or added to it when accumulate is true.
-  void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false);
+  // seed is the gradient every scalar seeded output starts from when grad_outputs is empty (the loss scale
+  // of dynamic loss scaling; 1 otherwise).
+  void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false, float seed = 1.0f);
   // Gradient of a value of the graph after backward (for tests), undefined if it carries none.
   Tensor value_grad(int value_id) const;
   Tensor value(int value_id) const { return values_.at(static_cast<size_t>(value_id)); }
+  // The format a value of the graph has in this plan (dtype, and layout for rank 4).
+  Format value_format(int value_id) const;
+  // Cast and layout steps the format pass inserted.
+  size_t conversion_steps() const;
 
   // One line per step: name, op, output shapes, fused nodes; then the values that share memory.
   std::string describe() const;
@@ -88,13 +100,15 @@ class Plan {
 
  private:
   void build_steps(const Graph& graph);
+  void assign_formats(const Graph& graph);
+  int converted_value(int value, const Format& format, std::vector<PlanStep>& steps);
   void mark_gradients(const Graph& graph);
-  void bind_state(StateStore& state, const std::vector<Shape>& shapes);
-  void place_views(const std::vector<Shape>& shapes);
-  void layout_memory(const std::vector<Shape>& shapes);
+  void bind_state(StateStore& state);
+  void place_views();
+  void layout_memory();
   void refresh_derived();
   void run_steps();
-  std::vector<Shape> input_shapes_of(const PlanStep& s, const std::vector<Shape>& shapes) const;
+  std::vector<Shape> input_shapes_of(const PlanStep& s) const;
 
   // Memory of a value placed inside another's (a view, or an input written in place into a concat).
   struct Alias {
@@ -108,10 +122,14 @@ class Plan {
   PlanOptions options_;
   std::vector<Shape> input_shapes_;
   std::vector<int> graph_inputs_, graph_outputs_;
-  std::vector<core::Layout> input_layouts_;  // declared memory order of each input (rank 4)
   std::vector<bool> seeded_;        // per graph output of this plan: backward starts from it
+  // Per value: the graph's values, then those the format pass adds (the outputs of its conversions).
+  std::vector<Shape> shapes_;
   std::vector<DType> value_dtypes_;
+  std::vector<core::Layout> value_layouts_;
+  std::vector<bool> differentiable_;
   std::vector<std::string> value_names_;
+  std::map<std::tuple<int, DType, core::Layout>, int> conversions_;  // (value, format) → converted value
   std::vector<PlanStep> steps_;
   std::vector<Alias> alias_;        // per value
   std::vector<Tensor> values_;      // activation views (undefined for values no step needs)

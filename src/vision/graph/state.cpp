@@ -101,6 +101,29 @@ Tensor StateStore::grad(const std::string& key) const {
   return Tensor::view(static_cast<std::byte*>(grad_mem_.get()) + e->offset, e->shape, e->dtype, backend_->device());
 }
 
+Tensor StateStore::compute_copy(const std::string& key, const Format& format) {
+  const StateEntry* e = find(key);
+  VISION_CHECK(e != nullptr, "the model has no parameter or buffer named '{}'", key);
+  VISION_CHECK(core::is_floating(format.dtype) && core::is_floating(e->dtype),
+               "state '{}' ({}) has no {} copy: only floating state is converted", key, core::dtype_name(e->dtype),
+               format_name(format));
+  auto k = std::tuple{key, format.dtype, e->shape.rank() == 4 ? format.layout : core::Layout::nchw};
+  auto it = copies_.find(k);
+  if (it != copies_.end()) return it->second.copy;
+  ComputeCopy c;
+  c.key = key;
+  c.memory = backend_->allocate(static_cast<size_t>(e->shape.numel()) * core::dtype_size(format.dtype));
+  c.copy = Tensor::view(c.memory.get(), e->shape, format.dtype, backend_->device(), std::get<2>(k));
+  backend_->convert(c.copy, tensor(key));
+  return copies_.emplace(std::move(k), std::move(c)).first->second.copy;
+}
+
+void StateStore::refresh_compute_copies() {
+  if (copies_version_ == version_) return;
+  for (auto& [k, c] : copies_) backend_->convert(c.copy, tensor(c.key));
+  copies_version_ = version_;
+}
+
 void StateStore::set_from_host(const std::string& key, const Tensor& host) {
   const StateEntry* e = find(key);
   VISION_CHECK(e != nullptr, "the model has no parameter or buffer named '{}'", key);

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "vision/graph/backend.h"
@@ -52,6 +53,15 @@ class StateStore {
 
   BackendContext& backend() const { return *backend_; }
 
+  // A copy of state `key` in another format (an f16 weight laid out K, R, S, C for a convolution in f16 NHWC),
+  // made on first request and kept for the life of the store: every plan of the model that reads the state in
+  // that format shares it. refresh_compute_copies() rewrites them from the f32 masters when the state changed.
+  Tensor compute_copy(const std::string& key, const Format& format);
+  // Brings every compute copy up to date with the current version (once per version; plans call it before each
+  // run, outside any captured graph).
+  void refresh_compute_copies();
+  size_t compute_copies() const { return copies_.size(); }
+
   // A counter that changes whenever parameters or buffers change, so plans refresh what they derive from
   // them (folded BatchNorm) once per version rather than on every run. set_from_host and load_safetensors
   // bump it; code that writes the state directly (an optimizer step on flat_params()) calls mark_updated().
@@ -66,6 +76,13 @@ class StateStore {
   Tensor flat_params_, flat_grads_;
   int64_t n_params_ = 0;
   uint64_t version_ = 0;
+  struct ComputeCopy {
+    std::shared_ptr<void> memory;
+    Tensor copy;
+    std::string key;
+  };
+  std::map<std::tuple<std::string, DType, core::Layout>, ComputeCopy> copies_;
+  uint64_t copies_version_ = 0;
 };
 
 // Checkpoint key of state `local` of node `node_name` ("model.0.bn" + "weight").

@@ -74,6 +74,7 @@ class ConcatRuntime final : public CpuRuntimeOp {
  public:
   ConcatRuntime(int n, int64_t axis) : CpuRuntimeOp("ops.concat", n), axis_(axis) {}
   bool supports(const graph::Format&) const override { return true; }
+  bool follows_input_format() const override { return true; }
   void forward(ForwardCtx& ctx) override {
     const AxisGeometry g = Physical(ctx.output.shape(), axis_, format().layout).geometry();
     int64_t offset = 0;
@@ -103,6 +104,7 @@ class SplitRuntime final : public CpuRuntimeOp {
   SplitRuntime(std::vector<int64_t> sizes, int64_t axis)
       : CpuRuntimeOp("ops.split", 1), sizes_(std::move(sizes)), axis_(axis) {}
   bool supports(const graph::Format&) const override { return true; }
+  bool follows_input_format() const override { return true; }
   void forward(ForwardCtx& ctx) override {
     const AxisGeometry g = Physical(ctx.inputs[0].shape(), axis_, format().layout).geometry();
     int64_t offset = 0;
@@ -136,6 +138,7 @@ class SameBytesRuntime final : public CpuRuntimeOp {
       : CpuRuntimeOp(std::move(name), 1), backward_(backward), any_layout_(any_layout) {}
   // Any dtype; a reshape reads its input in row-major (N, C, H, W) order, so it takes NCHW only.
   bool supports(const graph::Format& f) const override { return any_layout_ || f.layout == core::Layout::nchw; }
+  bool follows_input_format() const override { return true; }
   bool has_backward() const override { return backward_; }
   void forward(ForwardCtx& ctx) override { copy_unless_same(*ctx.backend, ctx.inputs[0], ctx.output); }
   void backward(BackwardCtx& ctx) override {
@@ -216,6 +219,7 @@ class ChannelSliceRuntime final : public CpuRuntimeOp {
  public:
   ChannelSliceRuntime(int64_t begin, int64_t count) : CpuRuntimeOp("ops.channel_slice", 1), begin_(begin), count_(count) {}
   bool supports(const graph::Format&) const override { return true; }
+  bool follows_input_format() const override { return true; }
   void forward(ForwardCtx& ctx) override {
     const AxisGeometry g = Physical(ctx.inputs[0].shape(), 1, format().layout).geometry();
     copy_along_axis(*ctx.backend, ctx.inputs[0], g.dim, begin_, ctx.output, count_, 0, g.outer, count_, g.inner);

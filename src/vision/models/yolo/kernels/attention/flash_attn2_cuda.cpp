@@ -381,6 +381,10 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
                                     scale_);
   }
 
+  // f32, f16 and bf16 (the tensors' dtype picks the kernels); its activations are rank 3, so the plan asks with NCHW.
+  bool supports(const graph::Format& f) const override {
+    return core::is_floating(f.dtype) && f.layout == core::Layout::nchw;
+  }
   bool has_backward() const override { return true; }
   void backward(graph::BackwardCtx& ctx) override {
     VISION_CHECK(!ctx.saved.empty() && ctx.saved[0].defined(),
