@@ -52,6 +52,7 @@
 #include "vision/cuda/check.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/executor.h"
+#include "vision/graph/loss_scaler.h"
 #include "vision/ops/batchnorm.h"
 #include "vision/ops/conv2d.h"
 #include "vision/ops/elementwise.h"
@@ -198,6 +199,7 @@ struct RowResult {
   size_t plan_steps = 0, arena_bytes = 0;
   bool finite = true;
   double loss = NAN;
+  int64_t skipped_steps = -1;  // f16 training: optimizer steps the loss scaler skipped (gradient overflow)
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -362,16 +364,23 @@ RowResult run_row(const Context& cx, const RowSpec& spec) {
       r.graph_replayed = plan.graph_replayed();
       r.finite = all_finite(cx.backend->download(out.at(0)));
     } else {
+      // f16 needs dynamic loss scaling (graph::LossScaler: backward seeded with the scale, the gradients unscaled
+      // and checked, which waits for the device); f32 and bf16 need none.
+      const bool scaled = spec.format.dtype == DType::f16;
+      graph::LossScaler scaler;
       const float lr = cx.lr;
       r.timing = measure(
           clock,
           [&] {
             out = ex.forward_train({x});
-            ex.backward();
-            cx.backend->axpy(state.flat_params(), -lr, state.flat_grads());
-            state.mark_updated();
+            ex.backward({}, false, scaled ? scaler.scale() : 1.0f);
+            if (!scaled || scaler.unscale(state)) {
+              cx.backend->axpy(state.flat_params(), -lr, state.flat_grads());
+              state.mark_updated();
+            }
           },
           cx.timing);
+      if (scaled) r.skipped_steps = scaler.skipped_steps();
       const Tensor loss = cx.backend->download(out.at(0));
       r.loss = loss.to_vector().at(0);
       r.finite = std::isfinite(r.loss) && all_finite(cx.backend->download(state.flat_grads()));
@@ -404,8 +413,20 @@ void write_check(const Context& cx, const Format& f, const std::string& input, i
   for (auto& [key, t] : state.to_host()) tensors.emplace_back(key, t);
   tensors.emplace_back("check.input", to_f32_nchw(host_x));
   tensors.emplace_back("check.output", to_f32_nchw(cx.backend->download(ex.forward({x}).at(0))));
-  const std::vector<Tensor> loss = ex.forward_train({x});
-  ex.backward();
+  std::vector<Tensor> loss;
+  if (f.dtype == DType::f16) {  // f16 gradients of a mean underflow without loss scaling
+    graph::LossScaler scaler;
+    bool finite = false;
+    for (int attempt = 0; attempt < 24 && !finite; ++attempt) {
+      loss = ex.forward_train({x});
+      ex.backward({}, false, scaler.scale());
+      finite = scaler.unscale(state);
+    }
+    VISION_CHECK(finite, "f16 gradients overflow at every loss scale down to {}", scaler.scale());
+  } else {
+    loss = ex.forward_train({x});
+    ex.backward();
+  }
   tensors.emplace_back("check.loss", to_f32_nchw(cx.backend->download(loss.at(0))));
   for (const graph::StateEntry& e : state.entries())
     if (e.kind == graph::StateKind::parameter)
@@ -431,7 +452,7 @@ std::vector<std::string> split_list(const std::string& s) {
 int main(int argc, char** argv) {
   CLI::App app{"Conv-BN-SiLU / C2f stack through the graph engine: inference (graph replay) and training steps"};
   std::string json_path, only, device = "cuda", check_path;
-  std::string formats_s = "f32_nchw,f16_nhwc,bf16_nhwc", train_formats_s = "f32_nchw,bf16_nhwc";
+  std::string formats_s = "f32_nchw,f16_nhwc,bf16_nhwc", train_formats_s = "f32_nchw,f16_nhwc,bf16_nhwc";
   std::string batches_s = "1,32", inputs_s = "native,f32_nchw", modes_s = "infer,train";
   Context cx;
   app.add_option("--json", json_path, "write the rows as JSON lines (a meta line first) for run.sh");
@@ -442,9 +463,7 @@ int main(int argc, char** argv) {
   app.add_option("--batches", batches_s, "comma-separated batch sizes");
   app.add_option("--modes", modes_s, "comma-separated: infer, train");
   app.add_option("--formats", formats_s, "inference formats: f32_nchw, f16_nhwc, bf16_nhwc (also f16_nchw, ...)");
-  app.add_option("--train-formats", train_formats_s,
-                 "training formats (f16 needs loss scaling, which the engine has no API for yet: time it only with "
-                 "care, its gradients underflow)");
+  app.add_option("--train-formats", train_formats_s, "training formats (f16 with dynamic loss scaling)");
   app.add_option("--inputs", inputs_s,
                  "graph input declarations for 16-bit formats: native (the compute format: the pure network) and/or "
                  "f32_nchw (the plan converts the input)");
@@ -590,6 +609,7 @@ int main(int argc, char** argv) {
           j["arena_bytes"] = r.arena_bytes;
           if (s.mode == "infer" && cx.backend->supports_graph_capture()) j["graph_replayed"] = r.graph_replayed;
           if (s.mode == "train") j["loss"] = r.loss;
+          if (r.skipped_steps >= 0) j["skipped_steps"] = r.skipped_steps;
         } else {
           j["error"] = r.error;
         }

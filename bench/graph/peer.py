@@ -16,8 +16,9 @@ Inference peers (BatchNorm folded into the convolutions by fold_batchnorm, writt
   compile+graph  torch.compile(folded model, --compile-mode), captured into a CUDAGraph the same way.
 Formats: f32_nchw (TF32 off: torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False),
 f16_nhwc and bf16_nhwc (model.half()/bfloat16() and torch.channels_last). torch.backends.cudnn.benchmark = True.
-Training peers: one step = zero_grad, forward (bf16: autocast, model weights f32 channels_last), loss =
-mean(y.float()), backward, torch.optim.SGD(lr) step; eager, and the whole step captured into a CUDAGraph.
+Training peers: one step = zero_grad, forward (f16/bf16: autocast, model weights f32 channels_last), loss =
+mean(y.float()), backward, torch.optim.SGD(lr) step (f16: through torch.cuda.amp.GradScaler); eager, and (f32, bf16)
+the whole step captured into a CUDAGraph.
 
 Timing (as bench_graph): warm-up calls, one timed call picks `iters` (a measurement of ~--target-ms), then
 --repeats measurements of `iters` back-to-back calls with CUDA events around each; median (and min) per call.
@@ -301,8 +302,7 @@ def inference_peers(args, fmt, batch):
 
 def train_peers(args, fmt, batch):
     dtype, mem = FORMATS[fmt]
-    if fmt not in ("f32_nchw", "bf16_nhwc", "bf16_nchw", "f32_nhwc"):
-        raise ValueError("peer.py times training in f32 and bf16 (autocast) only, not {}".format(fmt))
+    scaled = dtype == torch.float16  # f16: autocast with dynamic loss scaling (GradScaler)
     shape = (batch, 3, args.size, args.size)
     gen = torch.Generator().manual_seed(args.seed)
     x = make_input(shape, fmt, args.device, gen)
@@ -321,14 +321,20 @@ def train_peers(args, fmt, batch):
 
     def eager():
         model, opt = setup()
+        scaler = torch.cuda.amp.GradScaler() if scaled else None
 
         def step():
             opt.zero_grad(set_to_none=True)
             with autocast():
                 y = model(x)
             loss = y.float().mean()
-            loss.backward()
-            opt.step()
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
             return loss
 
         return step
@@ -364,7 +370,10 @@ def train_peers(args, fmt, batch):
         return g.replay
 
     peers = [("eager", "native", eager)]
-    if args.device == "cuda":
+    if args.device == "cuda" and scaled:
+        peers.append(("graph", "native", failing(RuntimeError(
+            "not captured: GradScaler's step reads found-inf on the host (as the engine's LossScaler does)"))))
+    elif args.device == "cuda":
         peers.append(("graph", "native", lambda: graphed(x)))
         if dtype != torch.float32:
             peers.append(("graph", "f32_nchw", lambda: graphed(x32)))
@@ -500,7 +509,7 @@ def main():
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--modes", default="infer,train")
     ap.add_argument("--formats", default="f32_nchw,f16_nhwc,bf16_nhwc")
-    ap.add_argument("--train-formats", default="f32_nchw,bf16_nhwc")
+    ap.add_argument("--train-formats", default="f32_nchw,f16_nhwc,bf16_nhwc")
     ap.add_argument("--only", default="", help="run only the rows whose key contains this text")
     ap.add_argument("--compile", default="b32",
                     help="which inference rows get a torch.compile peer: none, b32 (16-bit formats at batch 32; "
