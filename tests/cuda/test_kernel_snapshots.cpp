@@ -53,11 +53,12 @@ const std::vector<std::string> kSnapshotIds = {
     // YOLO26's box decode: the forward (every mode, a kernel argument) and the grid mode's backward.
     "detect_decode_forward__f32",
     "detect_decode_backward__bf16",
-    // PSA data movement (psa.cuh): channels → rows and back at YOLO26's widths, V extraction forward and backward.
-    "psa_channels_to_rows__f32__w32",
-    "psa_rows_to_channels__bf16__w64",
-    "psa_extract_v_forward__f16__kd32",
-    "psa_extract_v_backward__f32__kd32",
+    // PSA data movement (psa.cuh): channels → rows and back at YOLO26's widths, V extraction forward and backward,
+    // NCHW and NHWC.
+    "psa_channels_to_rows__f32__w32_nhwc0",
+    "psa_rows_to_channels__bf16__w64_nhwc1",
+    "psa_extract_v_forward__f16__kd32_nhwc1",
+    "psa_extract_v_backward__f32__kd32_nhwc0",
 };
 
 bool blessing() {

@@ -20,44 +20,61 @@ using core::Tensor;
 using models::yolo::kernels::attention::PsaConfig;
 using models::yolo::kernels::attention::PsaForm;
 
-// A tensor of the backend filled with NaN.
-inline Tensor poisoned(graph::BackendContext& b, const Shape& shape) {
+// A host f32 NCHW tensor in format f (rank-4 tensors in f.layout; values rounded to f.dtype), and back.
+inline Tensor to_format(const Tensor& host, const graph::Format& f) {
+  const core::Layout layout = host.rank() == 4 ? f.layout : core::Layout::nchw;
+  Tensor out = Tensor::zeros(host.shape(), f.dtype, layout);
+  graph::cpu_backend()->convert(out, host);
+  return out;
+}
+inline Tensor to_f32_nchw(const Tensor& host) {
+  Tensor out = Tensor::zeros(host.shape());
+  graph::cpu_backend()->convert(out, host);
+  return out;
+}
+// The values of host as format f would hold them (rounded to f.dtype), in f32 NCHW.
+inline Tensor rounded_to(const Tensor& host, const graph::Format& f) { return to_f32_nchw(to_format(host, f)); }
+
+// A tensor of the backend filled with NaN, in format f.
+inline Tensor poisoned(graph::BackendContext& b, const Shape& shape, const graph::Format& f = {}) {
   Tensor host = Tensor::zeros(shape);
   float* p = host.data<float>();
   for (int64_t i = 0; i < host.numel(); ++i) p[i] = std::numeric_limits<float>::quiet_NaN();
-  return b.upload(host);
+  return b.upload(to_format(host, f));
 }
 
-// Runs op forward (and backward for grad_outputs, when given) on backend b into poisoned tensors; returns the outputs
-// and the input gradients on the host.
+// Runs op forward (and backward for grad_outputs, when given) on backend b in format f into poisoned tensors; inputs
+// and gradients are given, and outputs and input gradients returned, as f32 NCHW host tensors.
 struct OpRun {
   std::vector<Tensor> outputs, grad_inputs;
 };
 inline OpRun run_op(const graph::Op& op, const std::vector<Tensor>& inputs, graph::BackendContext& b,
-                  const std::vector<Tensor>& grad_outputs = {}) {
+                    const std::vector<Tensor>& grad_outputs = {}, const graph::Format& format = {}) {
   std::vector<Shape> shapes;
   for (const Tensor& t : inputs) shapes.push_back(t.shape());
   const std::vector<Shape> out_shapes = op.infer_output_shapes(shapes);
   auto rt = op.lower(b.backend(), grad_outputs.empty() ? graph::Mode::inference : graph::Mode::train);
+  if (!rt->supports(format)) throw Error(std::string(op.name()) + " does not run in " + graph::format_name(format));
+  rt->set_format(format);
   graph::ForwardCtx f;
   f.backend = &b;
-  for (const Tensor& t : inputs) f.inputs.push_back(b.upload(t));
-  for (const Shape& s : out_shapes) f.outputs.push_back(poisoned(b, s));
+  for (const Tensor& t : inputs) f.inputs.push_back(b.upload(to_format(t, format)));
+  for (const Shape& s : out_shapes) f.outputs.push_back(poisoned(b, s, format));
   f.output = f.outputs.at(0);
   rt->forward(f);
   OpRun r;
-  for (const Tensor& t : f.outputs) r.outputs.push_back(b.download(t));
+  for (const Tensor& t : f.outputs) r.outputs.push_back(to_f32_nchw(b.download(t)));
   if (grad_outputs.empty()) return r;
   graph::BackwardCtx g;
   g.backend = &b;
   g.inputs = f.inputs;
   g.outputs = f.outputs;
   g.output = f.output;
-  for (const Tensor& t : grad_outputs) g.grad_outputs.push_back(b.upload(t));
+  for (const Tensor& t : grad_outputs) g.grad_outputs.push_back(b.upload(to_format(t, format)));
   g.grad_output = g.grad_outputs.at(0);
-  for (const Tensor& t : inputs) g.grad_inputs.push_back(poisoned(b, t.shape()));
+  for (const Tensor& t : inputs) g.grad_inputs.push_back(poisoned(b, t.shape(), format));
   rt->backward(g);
-  for (const Tensor& t : g.grad_inputs) r.grad_inputs.push_back(b.download(t));
+  for (const Tensor& t : g.grad_inputs) r.grad_inputs.push_back(to_f32_nchw(b.download(t)));
   return r;
 }
 

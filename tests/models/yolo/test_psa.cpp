@@ -70,6 +70,41 @@ std::vector<Tensor> merge_inputs(const Case& c) {
   return parts;
 }
 
+// The CPU twin in NHWC (the image tensors' channels innermost) against the same index references, forward and
+// backward: the layout changes only where the bytes lie.
+TEST(PsaOps, NhwcMatchesTheNchwReferences) {
+  auto cpu = graph::cpu_backend();
+  const graph::Format nhwc{core::DType::f32, core::Layout::nhwc};
+  for (const Case& c : all_cases()) {
+    SCOPED_TRACE(c.str());
+    const PsaConfig cfg = c.config();
+    const Tensor qkv = random_tensor(qkv_shape(c));
+    const auto x = to_double(qkv);
+    const OpRun pack = run_op(PsaPackQkvOp(cfg), {qkv}, *cpu, {}, nhwc);
+    const auto ref = pack_reference(x, cfg, c.batch, kN);
+    for (size_t k = 0; k < ref.size(); ++k) EXPECT_EQ(max_abs_diff(pack.outputs[k].to_vector(), ref[k]), 0.0) << k;
+    const OpRun extract = run_op(PsaExtractVOp(cfg), {qkv}, *cpu, {}, nhwc);
+    EXPECT_EQ(max_abs_diff(extract.outputs[0].to_vector(), extract_reference(x, cfg, c.batch, kN)), 0.0);
+    const std::vector<Tensor> parts = merge_inputs(c);
+    std::vector<std::vector<double>> parts_d;
+    for (const Tensor& t : parts) parts_d.push_back(to_double(t));
+    const OpRun merge = run_op(PsaMergeAttnOp(cfg, kH, kW), parts, *cpu, {}, nhwc);
+    EXPECT_EQ(max_abs_diff(merge.outputs[0].to_vector(), merge_reference(parts_d, cfg, c.batch, kN)), 0.0);
+    // Backward in NHWC equals backward in NCHW (both returned as NCHW).
+    for (const graph::Op* op : std::initializer_list<const graph::Op*>{new PsaPackQkvOp(cfg), new PsaExtractVOp(cfg)}) {
+      std::unique_ptr<const graph::Op> owned(op);
+      const std::vector<Tensor> y = random_like(run_op(*op, {qkv}, *cpu).outputs);
+      EXPECT_EQ(run_op(*op, {qkv}, *cpu, y, nhwc).grad_inputs[0].to_vector(),
+                run_op(*op, {qkv}, *cpu, y).grad_inputs[0].to_vector())
+          << op->name();
+    }
+    const std::vector<Tensor> dy = random_like(merge.outputs);
+    const OpRun m1 = run_op(PsaMergeAttnOp(cfg, kH, kW), parts, *cpu, dy, nhwc);
+    const OpRun m2 = run_op(PsaMergeAttnOp(cfg, kH, kW), parts, *cpu, dy);
+    for (size_t k = 0; k < parts.size(); ++k) EXPECT_EQ(m1.grad_inputs[k].to_vector(), m2.grad_inputs[k].to_vector());
+  }
+}
+
 TEST(PsaOps, ForwardMatchesIndexReferenceWithPoisonedOutputs) {
   auto cpu = graph::cpu_backend();
   for (const Case& c : all_cases()) {

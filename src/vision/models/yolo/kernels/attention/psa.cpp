@@ -21,8 +21,8 @@ void check_psa_config(const PsaConfig& c, std::string_view what) {
                c.key_dim, c.heads);
 }
 
-std::vector<PsaRowsBlock> psa_pack_blocks(const PsaConfig& c, int64_t batch, int64_t n) {
-  const PsaRowsBlock base{batch, c.heads, n, c.qkv_channels(), 4 * c.key_dim, 0, c.key_dim};
+std::vector<PsaRowsBlock> psa_pack_blocks(const PsaConfig& c, int64_t batch, int64_t n, core::Layout layout) {
+  const PsaRowsBlock base{batch, c.heads, n, c.qkv_channels(), 4 * c.key_dim, 0, c.key_dim, layout};
   std::vector<PsaRowsBlock> blocks{base, base};
   blocks[1].offset = c.key_dim;  // K
   for (int64_t part = 0; part < c.v_parts(); ++part) {
@@ -34,28 +34,40 @@ std::vector<PsaRowsBlock> psa_pack_blocks(const PsaConfig& c, int64_t batch, int
   return blocks;
 }
 
-std::vector<PsaRowsBlock> psa_merge_blocks(const PsaConfig& c, int64_t batch, int64_t n) {
+std::vector<PsaRowsBlock> psa_merge_blocks(const PsaConfig& c, int64_t batch, int64_t n, core::Layout layout) {
   std::vector<PsaRowsBlock> blocks;
   for (int64_t part = 0; part < c.v_parts(); ++part)
-    blocks.push_back({batch, c.heads, n, c.v_channels(), 2 * c.key_dim, part * c.v_part_width(), c.v_part_width()});
+    blocks.push_back(
+        {batch, c.heads, n, c.v_channels(), 2 * c.key_dim, part * c.v_part_width(), c.v_part_width(), layout});
   return blocks;
 }
 
 namespace {
 
-// The one indexing helper of the rows ↔ channels layouts: the channel-major index of row element i of `block`.
+// Index of (batch b, channel c, pixel p) in an image of `channels` channels and n pixels.
+inline int64_t image_index(core::Layout layout, int64_t b, int64_t c, int64_t p, int64_t channels, int64_t n) {
+  return layout == core::Layout::nhwc ? (b * n + p) * channels + c : (b * channels + c) * n + p;
+}
+
+// The one indexing helper of the rows ↔ channels layouts: the image index of row element i of `block`.
 inline int64_t channel_index(const PsaRowsBlock& k, int64_t i) {
   const int64_t d = i % k.width, r = i / k.width, p = r % k.n, bh = r / k.n;
   const int64_t b = bh / k.heads, h = bh % k.heads;
-  return (b * k.channels + h * k.head_stride + k.offset + d) * k.n + p;
+  return image_index(k.layout, b, h * k.head_stride + k.offset + d, p, k.channels, k.n);
 }
 
-// The one indexing helper of extract_v: the qkv index of image element i, or -1 for none. Image element i is
+// The one indexing helper of extract_v: the qkv index of image element i (both in `layout`). Image element i is
 // (b, h·2·KEY_DIM + d, p); qkv channel h·4·KEY_DIM + 2·KEY_DIM + d.
-inline int64_t qkv_index_of_v(int64_t i, int64_t key_dim, int64_t heads, int64_t n) {
-  const int64_t p = i % n, ch = (i / n) % (2 * key_dim * heads), b = i / (n * 2 * key_dim * heads);
+inline int64_t qkv_index_of_v(int64_t i, int64_t key_dim, int64_t heads, int64_t n, core::Layout layout) {
+  const int64_t ic = 2 * key_dim * heads;
+  int64_t p, ch, b;
+  if (layout == core::Layout::nhwc) {
+    ch = i % ic, p = (i / ic) % n, b = i / (ic * n);
+  } else {
+    p = i % n, ch = (i / n) % ic, b = i / (n * ic);
+  }
   const int64_t h = ch / (2 * key_dim), d = ch % (2 * key_dim);
-  return (b * 4 * key_dim * heads + h * 4 * key_dim + 2 * key_dim + d) * n + p;
+  return image_index(layout, b, h * 4 * key_dim + 2 * key_dim + d, p, 4 * key_dim * heads, n);
 }
 
 void check_f32(const Tensor& t, int64_t numel, std::string_view what) {
@@ -88,7 +100,9 @@ void psa_extract_v_cpu(const Tensor& qkv, int64_t key_dim, int64_t heads, const 
   const int64_t n = qkv.dim(2) * qkv.dim(3);
   const float* src = qkv.data<float>();
   float* dst = image.data<float>();
-  cpu::parallel_for(image.numel(), [&](int64_t i) { dst[i] = src[qkv_index_of_v(i, key_dim, heads, n)]; });
+  VISION_CHECK(qkv.layout() == image.layout(), "psa_extract_v: qkv is {}, the image {}", qkv.str(), image.str());
+  cpu::parallel_for(image.numel(),
+                    [&](int64_t i) { dst[i] = src[qkv_index_of_v(i, key_dim, heads, n, qkv.layout())]; });
 }
 
 void psa_extract_v_backward_cpu(const Tensor& grad_image, int64_t key_dim, int64_t heads, const Tensor& grad_qkv) {
@@ -98,7 +112,10 @@ void psa_extract_v_backward_cpu(const Tensor& grad_image, int64_t key_dim, int64
   const float* src = grad_image.data<float>();
   float* dst = grad_qkv.data<float>();
   cpu::parallel_for(grad_qkv.numel(), [&](int64_t i) { dst[i] = 0.0f; });  // Q and K get no gradient
-  cpu::parallel_for(grad_image.numel(), [&](int64_t i) { dst[qkv_index_of_v(i, key_dim, heads, n)] = src[i]; });
+  VISION_CHECK(grad_qkv.layout() == grad_image.layout(), "psa_extract_v backward: d_qkv is {}, the image gradient {}",
+               grad_qkv.str(), grad_image.str());
+  cpu::parallel_for(grad_image.numel(),
+                    [&](int64_t i) { dst[qkv_index_of_v(i, key_dim, heads, n, grad_qkv.layout())] = src[i]; });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -138,21 +155,22 @@ class PsaRuntime final : public graph::RuntimeOp {
     return op_ == PsaOpKind::merge_attn ? static_cast<int>(config_.v_parts()) : 1;
   }
   bool has_backward() const override { return true; }
-  std::vector<graph::KernelInfo> kernels() const override { return copies_->kernels(op_, config_); }
+  bool supports(const graph::Format& f) const override { return copies_->supports(f); }
+  std::vector<graph::KernelInfo> kernels() const override { return copies_->kernels(op_, config_, format()); }
 
   void forward(graph::ForwardCtx& ctx) override {
     graph::BackendContext& b = *ctx.backend;
     if (op_ == PsaOpKind::extract_v) return copies_->extract_v(b, ctx.inputs.at(0), config_, ctx.outputs.at(0));
     if (op_ == PsaOpKind::pack_qkv) {
       const Tensor& qkv = ctx.inputs.at(0);
-      const auto blocks = psa_pack_blocks(config_, qkv.dim(0), qkv.dim(2) * qkv.dim(3));
+      const auto blocks = psa_pack_blocks(config_, qkv.dim(0), qkv.dim(2) * qkv.dim(3), qkv.layout());
       VISION_CHECK(ctx.outputs.size() == blocks.size(), "psa_pack_qkv: {} outputs given, {} expected",
                    ctx.outputs.size(), blocks.size());
       for (size_t k = 0; k < blocks.size(); ++k) copies_->channels_to_rows(b, qkv, blocks[k], ctx.outputs[k]);
       return;
     }
     const Tensor& image = ctx.outputs.at(0);
-    const auto blocks = psa_merge_blocks(config_, image.dim(0), image.dim(2) * image.dim(3));
+    const auto blocks = psa_merge_blocks(config_, image.dim(0), image.dim(2) * image.dim(3), image.layout());
     for (size_t k = 0; k < blocks.size(); ++k) copies_->rows_to_channels(b, ctx.inputs.at(k), blocks[k], image);
   }
 
@@ -160,7 +178,8 @@ class PsaRuntime final : public graph::RuntimeOp {
     graph::BackendContext& b = *ctx.backend;
     if (op_ == PsaOpKind::merge_attn) {
       const Tensor& grad_image = ctx.grad_outputs.at(0);
-      const auto blocks = psa_merge_blocks(config_, grad_image.dim(0), grad_image.dim(2) * grad_image.dim(3));
+      const auto blocks =
+          psa_merge_blocks(config_, grad_image.dim(0), grad_image.dim(2) * grad_image.dim(3), grad_image.layout());
       for (size_t k = 0; k < blocks.size(); ++k)
         if (ctx.grad_inputs.at(k).defined())
           copies_->channels_to_rows(b, grad_image, blocks[k], ctx.grad_inputs[k]);
@@ -170,7 +189,7 @@ class PsaRuntime final : public graph::RuntimeOp {
     if (!grad_qkv.defined()) return;
     if (op_ == PsaOpKind::extract_v) return copies_->extract_v_backward(b, ctx.grad_outputs.at(0), config_, grad_qkv);
     // The blocks cover every qkv channel, so d_qkv is written whole.
-    const auto blocks = psa_pack_blocks(config_, grad_qkv.dim(0), grad_qkv.dim(2) * grad_qkv.dim(3));
+    const auto blocks = psa_pack_blocks(config_, grad_qkv.dim(0), grad_qkv.dim(2) * grad_qkv.dim(3), grad_qkv.layout());
     for (size_t k = 0; k < blocks.size(); ++k) {
       VISION_CHECK(k < ctx.grad_outputs.size() && ctx.grad_outputs[k].defined(),
                    "psa_pack_qkv backward: output {} has no gradient (the executor passes zeros for unused ones)", k);

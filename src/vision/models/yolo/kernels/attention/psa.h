@@ -2,8 +2,8 @@
 // pack (qkv → Q, K, V rows), extract (qkv → the V channels as an image) and merge (attention rows → an image), each
 // a graph op with a CPU twin here and CUDA kernels in psa.cuh (psa_cuda.h).
 //
-// Layouts (f32 in the graph; every tensor contiguous):
-//   qkv    [B, 4·KEY_DIM·heads, H, W], N = H·W, channel-major. Head h owns channels h·4·KEY_DIM + c, c in
+// Layouts (every tensor contiguous; f32 on the CPU, f32/f16/bf16 on CUDA; qkv and image NCHW or NHWC, the plan's):
+//   qkv    [B, 4·KEY_DIM·heads, H, W], N = H·W. Head h owns channels h·4·KEY_DIM + c, c in
 //          [0, 4·KEY_DIM): Q (c < KEY_DIM) | K (KEY_DIM ≤ c < 2·KEY_DIM) | V (2·KEY_DIM ≤ c).
 //   rows   [B·heads, N, w], row-major: element (b·heads + h, p, d).
 //   image  [B, 2·KEY_DIM·heads, H, W]: channel h·2·KEY_DIM + d holds V dim d of head h (ultralytics' order).
@@ -52,13 +52,16 @@ struct PsaRowsBlock {
   int64_t head_stride = 0;  // channels between heads
   int64_t offset = 0;       // first channel of the block within a head
   int64_t width = 0;        // channels of the block per head (row length)
+  core::Layout layout = core::Layout::nchw;  // of the image tensor: NCHW [B, channels, N] or NHWC [B, N, channels]
   int64_t rows_numel() const { return batch * heads * n * width; }
 };
 // The blocks of pack's outputs (Q, K, V_lo, V_hi or Q, K, V) and of merge's inputs (O_lo, O_hi or O).
-std::vector<PsaRowsBlock> psa_pack_blocks(const PsaConfig& c, int64_t batch, int64_t n);
-std::vector<PsaRowsBlock> psa_merge_blocks(const PsaConfig& c, int64_t batch, int64_t n);
+std::vector<PsaRowsBlock> psa_pack_blocks(const PsaConfig& c, int64_t batch, int64_t n,
+                                          core::Layout layout = core::Layout::nchw);
+std::vector<PsaRowsBlock> psa_merge_blocks(const PsaConfig& c, int64_t batch, int64_t n,
+                                           core::Layout layout = core::Layout::nchw);
 
-// CPU twin, f32 host tensors; outputs are overwritten.
+// CPU twin, f32 host tensors (qkv and image in their Tensor::layout()); outputs are overwritten.
 // channel-major → rows (pack forward, merge backward) and rows → channel-major (pack backward, merge forward).
 void psa_channels_to_rows_cpu(const Tensor& channels, const PsaRowsBlock& block, const Tensor& rows);
 void psa_rows_to_channels_cpu(const Tensor& rows, const PsaRowsBlock& block, const Tensor& channels);
@@ -83,9 +86,11 @@ class PsaCopies {
   virtual void extract_v(graph::BackendContext& b, const Tensor& qkv, const PsaConfig& c, const Tensor& image) const = 0;
   virtual void extract_v_backward(graph::BackendContext& b, const Tensor& grad_image, const PsaConfig& c,
                                   const Tensor& grad_qkv) const = 0;
-  // The GPU kernels these copies launch for one op (empty on the CPU).
-  virtual std::vector<graph::KernelInfo> kernels(PsaOpKind op, const PsaConfig& c) const {
-    (void)op, (void)c;
+  // The formats these copies take (the CPU twin: f32, either layout).
+  virtual bool supports(const graph::Format& f) const { return f.dtype == core::DType::f32; }
+  // The GPU kernels these copies launch for one op in one format (empty on the CPU).
+  virtual std::vector<graph::KernelInfo> kernels(PsaOpKind op, const PsaConfig& c, const graph::Format& f) const {
+    (void)op, (void)c, (void)f;
     return {};
   }
 };
@@ -96,7 +101,7 @@ std::unique_ptr<graph::RuntimeOp> make_psa_runtime(PsaOpKind op, PsaConfig confi
                                                    std::unique_ptr<graph::RuntimeOp> twin = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------------
-// Graph ops (f32). The batch may be symbolic.
+// Graph ops (any floating dtype the backend has; qkv and image in the plan's layout). The batch may be symbolic.
 
 // "yolo.psa_pack_qkv": qkv [B, 4·KEY_DIM·heads, H, W] → two_pass: Q, K, V_lo, V_hi [B·heads, N, KEY_DIM];
 // one_pass: Q, K [B·heads, N, KEY_DIM] and V [B·heads, N, 2·KEY_DIM].

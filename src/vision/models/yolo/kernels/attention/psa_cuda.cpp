@@ -22,30 +22,32 @@ int checked_pow2(int64_t v, std::string_view what) {
   return static_cast<int>(v);
 }
 
-cuda::KernelSpec psa_spec(const char* name, core::DType dtype, const char* constant, int value, const char* params) {
+cuda::KernelSpec psa_spec(const char* name, core::DType dtype, const char* constant, int value, core::Layout layout,
+                          const char* params) {
   VISION_CHECK(core::is_floating(dtype), "psa: no CUDA kernel for {} tensors (f32, f16 and bf16 only)",
                core::dtype_name(dtype));
   cuda::KernelSpec s;
   s.name = name;
   s.file = kFile;
   s.dtype = dtype;
-  s.constants = {{constant, checked_pow2(value, constant)}};
+  s.constants = {{constant, checked_pow2(value, constant)}, {"nhwc", layout == core::Layout::nhwc ? 1 : 0}};
   s.params = params;
   s.scope = kScope;
   return s;
 }
 
 void register_psa_kernels(cuda::KernelRegistry& r) {
-  for (core::DType t : {core::DType::f32, core::DType::f16, core::DType::bf16}) {
-    for (int w : {16, 32, 64}) {
-      r.add<PsaChannelsToRows>(t, w);
-      r.add<PsaRowsToChannels>(t, w);
+  for (core::DType t : {core::DType::f32, core::DType::f16, core::DType::bf16})
+    for (core::Layout l : {core::Layout::nchw, core::Layout::nhwc}) {
+      for (int w : {16, 32, 64}) {
+        r.add<PsaChannelsToRows>(t, w, l);
+        r.add<PsaRowsToChannels>(t, w, l);
+      }
+      for (int kd : {16, 32}) {
+        r.add<PsaExtractVForward>(t, kd, l);
+        r.add<PsaExtractVBackward>(t, kd, l);
+      }
     }
-    for (int kd : {16, 32}) {
-      r.add<PsaExtractVForward>(t, kd);
-      r.add<PsaExtractVBackward>(t, kd);
-    }
-  }
 }
 VISION_REGISTER_KERNELS(register_psa_kernels);
 
@@ -53,30 +55,30 @@ template <typename D>
 void launch_rows(cudaStream_t stream, core::DType dtype, const void* src, void* dst, const PsaRowsBlock& k) {
   const int64_t total = k.rows_numel();
   if (total == 0) return;
-  cuda::kernel_instance<D>(dtype, checked_pow2(k.width, "the row width")).launch(
+  cuda::kernel_instance<D>(dtype, checked_pow2(k.width, "the row width"), k.layout).launch(
       stream, dim3(cuda::grid_blocks(total, kThreads)), dim3(kThreads), 0, src, dst, total, k.n, k.heads, k.channels,
       k.head_stride, k.offset);
 }
 
 template <typename D>
-void launch_extract(cudaStream_t stream, core::DType dtype, const void* src, void* dst, int64_t batch,
-                    int64_t key_dim, int64_t heads, int64_t n) {
+void launch_extract(cudaStream_t stream, core::DType dtype, core::Layout layout, const void* src, void* dst,
+                    int64_t batch, int64_t key_dim, int64_t heads, int64_t n) {
   const int64_t total = batch * 4 * key_dim * heads * n;  // one thread per qkv element
   if (total == 0) return;
-  cuda::kernel_instance<D>(dtype, checked_pow2(key_dim, "key_dim")).launch(
+  cuda::kernel_instance<D>(dtype, checked_pow2(key_dim, "key_dim"), layout).launch(
       stream, dim3(cuda::grid_blocks(total, kThreads)), dim3(kThreads), 0, src, dst, total, n, heads);
 }
 
 }  // namespace
 
-PsaChannelsToRows::PsaChannelsToRows(core::DType t, int width)
-    : KernelDescriptor(psa_spec("psa_channels_to_rows", t, "w", width, kRowsParams)) {}
-PsaRowsToChannels::PsaRowsToChannels(core::DType t, int width)
-    : KernelDescriptor(psa_spec("psa_rows_to_channels", t, "w", width, kRowsParams)) {}
-PsaExtractVForward::PsaExtractVForward(core::DType t, int key_dim)
-    : KernelDescriptor(psa_spec("psa_extract_v_forward", t, "kd", key_dim, kExtractParams)) {}
-PsaExtractVBackward::PsaExtractVBackward(core::DType t, int key_dim)
-    : KernelDescriptor(psa_spec("psa_extract_v_backward", t, "kd", key_dim, kExtractParams)) {}
+PsaChannelsToRows::PsaChannelsToRows(core::DType t, int width, core::Layout l)
+    : KernelDescriptor(psa_spec("psa_channels_to_rows", t, "w", width, l, kRowsParams)) {}
+PsaRowsToChannels::PsaRowsToChannels(core::DType t, int width, core::Layout l)
+    : KernelDescriptor(psa_spec("psa_rows_to_channels", t, "w", width, l, kRowsParams)) {}
+PsaExtractVForward::PsaExtractVForward(core::DType t, int key_dim, core::Layout l)
+    : KernelDescriptor(psa_spec("psa_extract_v_forward", t, "kd", key_dim, l, kExtractParams)) {}
+PsaExtractVBackward::PsaExtractVBackward(core::DType t, int key_dim, core::Layout l)
+    : KernelDescriptor(psa_spec("psa_extract_v_backward", t, "kd", key_dim, l, kExtractParams)) {}
 
 void launch_psa_channels_to_rows(cudaStream_t stream, core::DType dtype, const void* channels, void* rows,
                                  const PsaRowsBlock& block) {
@@ -86,26 +88,29 @@ void launch_psa_rows_to_channels(cudaStream_t stream, core::DType dtype, const v
                                  const PsaRowsBlock& block) {
   launch_rows<PsaRowsToChannels>(stream, dtype, rows, channels, block);
 }
-void launch_psa_extract_v(cudaStream_t stream, core::DType dtype, const void* qkv, void* image, int64_t batch,
-                          int64_t key_dim, int64_t heads, int64_t n) {
-  launch_extract<PsaExtractVForward>(stream, dtype, qkv, image, batch, key_dim, heads, n);
+void launch_psa_extract_v(cudaStream_t stream, core::DType dtype, core::Layout layout, const void* qkv, void* image,
+                          int64_t batch, int64_t key_dim, int64_t heads, int64_t n) {
+  launch_extract<PsaExtractVForward>(stream, dtype, layout, qkv, image, batch, key_dim, heads, n);
 }
-void launch_psa_extract_v_backward(cudaStream_t stream, core::DType dtype, const void* grad_image, void* grad_qkv,
-                                   int64_t batch, int64_t key_dim, int64_t heads, int64_t n) {
-  launch_extract<PsaExtractVBackward>(stream, dtype, grad_image, grad_qkv, batch, key_dim, heads, n);
+void launch_psa_extract_v_backward(cudaStream_t stream, core::DType dtype, core::Layout layout, const void* grad_image,
+                                   void* grad_qkv, int64_t batch, int64_t key_dim, int64_t heads, int64_t n) {
+  launch_extract<PsaExtractVBackward>(stream, dtype, layout, grad_image, grad_qkv, batch, key_dim, heads, n);
 }
 
-std::vector<const cuda::Kernel*> psa_kernels(PsaOpKind op, const PsaConfig& c, core::DType dtype) {
+std::vector<const cuda::Kernel*> psa_kernels(PsaOpKind op, const PsaConfig& c, const graph::Format& f) {
   const int kd = checked_pow2(c.key_dim, "key_dim"), vw = checked_pow2(c.v_part_width(), "the V width");
+  const core::DType dtype = f.dtype;
+  const core::Layout l = f.layout;
   if (op == PsaOpKind::extract_v)
-    return {&cuda::kernel_instance<PsaExtractVForward>(dtype, kd), &cuda::kernel_instance<PsaExtractVBackward>(dtype, kd)};
+    return {&cuda::kernel_instance<PsaExtractVForward>(dtype, kd, l),
+            &cuda::kernel_instance<PsaExtractVBackward>(dtype, kd, l)};
   // pack_qkv and merge_attn: the two transposes at each row width.
   std::vector<const cuda::Kernel*> out;
   std::vector<int> widths{kd};
   if (vw != kd) widths.push_back(vw);  // one_pass: V rows are 2·KEY_DIM wide
   for (int w : widths) {
-    out.push_back(&cuda::kernel_instance<PsaChannelsToRows>(dtype, w));
-    out.push_back(&cuda::kernel_instance<PsaRowsToChannels>(dtype, w));
+    out.push_back(&cuda::kernel_instance<PsaChannelsToRows>(dtype, w, l));
+    out.push_back(&cuda::kernel_instance<PsaRowsToChannels>(dtype, w, l));
   }
   return out;
 }
@@ -129,19 +134,24 @@ class CudaCopies final : public PsaCopies {
   void extract_v(graph::BackendContext& b, const Tensor& qkv, const PsaConfig& c, const Tensor& image) const override {
     check(qkv, qkv.numel(), qkv.dtype(), "qkv");
     check(image, qkv.numel() / 2, qkv.dtype(), "the V image");
-    launch_psa_extract_v(stream(b), qkv.dtype(), qkv.raw(), image.raw(), qkv.dim(0), c.key_dim, c.heads,
+    VISION_CHECK(qkv.layout() == image.layout(), "psa_extract_v (CUDA): qkv is {}, the image {}", qkv.str(),
+                 image.str());
+    launch_psa_extract_v(stream(b), qkv.dtype(), qkv.layout(), qkv.raw(), image.raw(), qkv.dim(0), c.key_dim, c.heads,
                          qkv.dim(2) * qkv.dim(3));
   }
   void extract_v_backward(graph::BackendContext& b, const Tensor& grad_image, const PsaConfig& c,
                           const Tensor& grad_qkv) const override {
     check(grad_qkv, grad_qkv.numel(), grad_image.dtype(), "the qkv gradient");
     check(grad_image, grad_qkv.numel() / 2, grad_image.dtype(), "the V image gradient");
-    launch_psa_extract_v_backward(stream(b), grad_image.dtype(), grad_image.raw(), grad_qkv.raw(), grad_qkv.dim(0),
-                                  c.key_dim, c.heads, grad_qkv.dim(2) * grad_qkv.dim(3));
+    VISION_CHECK(grad_qkv.layout() == grad_image.layout(), "psa_extract_v backward (CUDA): d_qkv is {}, the image "
+                 "gradient {}", grad_qkv.str(), grad_image.str());
+    launch_psa_extract_v_backward(stream(b), grad_image.dtype(), grad_image.layout(), grad_image.raw(), grad_qkv.raw(),
+                                  grad_qkv.dim(0), c.key_dim, c.heads, grad_qkv.dim(2) * grad_qkv.dim(3));
   }
-  std::vector<graph::KernelInfo> kernels(PsaOpKind op, const PsaConfig& c) const override {
+  bool supports(const graph::Format& f) const override { return core::is_floating(f.dtype); }
+  std::vector<graph::KernelInfo> kernels(PsaOpKind op, const PsaConfig& c, const graph::Format& f) const override {
     std::vector<graph::KernelInfo> out;
-    for (const cuda::Kernel* k : psa_kernels(op, c, core::DType::f32)) out.push_back(graph::kernel_info(*k));
+    for (const cuda::Kernel* k : psa_kernels(op, c, f)) out.push_back(graph::kernel_info(*k));
     return out;
   }
 
