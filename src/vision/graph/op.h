@@ -117,6 +117,12 @@ class RuntimeOp {
   // An op that only moves bytes (concat, split, reshape) runs in the format its first input has when it can,
   // rather than in the plan's, so that no conversion is added for it.
   virtual bool follows_input_format() const { return false; }
+  // False for an input whose values the op never reads (only its shape: the detect decode's level maps): the plan
+  // adds no conversion for it, and the op sees it in whatever format it has.
+  virtual bool reads_input(size_t input) const {
+    (void)input;
+    return true;
+  }
   const Format& format() const { return format_; }
   void set_format(const Format& f) { format_ = f; }
 

@@ -292,10 +292,12 @@ void Plan::assign_formats(const Graph& graph) {
     s.runtime->set_format(s.format);
 
     std::vector<DType> in_dtypes;
-    for (int& id : s.inputs) {
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+      int& id = s.inputs[i];
       const auto v = static_cast<size_t>(id);
       const Format want{core::is_floating(value_dtypes_[v]) ? s.format.dtype : value_dtypes_[v], s.format.layout};
-      if (core::is_floating(value_dtypes_[v]) || shapes_[v].rank() == 4) id = converted_value(id, want, out);
+      if (s.runtime->reads_input(i) && (core::is_floating(value_dtypes_[v]) || shapes_[v].rank() == 4))
+        id = converted_value(id, want, out);
       in_dtypes.push_back(value_dtypes_[static_cast<size_t>(id)]);
     }
     std::vector<DType> out_dtypes;

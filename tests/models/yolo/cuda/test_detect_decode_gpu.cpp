@@ -53,10 +53,15 @@ TEST(DetectDecodeDescriptors, EveryDtypeOfBothKernelsIsRegistered) {
   const auto& k = cuda::kernel_instance<DetectDecodeForward>(DType::bf16);
   EXPECT_EQ(k.name_expression(), "vision::models::yolo::kernels::detect_decode_forward<__nv_bfloat16>");
   EXPECT_NE(k.source().find("detect_decode_forward"), std::string::npos);
-  // The CUDA RuntimeOp lists the forward of each dtype, and in grid mode the backward too.
+  // The CUDA RuntimeOp lists the forward of its format's dtype, and in grid mode the backward too.
   DetectDecodeOp grid(DecodeMode::grid), pixels(DecodeMode::pixels);
-  EXPECT_EQ(grid.lower(graph::Backend::cuda, graph::Mode::train)->kernels().size(), 6u);
-  EXPECT_EQ(pixels.lower(graph::Backend::cuda, graph::Mode::inference)->kernels().size(), 3u);
+  EXPECT_EQ(grid.lower(graph::Backend::cuda, graph::Mode::train)->kernels().size(), 2u);
+  const auto rt = pixels.lower(graph::Backend::cuda, graph::Mode::inference);
+  ASSERT_TRUE(rt->supports(graph::Format{DType::bf16, core::Layout::nhwc}));
+  rt->set_format(graph::Format{DType::bf16, core::Layout::nhwc});
+  ASSERT_EQ(rt->kernels().size(), 1u);
+  EXPECT_EQ(rt->kernels()[0].id, "detect_decode_forward__bf16");
+  EXPECT_FALSE(rt->reads_input(1));
   EXPECT_TRUE(grid.lower(graph::Backend::cuda, graph::Mode::train)->has_backward());
   EXPECT_FALSE(pixels.lower(graph::Backend::cuda, graph::Mode::train)->has_backward());
 }
@@ -150,6 +155,32 @@ TEST(DetectDecodeOpGpu, OneGraphTwoSizesMatchesTheCpuExecutor) {
     EXPECT_LT(max_abs_error(y_gpu, y_cpu), 1e-6 * (std::max(h, w) + 64)) << h << "x" << w;
   }
   EXPECT_EQ(gpu.cached_plans(), 2u);
+}
+
+// In an f16 NHWC plan the decode runs in f16; ltrb is converted and the boxes converted back, but the level maps,
+// read for their shapes only, are not. Boxes within f16 rounding of the CPU twin's.
+TEST(DetectDecodeOpGpu, RunsInALowPrecisionPlanWithoutConvertingTheLevelMaps) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  auto g = std::make_shared<graph::Graph>();
+  auto ltrb = g->input("ltrb", Shape{Shape::kAny, 4, Shape::kAny});
+  std::vector<graph::SymTensor> lv;
+  for (const char* name : {"p3", "p4", "p5"})
+    lv.push_back(g->input(name, Shape{Shape::kAny, 1, Shape::kAny, Shape::kAny}));
+  g->mark_output(detect_decode(ltrb, lv[0], lv[1], lv[2], DecodeMode::pixels));
+  graph::Executor cpu(g, graph::cpu_backend());
+  graph::Executor gpu(g, graph::cuda_backend(),
+                      graph::PlanOptions{.compute_dtype = DType::f16, .layout = core::Layout::nhwc});
+  const int64_t h = 640, w = 640;
+  std::vector<Tensor> inputs = {random_tensor(Shape{2, 4, detect_anchor_count(h, w)}, 0.0f, 6.0f)};
+  for (const Tensor& l : levels(2, h, w)) inputs.push_back(l);
+  const auto y_cpu = cpu.forward(inputs)[0].to_vector();
+  const auto y_gpu = to_host(gpu, gpu.forward(inputs)[0]);
+  graph::Plan& plan = gpu.plan(graph::Mode::inference, {inputs[0].shape(), inputs[1].shape(), inputs[2].shape(),
+                                                        inputs[3].shape()});
+  EXPECT_EQ(plan.conversion_steps(), 2u) << plan.describe();
+  // ltrb rounded to f16 (≤ 6: ulp 2^-8), decoded, boxes rounded to f16 (≤ 700 px: u·|y|), times the stride.
+  for (size_t i = 0; i < y_cpu.size(); ++i)
+    ASSERT_LE(std::abs(y_gpu[i] - y_cpu[i]), 32 * 0x1p-11 * 6 + 0x1p-11 * std::abs(y_cpu[i]) + 1e-3) << i;
 }
 
 }  // namespace

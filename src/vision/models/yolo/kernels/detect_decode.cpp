@@ -132,6 +132,9 @@ class DetectDecodeCpuRuntime final : public graph::RuntimeOp {
   explicit DetectDecodeCpuRuntime(DecodeMode mode) : mode_(mode) {}
   std::string name() const override { return "yolo.detect_decode"; }
   int n_activation_inputs() const override { return 4; }
+  // f32; ltrb is rank 3 and the level maps are read for their shapes only, so any layout will do.
+  bool supports(const graph::Format& f) const override { return f.dtype == DType::f32; }
+  bool reads_input(size_t i) const override { return i == 0; }
 
   std::vector<graph::ParamSpec> param_specs(const std::vector<Shape>& in, const Shape&) const override {
     return {{"anchors", Shape{3, in.at(0)[2]}, DType::f32, graph::StateKind::constant}};

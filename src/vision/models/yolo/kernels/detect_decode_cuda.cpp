@@ -86,6 +86,9 @@ class DetectDecodeCudaRuntime final : public graph::RuntimeOp {
 
   std::string name() const override { return twin_->name(); }
   int n_activation_inputs() const override { return twin_->n_activation_inputs(); }
+  // ltrb in f32, f16 or bf16 (boxes of its dtype); the level maps are read for their shapes only.
+  bool supports(const graph::Format& f) const override { return core::is_floating(f.dtype); }
+  bool reads_input(size_t i) const override { return i == 0; }
   std::vector<graph::ParamSpec> param_specs(const std::vector<Shape>& in, const Shape& out) const override {
     return twin_->param_specs(in, out);
   }
@@ -125,10 +128,9 @@ class DetectDecodeCudaRuntime final : public graph::RuntimeOp {
 
   std::vector<graph::KernelInfo> kernels() const override {
     std::vector<graph::KernelInfo> out;
-    for (DType t : kDtypes) {
-      out.push_back(graph::kernel_info(cuda::kernel_instance<DetectDecodeForward>(t)));
-      if (mode_ == DecodeMode::grid) out.push_back(graph::kernel_info(cuda::kernel_instance<DetectDecodeBackward>(t)));
-    }
+    const DType t = format().dtype;
+    out.push_back(graph::kernel_info(cuda::kernel_instance<DetectDecodeForward>(t)));
+    if (mode_ == DecodeMode::grid) out.push_back(graph::kernel_info(cuda::kernel_instance<DetectDecodeBackward>(t)));
     return out;
   }
 
