@@ -125,8 +125,10 @@ TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) {
   const Tensor b_dev = to_device(b, beta, Shape{C}, DType::f32, Layout::nchw);
   const Tensor rm_dev = to_device(b, rm0, Shape{C}, DType::f32, Layout::nchw);
   const Tensor rv_dev = to_device(b, rv0, Shape{C}, DType::f32, Layout::nchw);
-  const Tensor y_dev = poisoned_device(b, kShape, dtype(), layout()), dx_dev = poisoned_device(b, kShape, dtype(), layout());
-  const Tensor mean_dev = poisoned_device(b, Shape{C}, DType::f32), invstd_dev = poisoned_device(b, Shape{C}, DType::f32);
+  const Tensor y_dev = poisoned_device(b, kShape, dtype(), layout()),
+               dx_dev = poisoned_device(b, kShape, dtype(), layout());
+  const Tensor mean_dev = poisoned_device(b, Shape{C}, DType::f32),
+               invstd_dev = poisoned_device(b, Shape{C}, DType::f32);
   const Tensor dg_dev = poisoned_device(b, Shape{C}, DType::f32), db_dev = poisoned_device(b, Shape{C}, DType::f32);
   const size_t ws_bytes = ops::kernels::batchnorm_workspace_bytes(kShape, layout());
   ASSERT_GT(ws_bytes, static_cast<size_t>(2 * C * 4)) << "the test shape should span several splits";

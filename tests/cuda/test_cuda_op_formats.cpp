@@ -5,9 +5,8 @@
 // rounding to the dtype or the f32 arithmetic may act on is recorded per element, and each element is checked against
 // its own bound as well as the norm against its bound, so that one wrong element cannot hide. Outputs and gradients
 // are poisoned first; inputs and BatchNorm statistics are random. Skipped without a GPU (VISION_REQUIRE_GPU=1 fails).
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
@@ -76,8 +75,10 @@ class FormatRun {
     for (const Tensor& t : cpu.inputs) inputs_.push_back(to_device(b, t, f_.dtype, f_.layout));
     for (size_t i = 0; i < specs_.size(); ++i) {
       const auto& cf = specs_[i].compute_format;
-      if (cf) params_.push_back(to_device(b, cpu.params[i], cf->dtype, cf->layout));
-      else params_.push_back(b.upload(cpu.params[i]));  // stored format (f32, or the i64 batch counter)
+      if (cf)
+        params_.push_back(to_device(b, cpu.params[i], cf->dtype, cf->layout));
+      else
+        params_.push_back(b.upload(cpu.params[i]));  // stored format (f32, or the i64 batch counter)
     }
     output_ = poisoned_device(b, out_shape_, f_.dtype, f_.layout);
     saved_.clear();
@@ -117,9 +118,12 @@ class FormatRun {
     std::vector<Tensor> grad_inputs, grad_params;
     for (const Shape& s : in_shapes_) grad_inputs.push_back(poisoned_device(b, s, f_.dtype, f_.layout));
     for (const auto& s : specs_) {
-      if (s.kind != graph::StateKind::parameter) grad_params.emplace_back();
-      else if (s.compute_format) grad_params.push_back(poisoned_device(b, s.shape, s.compute_format->dtype, s.compute_format->layout));
-      else grad_params.push_back(poisoned_device(b, s.shape, DType::f32));
+      if (s.kind != graph::StateKind::parameter)
+        grad_params.emplace_back();
+      else if (s.compute_format)
+        grad_params.push_back(poisoned_device(b, s.shape, s.compute_format->dtype, s.compute_format->layout));
+      else
+        grad_params.push_back(poisoned_device(b, s.shape, DType::f32));
     }
     graph::BackwardCtx ctx;
     ctx.backend = backend_.get();
@@ -230,7 +234,8 @@ ConvTerms conv_terms(const ops::Conv2dAttrs& a, const Shape& xs, const std::vect
 
 // Bit-identical values (data movement, max), NaN (poison) never equal.
 ::testing::AssertionResult identical(const std::vector<float>& out, const std::vector<float>& ref) {
-  if (out.size() != ref.size()) return ::testing::AssertionFailure() << out.size() << " values, expected " << ref.size();
+  if (out.size() != ref.size())
+    return ::testing::AssertionFailure() << out.size() << " values, expected " << ref.size();
   size_t bad = 0;
   std::ostringstream first;
   for (size_t i = 0; i < out.size(); ++i)
@@ -281,7 +286,8 @@ TEST_P(CudaOpFormats, Conv2d) {
       // Σ dy per channel in f32, rounded once to the dtype.
       RoundingTerms db(static_cast<size_t>(a.out_channels), dtype());
       const std::vector<float> d = dy.to_vector();
-      for (size_t i = 0; i < d.size(); ++i) db.add(i / static_cast<size_t>(ys[2] * ys[3]) % static_cast<size_t>(ys[1]), d[i]);
+      for (size_t i = 0; i < d.size(); ++i)
+        db.add(i / static_cast<size_t>(ys[2] * ys[3]) % static_cast<size_t>(ys[1]), d[i]);
       EXPECT_TRUE(close(g.params[1], as_double(g_cpu.params[1]), db, dtype(), k_filter)) << what(name, "db");
     }
   }
@@ -334,8 +340,8 @@ TEST_P(CudaOpFormats, FusedConvBatchNormSilu) {
     const Shape ys = y_cpu.shape();
     for (size_t i = 0; i < t.y.size(); ++i) {
       const double b = bias[i / static_cast<size_t>(ys[2] * ys[3]) % static_cast<size_t>(K)];
-      t.y.add(i, b, slope);                  // the bias in the dtype, and the addition
-      if (c.bn) t.y.add(i, b, slope);        // the folded bias rounded to the dtype
+      t.y.add(i, b, slope);            // the bias in the dtype, and the addition
+      if (c.bn) t.y.add(i, b, slope);  // the folded bias rounded to the dtype
     }
     // The folded weight rounded to the dtype (after its f32 folding): the operand terms once more.
     if (c.bn) {
@@ -358,7 +364,8 @@ TEST_P(CudaOpFormats, BatchNorm2d) {
     OpHarness cpu(op, {input(xs, -2.0f, 3.0f)}, mode);  // a mean far from 0
     randomize_batchnorm(cpu);
     FormatRun gpu(op, cpu, mode, format());
-    for (const auto& s : gpu.specs()) EXPECT_FALSE(s.compute_format.has_value()) << s.name << ": BatchNorm state stays f32";
+    for (const auto& s : gpu.specs())
+      EXPECT_FALSE(s.compute_format.has_value()) << s.name << ": BatchNorm state stays f32";
     const std::vector<float> gamma = cpu.param("weight").to_vector(), beta = cpu.param("bias").to_vector();
     const std::vector<float> rm0 = cpu.param("running_mean").to_vector(), rv0 = cpu.param("running_var").to_vector();
     const std::vector<float> y = gpu.forward(cpu, training);
@@ -380,7 +387,8 @@ TEST_P(CudaOpFormats, BatchNorm2d) {
     }
     // Batch statistics in f64, and the magnitudes their f32 computation over M values acts on.
     std::vector<double> mean(C, 0.0), var(C, 0.0), abs_mean(C, 0.0), sq_mean(C, 0.0);
-    for (size_t i = 0; i < x.size(); ++i) mean[ch(i)] += x[i] / double(M), abs_mean[ch(i)] += std::abs(x[i]) / double(M);
+    for (size_t i = 0; i < x.size(); ++i)
+      mean[ch(i)] += x[i] / double(M), abs_mean[ch(i)] += std::abs(x[i]) / double(M);
     for (size_t i = 0; i < x.size(); ++i) {
       var[ch(i)] += (x[i] - mean[ch(i)]) * (x[i] - mean[ch(i)]) / double(M);
       sq_mean[ch(i)] += double(x[i]) * x[i] / double(M);
@@ -475,13 +483,14 @@ TEST_P(CudaOpFormats, Elementwise) {
       dx_terms.add(i, yc[i], d[i] * (1 - 2.0 * yc[i]));  // y rounded to the dtype
       dx_terms.add(i, std::abs(d[i]) * yc[i] * (1 + yc[i]));
     }
-    EXPECT_TRUE(close(y, as_double(y_cpu), RoundingTerms(yc.size(), dtype()), dtype(), 8)) << what("sigmoid", "forward");
+    EXPECT_TRUE(close(y, as_double(y_cpu), RoundingTerms(yc.size(), dtype()), dtype(), 8))
+        << what("sigmoid", "forward");
     EXPECT_TRUE(close(g.inputs[0], as_double(g_cpu.inputs[0]), dx_terms, dtype(), 8)) << what("sigmoid", "dx");
   }
   for (const bool is_add : {true, false}) {  // one f32 operation, rounded once
     const std::string name = is_add ? "add" : "mul";
-    const std::unique_ptr<graph::Op> op = is_add ? std::unique_ptr<graph::Op>(new ops::AddOp())
-                                                 : std::unique_ptr<graph::Op>(new ops::MulOp());
+    const std::unique_ptr<graph::Op> op =
+        is_add ? std::unique_ptr<graph::Op>(new ops::AddOp()) : std::unique_ptr<graph::Op>(new ops::MulOp());
     OpHarness cpu(*op, {input(s, -2.0f, 2.0f), input(s, -2.0f, 2.0f)}, Mode::train);
     FormatRun gpu(*op, cpu, Mode::train, format());
     const auto y = gpu.forward(cpu, true);
@@ -526,7 +535,8 @@ TEST_P(CudaOpFormats, MaxPool2d) {
           for (int64_t ih = oh * w.s - w.p; ih < oh * w.s - w.p + w.k; ++ih)
             for (int64_t iw = ow * w.s - w.p; iw < ow * w.s - w.p + w.k; ++iw)
               if (ih >= 0 && ih < xs[2] && iw >= 0 && iw < xs[3])
-                terms.add(static_cast<size_t>((p * xs[2] + ih) * xs[3] + iw), d[static_cast<size_t>((p * ys[2] + oh) * ys[3] + ow)]);
+                terms.add(static_cast<size_t>((p * xs[2] + ih) * xs[3] + iw),
+                          d[static_cast<size_t>((p * ys[2] + oh) * ys[3] + ow)]);
     EXPECT_TRUE(close(g.inputs[0], as_double(g_cpu.inputs[0]), terms, dtype(), w.k * w.k)) << what(name, "dx");
   }
 }
@@ -572,8 +582,8 @@ TEST_P(CudaOpFormats, Permute) {
 // Losses and reductions stay f32, in either layout (a reduction of the whole tensor ignores the memory order).
 TEST_P(CudaOpFormats, ScalarReductions) {
   for (const bool square : {true, false}) {
-    const std::unique_ptr<graph::Op> op = square ? std::unique_ptr<graph::Op>(new ops::SumSquaresOp())
-                                                 : std::unique_ptr<graph::Op>(new ops::MeanOp());
+    const std::unique_ptr<graph::Op> op =
+        square ? std::unique_ptr<graph::Op>(new ops::SumSquaresOp()) : std::unique_ptr<graph::Op>(new ops::MeanOp());
     if (dtype() != DType::f32) {
       EXPECT_FALSE(op->lower(graph::Backend::cuda, Mode::train)->supports(format())) << op->name();
       continue;

@@ -216,8 +216,10 @@ TEST(OpFormats, KernelIdsFollowTheFormat) {
   EXPECT_EQ(ids_of(lowered_in(ops::Conv2dOp(conv_attrs(true)), Mode::train, f32_nhwc)->kernels()), Ids{});
   EXPECT_EQ(lowered_ids("ops.conv2d_bn_silu", Mode::inference, f16_nhwc),
             (Ids{"batchnorm_fold__f32", "bias_act_nhwc__f16__silu1"}));
-  EXPECT_EQ(lowered_ids("ops.conv2d_bn", Mode::inference, bf16_nchw), (Ids{"batchnorm_fold__f32", "bias_act__bf16__silu0"}));
-  EXPECT_EQ(lowered_ids("ops.conv2d_bn_silu", Mode::inference, f32_nhwc), (Ids{"batchnorm_fold__f32", "silu_forward__f32"}));
+  EXPECT_EQ(lowered_ids("ops.conv2d_bn", Mode::inference, bf16_nchw),
+            (Ids{"batchnorm_fold__f32", "bias_act__bf16__silu0"}));
+  EXPECT_EQ(lowered_ids("ops.conv2d_bn_silu", Mode::inference, f32_nhwc),
+            (Ids{"batchnorm_fold__f32", "silu_forward__f32"}));
   EXPECT_EQ(lowered_ids("ops.conv2d_silu", Mode::inference, bf16_nhwc), (Ids{"silu_forward__bf16"}));  // no bias
 }
 

@@ -141,8 +141,7 @@ void conv_epilogue(cudaStream_t stream, const CudnnConv& c, const Format& f, con
 
 // The epilogue kernels of conv_epilogue in format f.
 std::vector<const cuda::Kernel*> epilogue_kernels(const Format& f, bool bias, bool silu) {
-  if (f.dtype == DType::f32) return silu ? std::vector{kernel_of<kernels::SiluForward>(DType::f32)} : std::vector<const cuda::Kernel*>{};
-  if (bias) return {kernel_of<kernels::BiasAct>(f.dtype, f.layout, silu)};
+  if (f.dtype != DType::f32 && bias) return {kernel_of<kernels::BiasAct>(f.dtype, f.layout, silu)};
   if (silu) return {kernel_of<kernels::SiluForward>(f.dtype)};
   return {};
 }
@@ -278,8 +277,9 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
   bool bias_copy() const { return dtype() != DType::f32; }
   void check_derived(const ForwardCtx& ctx, const char* when) const {
     const size_t want = 2 + (weight_copy() ? 1 : 0) + (bias_copy() ? 1 : 0);
-    VISION_CHECK(ctx.derived.size() == want, "{}: {} needs the {} folded weight and bias tensors of derived_specs(), got {}",
-                 name(), when, want, ctx.derived.size());
+    VISION_CHECK(ctx.derived.size() == want,
+                 "{}: {} needs the {} folded weight and bias tensors of derived_specs(), got {}", name(), when, want,
+                 ctx.derived.size());
   }
   Conv2dAttrs a_;
   ConvFusion f_;

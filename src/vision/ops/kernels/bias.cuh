@@ -28,7 +28,8 @@ __device__ __forceinline__ void channel_sum_partials_impl(const T* __restrict__ 
   const int64_t end = min(rows, begin + rows_per_split);
   float v[1] = {0.0f};
   if (c < channels)
-    for (int64_t r = begin + lane; r < end; r += Tiling::kLanes) v[0] += to_float(x[channel_offset<NHWC>(r, c, channels, inner)]);
+    for (int64_t r = begin + lane; r < end; r += Tiling::kLanes)
+      v[0] += to_float(x[channel_offset<NHWC>(r, c, channels, inner)]);
   sum_over_lanes<NHWC>(v);
   if (t < Tiling::kTile && c < channels) partial[int64_t(blockIdx.y) * channels + c] = v[0];
 }

@@ -20,9 +20,9 @@ struct BiasAct : cuda::KernelDescriptor<void* /*y*/, const void* /*bias*/, int64
   BiasAct(DType dtype, Layout layout, bool silu);
 };
 // "channel_sum_partials" / "channel_sum_partials_nhwc".
-struct ChannelSumPartials : cuda::KernelDescriptor<const void* /*x*/, void* /*partial*/, int64_t /*rows*/,
-                                                   int64_t /*channels*/, int64_t /*inner*/,
-                                                   int64_t /*rows_per_split*/> {
+struct ChannelSumPartials
+    : cuda::KernelDescriptor<const void* /*x*/, void* /*partial*/, int64_t /*rows*/, int64_t /*channels*/,
+                             int64_t /*inner*/, int64_t /*rows_per_split*/> {
   ChannelSumPartials(DType dtype, Layout layout);
 };
 struct ChannelSumFinalize
