@@ -1,5 +1,5 @@
 // GPU launches of the element-wise, permute, upsample and max-pool kernels against float64 CPU references, in
-// f32, f16 and bf16, on fresh random inputs with poisoned outputs. Skipped without a GPU (VISION_REQUIRE_GPU=1 fails).
+// f32, f16 and bf16 (upsample and max-pool in NCHW and NHWC), on fresh random inputs with poisoned outputs. Skipped without a GPU (VISION_REQUIRE_GPU=1 fails).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,15 +85,15 @@ class GpuKernels : public testing::TestWithParam<DType> {
 };
 
 // Sizes: one that ends in a partial vector (16-byte path + tail), and a misaligned view (element path).
-struct Layout {
+struct Sizes {
   size_t n, pad;
 };
-const Layout kLayouts[] = {{100003, 0}, {4099, 1}};
+const Sizes kSizes[] = {{100003, 0}, {4099, 1}};
 
 }  // namespace
 
 TEST_P(GpuKernels, SiluAndSigmoid) {
-  for (const Layout& l : kLayouts) {
+  for (const Sizes& l : kSizes) {
     const Input x = input(l.n, -8, 8, l.pad), dy = input(l.n, -1, 1, l.pad);
     std::vector<double> ref_silu(l.n), ref_silu_grad(l.n), ref_sig(l.n), ref_sig_grad(l.n);
     for (size_t i = 0; i < l.n; ++i) {
@@ -120,7 +120,7 @@ TEST_P(GpuKernels, SiluAndSigmoid) {
 }
 
 TEST_P(GpuKernels, AddAndMul) {
-  for (const Layout& l : kLayouts) {
+  for (const Sizes& l : kSizes) {
     const Input a = input(l.n, -2, 2, l.pad), b = input(l.n, -2, 2, l.pad), dy = input(l.n, -1, 1, l.pad);
     std::vector<double> sum(l.n), prod(l.n), da(l.n), db(l.n), dcopy(l.n);
     for (size_t i = 0; i < l.n; ++i) {
@@ -184,66 +184,84 @@ TEST_P(GpuKernels, Permute) {
   EXPECT_THROW(launch_permute(stream_, dtype(), x.ptr(), nullptr, core::Shape{1, 2, 3, 4, 5}, {120, 60, 20, 5, 1}), Error);
 }
 
+namespace {
+// Index of element (n, c, h, w) of an (N, C, H, W) tensor in memory, in NCHW or NHWC.
+int64_t at(core::Layout layout, int64_t n, int64_t c, int64_t h, int64_t w, int64_t C, int64_t H, int64_t W) {
+  return layout == core::Layout::nchw ? ((n * C + c) * H + h) * W + w : ((n * H + h) * W + w) * C + c;
+}
+}  // namespace
+
+// Both memory orders: the values are random in memory order, the reference reads them by logical index.
 TEST_P(GpuKernels, UpsampleNearest2x) {
-  const int64_t planes = 6, h = 13, w = 11;
-  const Input x = input(planes * h * w), dy = input(planes * 4 * h * w);
-  Output y = output(planes * 4 * h * w), dx = output(planes * h * w);
-  launch_upsample_nearest2x_forward(stream_, dtype(), x.ptr(), y.ptr(), planes, h, w);
-  std::vector<float> ref(planes * 4 * h * w);
-  std::vector<double> ref_dx(planes * h * w, 0.0);
-  for (int64_t p = 0; p < planes; ++p)
-    for (int64_t i = 0; i < 2 * h; ++i)
-      for (int64_t j = 0; j < 2 * w; ++j) {
-        const int64_t o = (p * 2 * h + i) * 2 * w + j, src = (p * h + i / 2) * w + j / 2;
-        ref[o] = x.values[src];
-        ref_dx[src] += dy.values[o];
-      }
-  expect_exact(result(y), ref, "upsample forward");
-  launch_upsample_nearest2x_backward(stream_, dtype(), dy.ptr(), dx.ptr(), planes, h, w);
-  expect_close(result(dx), ref_dx, "upsample backward");
+  const int64_t batch = 2, channels = 3, h = 13, w = 11, n = batch * channels * h * w;
+  for (const core::Layout layout : {core::Layout::nchw, core::Layout::nhwc}) {
+    SCOPED_TRACE(std::string(core::layout_name(layout)));
+    const Input x = input(n), dy = input(4 * n);
+    Output y = output(4 * n), dx = output(n);
+    launch_upsample_nearest2x_forward(stream_, dtype(), layout, x.ptr(), y.ptr(), batch, channels, h, w);
+    std::vector<float> ref(4 * n);
+    std::vector<double> ref_dx(n, 0.0);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t i = 0; i < 2 * h; ++i)
+          for (int64_t j = 0; j < 2 * w; ++j) {
+            const int64_t o = at(layout, b, c, i, j, channels, 2 * h, 2 * w), src = at(layout, b, c, i / 2, j / 2, channels, h, w);
+            ref[o] = x.values[src];
+            ref_dx[src] += dy.values[o];
+          }
+    expect_exact(result(y), ref, "upsample forward");
+    launch_upsample_nearest2x_backward(stream_, dtype(), layout, dy.ptr(), dx.ptr(), batch, channels, h, w);
+    expect_close(result(dx), ref_dx, "upsample backward");
+  }
 }
 
 TEST_P(GpuKernels, MaxPool2d) {
-  // The listed windows and one compiled on first use (3/1/1).
-  for (const MaxPool2dWindow win :
-       {MaxPool2dWindow{5, 1, 2}, MaxPool2dWindow{2, 2, 0}, MaxPool2dWindow{3, 2, 1}, MaxPool2dWindow{3, 1, 1}}) {
-    const int64_t planes = 4, h = 17, w = 20;
-    const int64_t ho = maxpool2d_output_size(h, win), wo = maxpool2d_output_size(w, win);
-    const Input x = input(planes * h * w), dy = input(planes * ho * wo);
-    // CPU reference: first maximum in row-major window order, padding never wins.
-    std::vector<float> ref_y(planes * ho * wo);
-    std::vector<int32_t> ref_arg(planes * ho * wo);
-    std::vector<double> ref_dx(planes * h * w, 0.0);
-    for (int64_t p = 0; p < planes; ++p)
-      for (int64_t oh = 0; oh < ho; ++oh)
-        for (int64_t ow = 0; ow < wo; ++ow) {
-          float best = -INFINITY;
-          int32_t arg = -1;
-          for (int64_t ih = oh * win.s - win.p; ih < oh * win.s - win.p + win.k; ++ih)
-            for (int64_t iw = ow * win.s - win.p; iw < ow * win.s - win.p + win.k; ++iw) {
-              if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
-              const float v = x.values[(p * h + ih) * w + iw];
-              if (arg < 0 || v > best) best = v, arg = static_cast<int32_t>(ih * w + iw);
+  // The listed windows and one compiled on first use (3/1/1), in both memory orders.
+  for (const core::Layout layout : {core::Layout::nchw, core::Layout::nhwc})
+    for (const MaxPool2dWindow win :
+         {MaxPool2dWindow{5, 1, 2}, MaxPool2dWindow{2, 2, 0}, MaxPool2dWindow{3, 2, 1}, MaxPool2dWindow{3, 1, 1}}) {
+      SCOPED_TRACE(std::string(core::layout_name(layout)) + " k=" + std::to_string(win.k) + " s=" +
+                   std::to_string(win.s) + " p=" + std::to_string(win.p));
+      const int64_t batch = 2, channels = 3, h = 17, w = 20;
+      const int64_t ho = maxpool2d_output_size(h, win), wo = maxpool2d_output_size(w, win);
+      const int64_t n_in = batch * channels * h * w, n_out = batch * channels * ho * wo;
+      const Input x = input(n_in), dy = input(n_out);
+      // CPU reference: first maximum in row-major window order, padding never wins.
+      std::vector<float> ref_y(n_out);
+      std::vector<int32_t> ref_arg(n_out);
+      std::vector<double> ref_dx(n_in, 0.0);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t c = 0; c < channels; ++c)
+          for (int64_t oh = 0; oh < ho; ++oh)
+            for (int64_t ow = 0; ow < wo; ++ow) {
+              float best = -INFINITY;
+              int32_t arg = -1;
+              for (int64_t ih = oh * win.s - win.p; ih < oh * win.s - win.p + win.k; ++ih)
+                for (int64_t iw = ow * win.s - win.p; iw < ow * win.s - win.p + win.k; ++iw) {
+                  if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+                  const float v = x.values[at(layout, b, c, ih, iw, channels, h, w)];
+                  if (arg < 0 || v > best) best = v, arg = static_cast<int32_t>(ih * w + iw);
+                }
+              const int64_t o = at(layout, b, c, oh, ow, channels, ho, wo);
+              ref_y[o] = best;
+              ref_arg[o] = arg;
+              ref_dx[at(layout, b, c, arg / w, arg % w, channels, h, w)] += dy.values[o];
             }
-          const int64_t o = (p * ho + oh) * wo + ow;
-          ref_y[o] = best;
-          ref_arg[o] = arg;
-          ref_dx[p * h * w + arg] += dy.values[o];
-        }
-    Output y = output(planes * ho * wo), dx = output(planes * h * w);
-    DeviceBuffer arg(planes * ho * wo * sizeof(int32_t));
-    arg.poison();
-    launch_maxpool2d_forward(stream_, dtype(), win, x.ptr(), y.ptr(), static_cast<int32_t*>(arg.get()), planes, h, w);
-    expect_exact(result(y), ref_y, "maxpool forward");
-    const std::vector<uint8_t> arg_bytes = arg.download(arg.bytes());
-    std::vector<int32_t> arg_out(ref_arg.size());
-    std::memcpy(arg_out.data(), arg_bytes.data(), arg_bytes.size());
-    EXPECT_EQ(arg_out, ref_arg) << "argmax, k=" << win.k << " s=" << win.s << " p=" << win.p;
+      Output y = output(n_out), dx = output(n_in);
+      DeviceBuffer arg(n_out * sizeof(int32_t));
+      arg.poison();
+      launch_maxpool2d_forward(stream_, dtype(), layout, win, x.ptr(), y.ptr(), static_cast<int32_t*>(arg.get()),
+                               batch, channels, h, w);
+      expect_exact(result(y), ref_y, "maxpool forward");
+      const std::vector<uint8_t> arg_bytes = arg.download(arg.bytes());
+      std::vector<int32_t> arg_out(ref_arg.size());
+      std::memcpy(arg_out.data(), arg_bytes.data(), arg_bytes.size());
+      EXPECT_EQ(arg_out, ref_arg) << "argmax";
 
-    launch_maxpool2d_backward(stream_, dtype(), win, dy.ptr(), static_cast<const int32_t*>(arg.get()), dx.ptr(), planes,
-                              h, w);
-    expect_close(result(dx), ref_dx, "maxpool backward");
-  }
+      launch_maxpool2d_backward(stream_, dtype(), layout, win, dy.ptr(), static_cast<const int32_t*>(arg.get()),
+                                dx.ptr(), batch, channels, h, w);
+      expect_close(result(dx), ref_dx, "maxpool backward");
+    }
 }
 
 // Launches recorded into a CUDA graph (as inference replays them) compute the same as direct launches.

@@ -25,7 +25,7 @@ namespace {
 
 constexpr const char* kSnapshotArch = "sm_90a";
 
-// A representative set: each kernel family, each element type, a compile-time window.
+// A representative set: each kernel family, each element type and memory order, a compile-time window.
 const std::vector<std::string> kSnapshotIds = {
     "silu_forward__f16",
     "silu_backward__bf16",
@@ -37,6 +37,23 @@ const std::vector<std::string> kSnapshotIds = {
     "upsample_nearest2x_backward__f16",
     "maxpool2d_forward__f32__k5_s1_p2",
     "maxpool2d_backward__f16__k5_s1_p2",
+    // NHWC: upsampling and pooling with consecutive threads on consecutive channels.
+    "upsample_nearest2x_forward_nhwc__f16",
+    "upsample_nearest2x_backward_nhwc__bf16",
+    "maxpool2d_forward_nhwc__bf16__k5_s1_p2",
+    "maxpool2d_backward_nhwc__f32__k2_s2_p0",
+    // Our BatchNorm (bf16; per-channel reductions over rows × channels tiles) and convolution-bias kernels.
+    "batchnorm_stats__bf16",
+    "batchnorm_stats_nhwc__bf16",
+    "batchnorm_stats_finalize__f32",
+    "batchnorm_apply_nhwc__bf16",
+    "batchnorm_backward_sums_nhwc__bf16",
+    "batchnorm_backward_finalize__f32",
+    "batchnorm_backward_apply__bf16",
+    "bias_act_nhwc__f16__silu1",
+    "bias_act__bf16__silu0",
+    "channel_sum_partials_nhwc__bf16",
+    "channel_sum_finalize__f16",
     // FlashAttention-2: each code path once (tensor-core and f32 forward, preprocessing, dQ, tensor-core and f32
     // dK/dV, the fused dK/dV + atomic dQ and its conversion, the Hopper wgmma forward and backward), at YOLO26's PSA
     // head sizes (32, 64) and the largest f32 instantiation (over 48 KiB of shared memory).

@@ -206,8 +206,12 @@ TEST(LaunchHelpers, RejectBadArgumentsBeforeAnyCudaCall) {
   EXPECT_THROW(launch_silu_forward(nullptr, DType::i32, nullptr, nullptr, 4), Error);
   EXPECT_THROW(launch_silu_forward(nullptr, DType::f32, nullptr, nullptr, -1), Error);
   EXPECT_NO_THROW(launch_silu_forward(nullptr, DType::f32, nullptr, nullptr, 0));  // nothing to do, no launch
-  EXPECT_THROW(launch_maxpool2d_forward(nullptr, DType::f32, {3, 1, 2}, nullptr, nullptr, nullptr, 1, 4, 4), Error);
-  EXPECT_THROW(launch_maxpool2d_forward(nullptr, DType::f32, {5, 1, 0}, nullptr, nullptr, nullptr, 1, 3, 3), Error);
+  EXPECT_THROW(launch_maxpool2d_forward(nullptr, DType::f32, core::Layout::nchw, {3, 1, 2}, nullptr, nullptr, nullptr,
+                                        1, 1, 4, 4),
+               Error);
+  EXPECT_THROW(launch_maxpool2d_forward(nullptr, DType::f32, core::Layout::nhwc, {5, 1, 0}, nullptr, nullptr, nullptr,
+                                        1, 1, 3, 3),
+               Error);
   EXPECT_EQ(maxpool2d_output_size(20, {5, 1, 2}), 20);
   EXPECT_EQ(maxpool2d_output_size(7, {2, 2, 0}), 3);
   EXPECT_EQ(maxpool2d_output_size(7, {3, 2, 1}), 4);

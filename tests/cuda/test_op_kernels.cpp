@@ -12,9 +12,12 @@
 #include "vision/cuda/kernel.h"
 #include "vision/models/builtin_ops.h"
 #include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
+#include "vision/ops/batchnorm.h"
+#include "vision/ops/conv2d.h"
 
 using namespace vision;
 using core::DType;
+using core::Shape;
 using graph::Mode;
 using test::exit_code;
 using test::run_command;
@@ -99,6 +102,178 @@ TEST(OpKernels, OpsListTheKernelsTheyLaunch) {
   EXPECT_EQ(lowered_ids("ops.conv2d_bn", Mode::inference), (Ids{"batchnorm_fold__f32"}));
   EXPECT_EQ(lowered_ids("ops.conv2d_bn_silu", Mode::inference), (Ids{"batchnorm_fold__f32", "silu_forward__f32"}));
   EXPECT_EQ(lowered_ids("ops.conv2d_silu", Mode::inference), (Ids{"silu_forward__f32"}));
+}
+
+namespace {
+
+const std::vector<graph::Format> kAllFormats = {
+    {DType::f32, core::Layout::nchw},  {DType::f32, core::Layout::nhwc},  {DType::f16, core::Layout::nchw},
+    {DType::f16, core::Layout::nhwc},  {DType::bf16, core::Layout::nchw}, {DType::bf16, core::Layout::nhwc}};
+
+// The op's CUDA RuntimeOp for mode in format f (supports(f) checked).
+std::unique_ptr<graph::RuntimeOp> lowered_in(const graph::Op& op, Mode mode, const graph::Format& f) {
+  auto rt = op.lower(graph::Backend::cuda, mode);
+  EXPECT_TRUE(rt->supports(f)) << op.name() << " in " << graph::format_name(f);
+  rt->set_format(f);
+  return rt;
+}
+std::vector<std::string> lowered_ids(const std::string& op, Mode mode, const graph::Format& f) {
+  return ids_of(lowered_in(*models::builtin_op(op).op, mode, f)->kernels());
+}
+
+ops::Conv2dAttrs conv_attrs(bool bias) {
+  ops::Conv2dAttrs a;
+  a.in_channels = 8;
+  a.out_channels = 16;
+  a.kernel = 3;
+  a.bias = bias;
+  return a;
+}
+
+}  // namespace
+
+// The formats each built-in CUDA op computes in (Foundation 4b): f32, f16 and bf16 in NCHW and NHWC for the
+// convolutions, BatchNorm, the element-wise ops, max pooling and upsampling; permute in NCHW only; the scalar
+// reductions in f32 only (either layout).
+TEST(OpFormats, WhatEachOpSupports) {
+  const std::set<std::string> everywhere = {"ops.conv2d", "ops.conv2d_bn", "ops.conv2d_bn_silu", "ops.conv2d_silu",
+                                            "ops.batchnorm2d", "ops.silu", "ops.sigmoid", "ops.add", "ops.mul",
+                                            "ops.maxpool2d", "ops.upsample_nearest"};
+  for (const models::BuiltinOp& b : models::builtin_ops()) {
+    const std::string name = b.op->name();
+    for (const graph::Format& f : kAllFormats) {
+      const bool supported = b.op->lower(graph::Backend::cuda, b.modes.front())->supports(f);
+      if (everywhere.count(name))
+        EXPECT_TRUE(supported) << name << " in " << graph::format_name(f);
+      else if (name == "ops.permute")
+        EXPECT_EQ(supported, f.layout == core::Layout::nchw) << name << " in " << graph::format_name(f);
+      else if (name == "ops.sum_squares" || name == "ops.mean")
+        EXPECT_EQ(supported, f.dtype == DType::f32) << name << " in " << graph::format_name(f);
+    }
+    // The CPU RuntimeOps of these ops stay f32 NCHW.
+    if (!everywhere.count(name) && name != "ops.permute" && name != "ops.sum_squares" && name != "ops.mean") continue;
+    const auto cpu = b.op->lower(graph::Backend::cpu, b.modes.front());
+    EXPECT_TRUE(cpu->supports(graph::Format{})) << name;
+    EXPECT_FALSE(cpu->supports({DType::f16, core::Layout::nhwc})) << name;
+  }
+}
+
+// In every format it supports, each of our ops lists the instantiations of that format, and every one of them is
+// registered: `vision kernels build` compiles them all ahead of time.
+TEST(OpFormats, KernelsOfEveryFormatAreRegistered) {
+  auto& registry = cuda::KernelRegistry::global();
+  const std::set<std::string> ours = {"ops.conv2d", "ops.conv2d_bn", "ops.conv2d_bn_silu", "ops.conv2d_silu",
+                                      "ops.batchnorm2d", "ops.silu", "ops.sigmoid", "ops.add", "ops.mul",
+                                      "ops.maxpool2d", "ops.upsample_nearest", "ops.permute", "ops.sum_squares",
+                                      "ops.mean"};
+  for (const models::BuiltinOp& b : models::builtin_ops()) {
+    if (!ours.count(b.op->name())) continue;
+    for (Mode mode : b.modes)
+      for (const graph::Format& f : kAllFormats) {
+        auto rt = b.op->lower(graph::Backend::cuda, mode);
+        if (!rt->supports(f)) continue;
+        rt->set_format(f);
+        for (const graph::KernelInfo& k : rt->kernels()) {
+          const cuda::Kernel* registered = registry.find(k.id);
+          ASSERT_NE(registered, nullptr) << b.op->name() << " in " << graph::format_name(f) << " lists " << k.id
+                                         << ", which is not registered";
+          EXPECT_EQ(k.source, registered->source()) << k.id;
+          if (f.dtype != DType::f32 && !k.id.starts_with("batchnorm_fold") && !k.id.starts_with("increment_counter") &&
+              !k.id.ends_with("_finalize__f32") && !k.id.starts_with("reduce_sum"))
+            EXPECT_NE(k.id.find(std::string("__") + std::string(core::dtype_name(f.dtype))), std::string::npos)
+                << b.op->name() << " in " << graph::format_name(f) << " lists " << k.id;
+        }
+      }
+  }
+}
+
+TEST(OpFormats, KernelIdsFollowTheFormat) {
+  const graph::Format bf16_nhwc{DType::bf16, core::Layout::nhwc}, f16_nhwc{DType::f16, core::Layout::nhwc},
+      f16_nchw{DType::f16, core::Layout::nchw}, f32_nhwc{DType::f32, core::Layout::nhwc},
+      bf16_nchw{DType::bf16, core::Layout::nchw};
+  EXPECT_EQ(lowered_ids("ops.silu", Mode::train, bf16_nhwc), (Ids{"silu_forward__bf16", "silu_backward__bf16"}));
+  EXPECT_EQ(lowered_ids("ops.mul", Mode::train, f16_nchw), (Ids{"mul_forward__f16", "mul_backward__f16"}));
+  EXPECT_EQ(lowered_ids("ops.maxpool2d", Mode::train, bf16_nhwc),
+            (Ids{"maxpool2d_forward_nhwc__bf16__k5_s1_p2", "maxpool2d_backward_nhwc__bf16__k5_s1_p2"}));
+  EXPECT_EQ(lowered_ids("ops.maxpool2d", Mode::inference, f32_nhwc), (Ids{"maxpool2d_forward_nhwc__f32__k5_s1_p2"}));
+  EXPECT_EQ(lowered_ids("ops.upsample_nearest", Mode::train, f16_nhwc),
+            (Ids{"upsample_nearest2x_forward_nhwc__f16", "upsample_nearest2x_backward_nhwc__f16"}));
+  EXPECT_EQ(lowered_ids("ops.permute", Mode::train, bf16_nchw), (Ids{"permute_copy__bf16"}));
+  EXPECT_EQ(lowered_ids("ops.mean", Mode::train, f32_nhwc),
+            (Ids{"reduce_sum_forward__f32__sq0", "reduce_sum_backward__f32__sq0"}));
+  // BatchNorm: cuDNN in f32 and f16, our kernels in bf16.
+  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::train, f16_nhwc), (Ids{"increment_counter__i64"}));
+  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::inference, f16_nhwc), Ids{});
+  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::inference, bf16_nchw), (Ids{"batchnorm_apply__bf16"}));
+  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::train, bf16_nhwc),
+            (Ids{"batchnorm_stats_nhwc__bf16", "batchnorm_stats_finalize__f32", "batchnorm_apply_nhwc__bf16",
+                 "batchnorm_backward_sums_nhwc__bf16", "batchnorm_backward_finalize__f32",
+                 "batchnorm_backward_apply_nhwc__bf16", "increment_counter__i64"}));
+  // Convolutions: cuDNN; the bias and SiLU epilogue by cuDNN and our SiLU kernel in f32, by our kernel in f16/bf16.
+  EXPECT_EQ(lowered_ids("ops.conv2d", Mode::train, f16_nhwc), Ids{});  // no bias
+  EXPECT_EQ(ids_of(lowered_in(ops::Conv2dOp(conv_attrs(true)), Mode::train, bf16_nhwc)->kernels()),
+            (Ids{"bias_act_nhwc__bf16__silu0", "channel_sum_partials_nhwc__bf16", "channel_sum_finalize__bf16"}));
+  EXPECT_EQ(ids_of(lowered_in(ops::Conv2dOp(conv_attrs(true)), Mode::train, f32_nhwc)->kernels()), Ids{});
+  EXPECT_EQ(lowered_ids("ops.conv2d_bn_silu", Mode::inference, f16_nhwc),
+            (Ids{"batchnorm_fold__f32", "bias_act_nhwc__f16__silu1"}));
+  EXPECT_EQ(lowered_ids("ops.conv2d_bn", Mode::inference, bf16_nchw),
+            (Ids{"batchnorm_fold__f32", "bias_act__bf16__silu0"}));
+  EXPECT_EQ(lowered_ids("ops.conv2d_bn_silu", Mode::inference, f32_nhwc),
+            (Ids{"batchnorm_fold__f32", "silu_forward__f32"}));
+  EXPECT_EQ(lowered_ids("ops.conv2d_silu", Mode::inference, bf16_nhwc), (Ids{"silu_forward__bf16"}));  // no bias
+}
+
+// The state a convolution reads in its format (ParamSpec::compute_format) and the folded copies of a fused one.
+TEST(OpFormats, ConvolutionStateFormats) {
+  const Shape x{2, 8, 10, 10}, y{2, 16, 10, 10};
+  const graph::Format f16_nhwc{DType::f16, core::Layout::nhwc}, f32_nhwc{DType::f32, core::Layout::nhwc},
+      bf16_nchw{DType::bf16, core::Layout::nchw};
+  const ops::Conv2dOp conv(conv_attrs(true));
+  {
+    const auto specs = lowered_in(conv, Mode::train, f16_nhwc)->param_specs({x}, y);
+    ASSERT_EQ(specs.size(), 2u);
+    EXPECT_EQ(specs[0].dtype, DType::f32);  // the master copy stays f32
+    EXPECT_EQ(specs[0].compute_format, f16_nhwc);
+    EXPECT_EQ(specs[1].compute_format, (graph::Format{DType::f16, core::Layout::nchw}));
+  }
+  {
+    const auto specs = lowered_in(conv, Mode::train, f32_nhwc)->param_specs({x}, y);
+    EXPECT_EQ(specs[0].compute_format, f32_nhwc);  // the weight in KRSC order
+    EXPECT_FALSE(specs[1].compute_format.has_value());
+  }
+  {
+    const auto specs = lowered_in(conv, Mode::train, graph::Format{})->param_specs({x}, y);
+    EXPECT_FALSE(specs[0].compute_format.has_value());
+    EXPECT_FALSE(specs[1].compute_format.has_value());
+  }
+  ops::ConvFusion bn_silu{true, 1e-3f, true, "conv.", "bn."};
+  const ops::FusedConv2dOp fused(conv_attrs(false), bn_silu);
+  const Shape w = conv_attrs(false).weight_shape(), b{16};
+  for (const graph::Format& f : kAllFormats) {
+    auto rt = lowered_in(fused, Mode::inference, f);
+    for (const auto& s : rt->param_specs({x}, y))
+      EXPECT_FALSE(s.compute_format.has_value()) << s.name << ": BatchNorm is folded from the f32 state";
+    std::vector<std::pair<Shape, DType>> derived;
+    for (const auto& d : rt->derived_specs({x}, y)) derived.emplace_back(d.shape, d.dtype);
+    std::vector<std::pair<Shape, DType>> want = {{w, DType::f32}, {b, DType::f32}};
+    if (f != graph::Format{}) want.emplace_back(w, f.dtype);
+    if (f.dtype != DType::f32) want.emplace_back(b, f.dtype);
+    EXPECT_EQ(derived, want) << graph::format_name(f);
+  }
+  ops::ConvFusion silu_only{false, 1e-3f, true, "conv.", ""};
+  const auto specs = lowered_in(ops::FusedConv2dOp(conv_attrs(true), silu_only), Mode::inference, bf16_nchw)
+                         ->param_specs({x}, y);
+  EXPECT_EQ(specs[0].compute_format, bf16_nchw);
+  EXPECT_EQ(specs[1].compute_format, bf16_nchw);
+  // BatchNorm keeps its state in f32 in every format; in bf16 training our kernels need a workspace.
+  const ops::BatchNorm2dOp bn(1e-3f, 0.03f);
+  for (const graph::Format& f : kAllFormats) {
+    auto rt = lowered_in(bn, Mode::train, f);
+    for (const auto& s : rt->param_specs({x}, x)) EXPECT_FALSE(s.compute_format.has_value()) << s.name;
+    for (const auto& s : rt->saved_specs({x}, x)) EXPECT_EQ(s.dtype, DType::f32);
+    EXPECT_EQ(rt->workspace_bytes({nullptr, Mode::train, false}, {x}, x) > 0, f.dtype == DType::bf16)
+        << graph::format_name(f);
+  }
 }
 
 // FlashAttention-2 lists every kernel its launchers may pick, the sm_90a (wgmma) ones included.

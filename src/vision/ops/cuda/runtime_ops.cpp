@@ -1,5 +1,6 @@
-// The CUDA RuntimeOps of the built-in ops: cuDNN for convolutions and BatchNorm, NVRTC kernels for the rest.
-// The legacy cuDNN BatchNorm API is deprecated in cuDNN 9 but present; PyTorch's semantics match it.
+// The CUDA RuntimeOps of the built-in ops: cuDNN for convolutions and BatchNorm, NVRTC kernels for the rest, each in
+// the formats (f32, f16, bf16 × NCHW, NHWC) its supports() lists. The legacy cuDNN BatchNorm API is deprecated in
+// cuDNN 9 but present; PyTorch's semantics match it.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 #include <map>
@@ -11,6 +12,7 @@
 #include "vision/ops/cuda/cudnn_conv.h"
 #include "vision/ops/cuda/factories.h"
 #include "vision/ops/kernels/batchnorm_cuda.h"
+#include "vision/ops/kernels/bias_cuda.h"
 #include "vision/ops/kernels/elementwise_cuda.h"
 #include "vision/ops/kernels/maxpool_cuda.h"
 #include "vision/ops/kernels/permute_cuda.h"
@@ -21,9 +23,11 @@
 namespace vision::ops::cuda_impl {
 
 using core::DType;
+using core::Layout;
 using core::Shape;
 using core::Tensor;
 using graph::BackwardCtx;
+using graph::Format;
 using graph::CudaBackendContext;
 using graph::ForwardCtx;
 using graph::KernelInfo;
@@ -43,13 +47,17 @@ std::vector<KernelInfo> infos(const std::vector<const cuda::Kernel*>& kernels) {
   for (const cuda::Kernel* k : kernels) out.push_back(graph::kernel_info(*k));
   return out;
 }
-// The f32 instantiation (the graph runs f32) of kernel D: the descriptor the launch helpers use.
+// The instantiation of kernel D for the given descriptor arguments (the element type first): the very descriptor the
+// launch helpers use.
 template <typename D, typename... A>
-const cuda::Kernel* f32_kernel(A... a) {
-  return &cuda::kernel_instance<D>(DType::f32, a...);
+const cuda::Kernel* kernel_of(A... a) {
+  return &cuda::kernel_instance<D>(a...);
 }
 
-// Shares name, inputs, state specs and initial state with the op's CPU RuntimeOp.
+size_t round_up(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
+
+// Shares name, inputs, state specs and initial state with the op's CPU RuntimeOp. The format the plan set is that of
+// the op's floating activations: dtype() for all of them, layout() for those of rank 4.
 class CudaRuntimeOp : public RuntimeOp {
  public:
   explicit CudaRuntimeOp(Twin twin) : twin_(std::move(twin)) {}
@@ -64,23 +72,40 @@ class CudaRuntimeOp : public RuntimeOp {
   }
   bool has_backward() const override { return twin_->has_backward(); }
 
+ protected:
+  DType dtype() const { return format().dtype; }
+  Layout layout() const { return format().layout; }
+  // Throws unless t (an activation the plan handed the op) is in the op's format.
+  void expect_format(const Tensor& t, const char* what) const {
+    VISION_CHECK(t.dtype() == dtype() && (t.rank() != 4 || t.layout() == layout()),
+                 "{} (CUDA, {}): its {} is {}, not in the op's format (a plan's format pass must convert it)", name(),
+                 graph::format_name(format()), what, t.str());
+  }
+
  private:
   Twin twin_;
 };
 
-// cuDNN convolution plans per (cuDNN handle, input shape, deterministic): a RuntimeOp serves one plan, whose shape and
-// determinism are fixed, but workspace_bytes() runs before the first forward. A cuDNN plan is bound to its handle
-// (and so to that handle's stream).
+// The state a convolution in format f reads in another format than stored: the weight (K, C/g, R, S) in f's dtype
+// and layout (K, R, S, C/g in memory for NHWC: the filter layout cuDNN takes with NHWC activations), the bias in f's
+// dtype. Nothing in f32 NCHW.
+void set_conv_compute_formats(std::vector<ParamSpec>& specs, size_t weight, bool bias, const Format& f) {
+  if (f == Format{}) return;
+  specs.at(weight).compute_format = f;
+  if (bias && f.dtype != DType::f32) specs.at(weight + 1).compute_format = Format{f.dtype, Layout::nchw};
+}
+
+// cuDNN convolution plans per (cuDNN handle, input shape, deterministic): a RuntimeOp serves one plan, whose shape,
+// format and determinism are fixed, but workspace_bytes() runs before the first forward. A cuDNN plan is bound to its
+// handle (and so to that handle's stream).
 class ConvCache {
  public:
   explicit ConvCache(const Conv2dAttrs& a) : a_(a) {}
-  const CudnnConv& get(cudnnHandle_t cudnn, const Shape& x, bool deterministic) const {
+  const CudnnConv& get(cudnnHandle_t cudnn, const Shape& x, bool deterministic, const Format& f) const {
     auto key = std::tuple{cudnn, x.dims(), deterministic};
     auto it = convs_.find(key);
     if (it == convs_.end())
-      it = convs_
-               .emplace(std::move(key), std::make_unique<CudnnConv>(cudnn, a_, x, DType::f32, core::Layout::nchw,
-                                                                    deterministic))
+      it = convs_.emplace(std::move(key), std::make_unique<CudnnConv>(cudnn, a_, x, f.dtype, f.layout, deterministic))
                .first;
     return *it->second;
   }
@@ -100,53 +125,117 @@ void* conv_workspace(const CudnnConv& c, const Tensor& ws, size_t offset = 0) {
   return ws.defined() ? static_cast<std::byte*>(ws.raw()) + offset : nullptr;
 }
 
+// After the convolution: y = act(y + bias) (either optional). In f32 cuDNN adds the bias and the SiLU kernel runs in
+// place; in f16 and bf16 one epilogue kernel does both in f32 and rounds once.
+void conv_epilogue(cudaStream_t stream, const CudnnConv& c, const Format& f, const Tensor& y, const void* bias,
+                   bool silu) {
+  if (f.dtype == DType::f32) {
+    if (bias) c.add_bias(bias, y.raw());
+    if (silu) kernels::launch_silu_forward(stream, DType::f32, y.raw(), y.raw(), y.numel());
+  } else if (bias) {
+    kernels::launch_bias_act(stream, f.dtype, f.layout, silu, y.shape(), y.raw(), bias);
+  } else if (silu) {
+    kernels::launch_silu_forward(stream, f.dtype, y.raw(), y.raw(), y.numel());
+  }
+}
+
+// The epilogue kernels of conv_epilogue in format f.
+std::vector<const cuda::Kernel*> epilogue_kernels(const Format& f, bool bias, bool silu) {
+  if (f.dtype != DType::f32 && bias) return {kernel_of<kernels::BiasAct>(f.dtype, f.layout, silu)};
+  if (silu) return {kernel_of<kernels::SiluForward>(f.dtype)};
+  return {};
+}
+
+// Any of f32, f16 and bf16 in NCHW or NHWC: cuDNN convolutions (IEEE f32, or tensor cores with f32 accumulation),
+// the bias by cuDNN in f32 and by our epilogue and channel-sum kernels in f16 and bf16.
 class Conv2dCuda final : public CudaRuntimeOp {
  public:
   Conv2dCuda(Twin twin, const Conv2dAttrs& a) : CudaRuntimeOp(std::move(twin)), a_(a), convs_(a) {}
-  size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape&) const override {
-    return convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic).workspace_bytes();
+  bool supports(const Format& f) const override { return core::is_floating(f.dtype); }
+  std::vector<ParamSpec> param_specs(const std::vector<Shape>& in, const Shape& out) const override {
+    std::vector<ParamSpec> specs = CudaRuntimeOp::param_specs(in, out);
+    set_conv_compute_formats(specs, 0, a_.bias, format());
+    return specs;
+  }
+  size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in,
+                         const Shape& out) const override {
+    const size_t conv = convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic, format()).workspace_bytes();
+    if (!bias_by_kernels() || plan.mode != Mode::train) return conv;
+    return round_up(conv, 256) + kernels::channel_sum_workspace_bytes(out, layout());
+  }
+  // cuDNN does the convolutions; in f16 and bf16 our kernels add the bias and compute its gradient.
+  std::vector<KernelInfo> kernels() const override {
+    if (!bias_by_kernels()) return {};
+    return infos({kernel_of<kernels::BiasAct>(dtype(), layout(), false),
+                  kernel_of<kernels::ChannelSumPartials>(dtype(), layout()),
+                  kernel_of<kernels::ChannelSumFinalize>(dtype())});
   }
   void forward(ForwardCtx& ctx) override {
-    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic);
+    expect_format(ctx.inputs[0], "input");
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, format());
     c.forward(ctx.inputs[0].raw(), ctx.params[0].raw(), ctx.output.raw(), conv_workspace(c, ctx.workspace));
-    if (a_.bias) c.add_bias(ctx.params[1].raw(), ctx.output.raw());
+    conv_epilogue(stream_of(ctx.backend), c, format(), ctx.output, a_.bias ? ctx.params[1].raw() : nullptr, false);
   }
   void backward(BackwardCtx& ctx) override {
-    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic);
+    expect_format(ctx.grad_output, "output gradient");
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, format());
     void* ws = conv_workspace(c, ctx.workspace);
     if (ctx.grad_inputs[0].defined()) c.backward_data(ctx.params[0].raw(), ctx.grad_output.raw(), ctx.grad_inputs[0].raw(), ws);
     if (ctx.grad_params[0].defined()) c.backward_filter(ctx.inputs[0].raw(), ctx.grad_output.raw(), ctx.grad_params[0].raw(), ws);
-    if (a_.bias && ctx.grad_params[1].defined()) c.backward_bias(ctx.grad_output.raw(), ctx.grad_params[1].raw());
+    if (!a_.bias || !ctx.grad_params[1].defined()) return;
+    if (!bias_by_kernels()) return c.backward_bias(ctx.grad_output.raw(), ctx.grad_params[1].raw());
+    const Shape& y = ctx.grad_output.shape();
+    const size_t offset = round_up(c.workspace_bytes(), 256), need = kernels::channel_sum_workspace_bytes(y, layout());
+    VISION_CHECK(ctx.workspace.defined() && ctx.workspace.nbytes() >= offset + need,
+                 "{} (CUDA) backward: the workspace holds {} bytes, the bias gradient needs {} (the plan's "
+                 "workspace_bytes() was not computed for training)",
+                 name(), ctx.workspace.defined() ? ctx.workspace.nbytes() : 0, offset + need);
+    kernels::launch_channel_sum(stream_of(ctx.backend), dtype(), layout(), y, ctx.grad_output.raw(),
+                                ctx.grad_params[1].raw(), static_cast<std::byte*>(ctx.workspace.raw()) + offset);
   }
 
  private:
+  bool bias_by_kernels() const { return a_.bias && dtype() != DType::f32; }
   Conv2dAttrs a_;
   ConvCache convs_;
 };
 
-// Inference: W' = W·γ/σ and b' = β + (b − μ)·γ/σ folded into the plan's derived tensors once per state version
-// (refresh, outside the captured graph), one cuDNN convolution with bias, SiLU in place.
+// Inference: W' = W·γ/σ and b' = β + (b − μ)·γ/σ folded in f32 into the plan's derived tensors once per state version
+// (refresh, outside the captured graph) and, outside f32 NCHW, converted there into the convolution's format; one
+// cuDNN convolution, then the bias and SiLU epilogue. Without BatchNorm the weight and bias come in the convolution's
+// format from the plan (ParamSpec::compute_format).
 class FusedConv2dCuda final : public CudaRuntimeOp {
  public:
   FusedConv2dCuda(Twin twin, const Conv2dAttrs& a, const ConvFusion& f)
       : CudaRuntimeOp(std::move(twin)), a_(a), f_(f), convs_(with_bias(a)) {}
+  bool supports(const Format& f) const override { return core::is_floating(f.dtype); }
   bool has_backward() const override { return false; }
+  std::vector<ParamSpec> param_specs(const std::vector<Shape>& in, const Shape& out) const override {
+    std::vector<ParamSpec> specs = CudaRuntimeOp::param_specs(in, out);
+    if (!f_.batchnorm) set_conv_compute_formats(specs, 0, a_.bias, format());  // BatchNorm folds from the f32 state
+    return specs;
+  }
   size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape&) const override {
-    return convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic).workspace_bytes();
+    return convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic, format()).workspace_bytes();
   }
   std::vector<KernelInfo> kernels() const override {
     std::vector<const cuda::Kernel*> launched;
-    if (f_.batchnorm) launched.push_back(f32_kernel<kernels::BatchNormFold>());
-    if (f_.silu) launched.push_back(f32_kernel<kernels::SiluForward>());
+    if (f_.batchnorm) launched.push_back(kernel_of<kernels::BatchNormFold>(DType::f32));
+    for (const cuda::Kernel* k : epilogue_kernels(format(), f_.batchnorm || a_.bias, f_.silu)) launched.push_back(k);
     return infos(launched);
   }
+  // With BatchNorm: the folded weight and bias in f32, then (outside f32 NCHW) the weight in the convolution's dtype
+  // and layout and (outside f32) the bias in its dtype.
   std::vector<TensorSpec> derived_specs(const std::vector<Shape>&, const Shape&) const override {
     if (!f_.batchnorm) return {};
-    return {{a_.weight_shape(), DType::f32}, {Shape{a_.out_channels}, DType::f32}};
+    std::vector<TensorSpec> specs{{a_.weight_shape(), DType::f32}, {Shape{a_.out_channels}, DType::f32}};
+    if (weight_copy()) specs.push_back({a_.weight_shape(), dtype()});
+    if (bias_copy()) specs.push_back({Shape{a_.out_channels}, dtype()});
+    return specs;
   }
   void refresh(ForwardCtx& ctx) override {
     if (!f_.batchnorm) return;
-    VISION_CHECK(ctx.derived.size() == 2, "{}: refresh needs the folded weight and bias", name());
+    check_derived(ctx, "refresh");
     const size_t n_conv = a_.bias ? 2 : 1;
     const auto& p = ctx.params;
     kernels::launch_batchnorm_fold(stream_of(ctx.backend), static_cast<const float*>(p[0].raw()),
@@ -157,21 +246,26 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
                                    static_cast<const float*>(p[n_conv + 3].raw()),
                                    static_cast<float*>(ctx.derived[0].raw()), static_cast<float*>(ctx.derived[1].raw()),
                                    a_.out_channels, a_.weight_shape().numel() / a_.out_channels, f_.bn_eps);
+    const core::Device dev = core::Device::cuda;
+    if (weight_copy())
+      ctx.backend->convert(Tensor::view(ctx.derived[2].raw(), a_.weight_shape(), dtype(), dev, layout()),
+                           Tensor::view(ctx.derived[0].raw(), a_.weight_shape(), DType::f32, dev, Layout::nchw));
+    if (bias_copy())
+      ctx.backend->convert(Tensor::view(ctx.derived[3].raw(), Shape{a_.out_channels}, dtype(), dev),
+                           Tensor::view(ctx.derived[1].raw(), Shape{a_.out_channels}, DType::f32, dev));
   }
   void forward(ForwardCtx& ctx) override {
-    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic);
+    expect_format(ctx.inputs[0], "input");
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, format());
     const void* w = ctx.params[0].raw();
     const void* b = a_.bias ? ctx.params[1].raw() : nullptr;
     if (f_.batchnorm) {
-      VISION_CHECK(ctx.derived.size() == 2, "{}: the folded weight and bias are missing (run refresh first)", name());
-      w = ctx.derived[0].raw();
-      b = ctx.derived[1].raw();
+      check_derived(ctx, "forward (run refresh first)");
+      w = ctx.derived[weight_copy() ? 2 : 0].raw();
+      b = ctx.derived[bias_copy() ? 3 : 1].raw();
     }
     c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), conv_workspace(c, ctx.workspace));
-    if (b) c.add_bias(b, ctx.output.raw());
-    if (f_.silu)
-      kernels::launch_silu_forward(stream_of(ctx.backend), DType::f32, ctx.output.raw(), ctx.output.raw(),
-                                   ctx.output.numel());
+    conv_epilogue(stream_of(ctx.backend), c, format(), ctx.output, b, f_.silu);
   }
 
  private:
@@ -179,13 +273,24 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
     a.bias = true;
     return a;
   }
+  bool weight_copy() const { return format() != Format{}; }
+  bool bias_copy() const { return dtype() != DType::f32; }
+  void check_derived(const ForwardCtx& ctx, const char* when) const {
+    const size_t want = 2 + (weight_copy() ? 1 : 0) + (bias_copy() ? 1 : 0);
+    VISION_CHECK(ctx.derived.size() == want,
+                 "{}: {} needs the {} folded weight and bias tensors of derived_specs(), got {}", name(), when, want,
+                 ctx.derived.size());
+  }
   Conv2dAttrs a_;
   ConvFusion f_;
   ConvCache convs_;
 };
 
-// cuDNN spatial BatchNorm: training with batch statistics (running statistics updated with the unbiased
-// variance, as PyTorch does), inference with the running statistics.
+// Spatial BatchNorm: training with batch statistics (running statistics updated with the unbiased variance, as
+// PyTorch does), inference with the running statistics. Activations in f32 or f16 go through cuDNN's legacy
+// BatchNorm (x in NCHW or NHWC, the statistics and parameters f32: the descriptor cudnnDeriveBNTensorDescriptor
+// gives); cuDNN's own header and PyTorch route bf16 elsewhere, so bf16 runs on our kernels (batchnorm.cuh), computed in
+// f32. Both save the batch mean and inverse std for backward.
 class BatchNorm2dCuda final : public CudaRuntimeOp {
  public:
   BatchNorm2dCuda(Twin twin, float eps, float momentum, Mode mode)
@@ -194,55 +299,97 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
     if (c_desc_) cudnnDestroyTensorDescriptor(c_desc_);
     if (x_desc_) cudnnDestroyTensorDescriptor(x_desc_);
   }
-  // cuDNN does the normalisation; training forward counts the batch with an NVRTC kernel.
+  bool supports(const Format& f) const override { return core::is_floating(f.dtype); }
+  // cuDNN does the normalisation (training forward counts the batch with an NVRTC kernel), or our kernels do it all.
   std::vector<KernelInfo> kernels() const override {
+    if (own_kernels()) return infos(kernels::batchnorm_kernels(dtype(), layout(), mode_ == Mode::train));
     if (mode_ != Mode::train) return {};
-    return infos({&cuda::kernel_instance<kernels::IncrementCounter>()});
+    return infos({kernel_of<kernels::IncrementCounter>()});
   }
   std::vector<TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape&) const override {
     if (mode_ != Mode::train) return {};
     return {{Shape{in[0][1]}, DType::f32}, {Shape{in[0][1]}, DType::f32}};  // batch mean, inverse std
   }
+  size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>& in, const Shape&) const override {
+    return own_kernels() && mode_ == Mode::train ? kernels::batchnorm_workspace_bytes(in[0], layout()) : 0;
+  }
   void forward(ForwardCtx& ctx) override {
-    prepare(ctx.inputs[0].shape());
-    const float one = 1.0f, zero = 0.0f;
+    const Tensor& x = ctx.inputs[0];
+    expect_format(x, "input");
     const auto& p = ctx.params;
-    if (!ctx.training) {
-      VISION_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
-          cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, ctx.inputs[0].raw(), x_desc_,
-          ctx.output.raw(), c_desc_, p[0].raw(), p[1].raw(), p[2].raw(), p[3].raw(), eps_));
+    const auto f32 = [](const Tensor& t) { return static_cast<float*>(t.raw()); };
+    if (ctx.training)
+      VISION_CHECK(x.numel() / x.dim(1) > 1 && ctx.saved.size() == 2,
+                   "batchnorm2d in training needs more than one value per channel and room for the batch statistics, "
+                   "got input {} and {} saved tensors",
+                   x.str(), ctx.saved.size());
+    if (own_kernels()) {
+      const cudaStream_t s = stream_of(ctx.backend);
+      if (!ctx.training)
+        return kernels::launch_batchnorm_forward_inference(s, dtype(), layout(), x.shape(), x.raw(), ctx.output.raw(),
+                                                           f32(p[0]), f32(p[1]), f32(p[2]), f32(p[3]), eps_);
+      kernels::launch_batchnorm_forward_training(s, dtype(), layout(), x.shape(), x.raw(), ctx.output.raw(), f32(p[0]),
+                                                 f32(p[1]), f32(p[2]), f32(p[3]), f32(ctx.saved[0]),
+                                                 f32(ctx.saved[1]), workspace(ctx.workspace, x.shape()),
+                                                 static_cast<float>(momentum_), eps_);
+      kernels::launch_increment_counter(s, static_cast<int64_t*>(p[4].raw()));
       return;
     }
-    VISION_CHECK(ctx.inputs[0].numel() / ctx.inputs[0].dim(1) > 1,
-                 "batchnorm2d in training needs more than one value per channel, got input {}", ctx.inputs[0].str());
+    prepare(x.shape());
+    const float one = 1.0f, zero = 0.0f;
+    if (!ctx.training) {
+      VISION_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+          cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x.raw(), x_desc_, ctx.output.raw(),
+          c_desc_, p[0].raw(), p[1].raw(), p[2].raw(), p[3].raw(), eps_));
+      return;
+    }
     VISION_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-        cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, ctx.inputs[0].raw(), x_desc_,
-        ctx.output.raw(), c_desc_, p[0].raw(), p[1].raw(), momentum_, p[2].raw(), p[3].raw(), eps_,
-        ctx.saved[0].raw(), ctx.saved[1].raw()));
+        cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x.raw(), x_desc_, ctx.output.raw(),
+        c_desc_, p[0].raw(), p[1].raw(), momentum_, p[2].raw(), p[3].raw(), eps_, ctx.saved[0].raw(),
+        ctx.saved[1].raw()));
     kernels::launch_increment_counter(stream_of(ctx.backend), static_cast<int64_t*>(p[4].raw()));
   }
   void backward(BackwardCtx& ctx) override {
-    prepare(ctx.inputs[0].shape());
+    const Tensor& x = ctx.inputs[0];
+    expect_format(ctx.grad_output, "output gradient");
     VISION_CHECK(ctx.saved.size() == 2, "batchnorm2d backward needs the batch statistics of a training forward");
     VISION_CHECK(ctx.grad_inputs[0].defined() && ctx.grad_params[0].defined() && ctx.grad_params[1].defined(),
                  "batchnorm2d backward on CUDA writes dx, dγ and dβ together");
+    if (own_kernels()) {
+      const auto f32 = [](const Tensor& t) { return static_cast<float*>(t.raw()); };
+      kernels::launch_batchnorm_backward(stream_of(ctx.backend), dtype(), layout(), x.shape(), x.raw(),
+                                         ctx.grad_output.raw(), ctx.grad_inputs[0].raw(), f32(ctx.params[0]),
+                                         f32(ctx.saved[0]), f32(ctx.saved[1]), f32(ctx.grad_params[0]),
+                                         f32(ctx.grad_params[1]), workspace(ctx.workspace, x.shape()));
+      return;
+    }
+    prepare(x.shape());
     const float one = 1.0f, zero = 0.0f;
     VISION_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-        cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_desc_, ctx.inputs[0].raw(),
-        x_desc_, ctx.grad_output.raw(), x_desc_, ctx.grad_inputs[0].raw(), c_desc_, ctx.params[0].raw(),
+        cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_desc_, x.raw(), x_desc_,
+        ctx.grad_output.raw(), x_desc_, ctx.grad_inputs[0].raw(), c_desc_, ctx.params[0].raw(),
         ctx.grad_params[0].raw(), ctx.grad_params[1].raw(), eps_, ctx.saved[0].raw(), ctx.saved[1].raw()));
   }
 
  private:
+  bool own_kernels() const { return dtype() == DType::bf16; }
+  void* workspace(const Tensor& ws, const Shape& x) const {
+    const size_t need = kernels::batchnorm_workspace_bytes(x, layout());
+    VISION_CHECK(ws.defined() && ws.nbytes() >= need,
+                 "{} (CUDA, {}): the workspace holds {} bytes, the batch statistics need {} (the plan's "
+                 "workspace_bytes() was computed for another input shape)",
+                 name(), graph::format_name(format()), ws.defined() ? ws.nbytes() : 0, need);
+    return ws.raw();
+  }
   // Sets the descriptors for input x (created on first use, so that lowering needs no GPU or cuDNN call).
   void prepare(const Shape& x) {
     if (x_desc_ && x == shape_) return;
     if (!x_desc_) VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_desc_));
     if (!c_desc_) VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&c_desc_));
     shape_ = Shape();  // set again only once both descriptors describe x
-    VISION_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(x[0]),
-                                                  static_cast<int>(x[1]), static_cast<int>(x[2]),
-                                                  static_cast<int>(x[3])));
+    VISION_CUDNN_CHECK(cudnnSetTensor4dDescriptor(
+        x_desc_, layout() == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, cudnn_dtype(dtype()),
+        static_cast<int>(x[0]), static_cast<int>(x[1]), static_cast<int>(x[2]), static_cast<int>(x[3])));
     VISION_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(c_desc_, x_desc_, CUDNN_BATCHNORM_SPATIAL));
     shape_ = x;
   }
@@ -253,24 +400,29 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
   cudnnTensorDescriptor_t x_desc_ = nullptr, c_desc_ = nullptr;
 };
 
-// y = f(x) element-wise; backward from x (SiLU) or from y (sigmoid).
+// y = f(x) element-wise, any floating dtype, either layout (memory order does not matter); backward from x (SiLU) or
+// from y (sigmoid).
 class UnaryCuda final : public CudaRuntimeOp {
  public:
   enum class Kind { silu, sigmoid };
   UnaryCuda(Twin twin, Kind kind) : CudaRuntimeOp(std::move(twin)), kind_(kind) {}
+  bool supports(const Format& f) const override { return core::is_floating(f.dtype); }
   std::vector<KernelInfo> kernels() const override {
-    if (kind_ == Kind::silu) return infos({f32_kernel<kernels::SiluForward>(), f32_kernel<kernels::SiluBackward>()});
-    return infos({f32_kernel<kernels::SigmoidForward>(), f32_kernel<kernels::SigmoidBackward>()});
+    if (kind_ == Kind::silu)
+      return infos({kernel_of<kernels::SiluForward>(dtype()), kernel_of<kernels::SiluBackward>(dtype())});
+    return infos({kernel_of<kernels::SigmoidForward>(dtype()), kernel_of<kernels::SigmoidBackward>(dtype())});
   }
   void forward(ForwardCtx& ctx) override {
+    expect_format(ctx.inputs[0], "input");
     const auto f = kind_ == Kind::silu ? kernels::launch_silu_forward : kernels::launch_sigmoid_forward;
-    f(stream_of(ctx.backend), DType::f32, ctx.inputs[0].raw(), ctx.output.raw(), ctx.output.numel());
+    f(stream_of(ctx.backend), dtype(), ctx.inputs[0].raw(), ctx.output.raw(), ctx.output.numel());
   }
   void backward(BackwardCtx& ctx) override {
     if (!ctx.grad_inputs[0].defined()) return;
+    expect_format(ctx.grad_output, "output gradient");
     const Tensor& from = kind_ == Kind::silu ? ctx.inputs[0] : ctx.output;
     const auto f = kind_ == Kind::silu ? kernels::launch_silu_backward : kernels::launch_sigmoid_backward;
-    f(stream_of(ctx.backend), DType::f32, from.raw(), ctx.grad_output.raw(), ctx.grad_inputs[0].raw(),
+    f(stream_of(ctx.backend), dtype(), from.raw(), ctx.grad_output.raw(), ctx.grad_inputs[0].raw(),
       ctx.output.numel());
   }
 
@@ -278,28 +430,34 @@ class UnaryCuda final : public CudaRuntimeOp {
   Kind kind_;
 };
 
+// a + b or a · b element-wise, any floating dtype, either layout (both inputs in the op's).
 class BinaryCuda final : public CudaRuntimeOp {
  public:
   enum class Kind { add, mul };
   BinaryCuda(Twin twin, Kind kind) : CudaRuntimeOp(std::move(twin)), kind_(kind) {}
+  bool supports(const Format& f) const override { return core::is_floating(f.dtype); }
   std::vector<KernelInfo> kernels() const override {
-    if (kind_ == Kind::add) return infos({f32_kernel<kernels::AddForward>(), f32_kernel<kernels::AddBackward>()});
-    return infos({f32_kernel<kernels::MulForward>(), f32_kernel<kernels::MulBackward>()});
+    if (kind_ == Kind::add)
+      return infos({kernel_of<kernels::AddForward>(dtype()), kernel_of<kernels::AddBackward>(dtype())});
+    return infos({kernel_of<kernels::MulForward>(dtype()), kernel_of<kernels::MulBackward>(dtype())});
   }
   void forward(ForwardCtx& ctx) override {
+    expect_format(ctx.inputs[0], "first input");
+    expect_format(ctx.inputs[1], "second input");
     const auto f = kind_ == Kind::add ? kernels::launch_add_forward : kernels::launch_mul_forward;
-    f(stream_of(ctx.backend), DType::f32, ctx.inputs[0].raw(), ctx.inputs[1].raw(), ctx.output.raw(),
+    f(stream_of(ctx.backend), dtype(), ctx.inputs[0].raw(), ctx.inputs[1].raw(), ctx.output.raw(),
       ctx.output.numel());
   }
   void backward(BackwardCtx& ctx) override {
     void* da = ctx.grad_inputs[0].defined() ? ctx.grad_inputs[0].raw() : nullptr;
     void* db = ctx.grad_inputs[1].defined() ? ctx.grad_inputs[1].raw() : nullptr;
     if (!da && !db) return;
+    expect_format(ctx.grad_output, "output gradient");
     const cudaStream_t s = stream_of(ctx.backend);
     if (kind_ == Kind::add)
-      kernels::launch_add_backward(s, DType::f32, ctx.grad_output.raw(), da, db, ctx.output.numel());
+      kernels::launch_add_backward(s, dtype(), ctx.grad_output.raw(), da, db, ctx.output.numel());
     else
-      kernels::launch_mul_backward(s, DType::f32, ctx.grad_output.raw(), ctx.inputs[0].raw(), ctx.inputs[1].raw(), da,
+      kernels::launch_mul_backward(s, dtype(), ctx.grad_output.raw(), ctx.inputs[0].raw(), ctx.inputs[1].raw(), da,
                                    db, ctx.output.numel());
   }
 
@@ -307,12 +465,14 @@ class BinaryCuda final : public CudaRuntimeOp {
   Kind kind_;
 };
 
+// Any floating dtype, NCHW or NHWC; the argmax (saved in training) is in the output's layout.
 class MaxPool2dCuda final : public CudaRuntimeOp {
  public:
   MaxPool2dCuda(Twin twin, int64_t k, int64_t s, int64_t p, Mode mode)
       : CudaRuntimeOp(std::move(twin)),
         window_{static_cast<int>(k), static_cast<int>(s < 0 ? k : s), static_cast<int>(p)},
         mode_(mode) {}
+  bool supports(const Format& f) const override { return core::is_floating(f.dtype); }
   std::vector<TensorSpec> saved_specs(const std::vector<Shape>&, const Shape& out) const override {
     if (mode_ != Mode::train) return {};
     return {{out, DType::i32}};
@@ -322,21 +482,24 @@ class MaxPool2dCuda final : public CudaRuntimeOp {
   }
   // Backward needs the argmax saved in training.
   std::vector<KernelInfo> kernels() const override {
-    if (mode_ != Mode::train) return infos({f32_kernel<kernels::MaxPool2dForward>(window_)});
-    return infos({f32_kernel<kernels::MaxPool2dForward>(window_), f32_kernel<kernels::MaxPool2dBackward>(window_)});
+    const auto* fwd = kernel_of<kernels::MaxPool2dForward>(dtype(), window_, layout());
+    if (mode_ != Mode::train) return infos({fwd});
+    return infos({fwd, kernel_of<kernels::MaxPool2dBackward>(dtype(), window_, layout())});
   }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
+    expect_format(x, "input");
     auto* argmax = static_cast<int32_t*>(ctx.saved.empty() ? ctx.workspace.raw() : ctx.saved[0].raw());
-    kernels::launch_maxpool2d_forward(stream_of(ctx.backend), DType::f32, window_, x.raw(), ctx.output.raw(), argmax,
-                                      x.dim(0) * x.dim(1), x.dim(2), x.dim(3));
+    kernels::launch_maxpool2d_forward(stream_of(ctx.backend), dtype(), layout(), window_, x.raw(), ctx.output.raw(),
+                                      argmax, x.dim(0), x.dim(1), x.dim(2), x.dim(3));
   }
   void backward(BackwardCtx& ctx) override {
     if (!ctx.grad_inputs[0].defined()) return;
+    expect_format(ctx.grad_output, "output gradient");
     const Tensor& x = ctx.inputs[0];
-    kernels::launch_maxpool2d_backward(stream_of(ctx.backend), DType::f32, window_, ctx.grad_output.raw(),
+    kernels::launch_maxpool2d_backward(stream_of(ctx.backend), dtype(), layout(), window_, ctx.grad_output.raw(),
                                        static_cast<const int32_t*>(ctx.saved[0].raw()), ctx.grad_inputs[0].raw(),
-                                       x.dim(0) * x.dim(1), x.dim(2), x.dim(3));
+                                       x.dim(0), x.dim(1), x.dim(2), x.dim(3));
   }
 
  private:
@@ -344,39 +507,48 @@ class MaxPool2dCuda final : public CudaRuntimeOp {
   Mode mode_;
 };
 
+// Nearest ×2, any floating dtype, NCHW or NHWC.
 class UpsampleCuda final : public CudaRuntimeOp {
  public:
   explicit UpsampleCuda(Twin twin) : CudaRuntimeOp(std::move(twin)) {}
+  bool supports(const Format& f) const override { return core::is_floating(f.dtype); }
   std::vector<KernelInfo> kernels() const override {
-    return infos({f32_kernel<kernels::UpsampleNearest2xForward>(), f32_kernel<kernels::UpsampleNearest2xBackward>()});
+    return infos({kernel_of<kernels::UpsampleNearest2xForward>(dtype(), layout()),
+                  kernel_of<kernels::UpsampleNearest2xBackward>(dtype(), layout())});
   }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
-    kernels::launch_upsample_nearest2x_forward(stream_of(ctx.backend), DType::f32, x.raw(), ctx.output.raw(),
-                                               x.dim(0) * x.dim(1), x.dim(2), x.dim(3));
+    expect_format(x, "input");
+    kernels::launch_upsample_nearest2x_forward(stream_of(ctx.backend), dtype(), layout(), x.raw(), ctx.output.raw(),
+                                               x.dim(0), x.dim(1), x.dim(2), x.dim(3));
   }
   void backward(BackwardCtx& ctx) override {
     if (!ctx.grad_inputs[0].defined()) return;
+    expect_format(ctx.grad_output, "output gradient");
     const Tensor& x = ctx.inputs[0];
-    kernels::launch_upsample_nearest2x_backward(stream_of(ctx.backend), DType::f32, ctx.grad_output.raw(),
-                                                ctx.grad_inputs[0].raw(), x.dim(0) * x.dim(1), x.dim(2), x.dim(3));
+    kernels::launch_upsample_nearest2x_backward(stream_of(ctx.backend), dtype(), layout(), ctx.grad_output.raw(),
+                                                ctx.grad_inputs[0].raw(), x.dim(0), x.dim(1), x.dim(2), x.dim(3));
   }
 };
 
-// Dims reordered (rank ≤ 4); the backward is the inverse permutation of the gradient.
+// Dims reordered (rank ≤ 4); the backward is the inverse permutation of the gradient. Any floating dtype, NCHW only:
+// a permutation works on the row-major logical order.
 class PermuteCuda final : public CudaRuntimeOp {
  public:
   PermuteCuda(Twin twin, std::vector<int64_t> perm) : CudaRuntimeOp(std::move(twin)), perm_(std::move(perm)) {}
-  std::vector<KernelInfo> kernels() const override { return infos({f32_kernel<kernels::PermuteCopy>()}); }
+  bool supports(const Format& f) const override { return core::is_floating(f.dtype) && f.layout == Layout::nchw; }
+  std::vector<KernelInfo> kernels() const override { return infos({kernel_of<kernels::PermuteCopy>(dtype())}); }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
-    kernels::launch_permute(stream_of(ctx.backend), x.dtype(), x.raw(), ctx.output.raw(), ctx.output.shape(),
+    expect_format(x, "input");
+    kernels::launch_permute(stream_of(ctx.backend), dtype(), x.raw(), ctx.output.raw(), ctx.output.shape(),
                             permuted_strides(x.shape(), perm_));
   }
   void backward(BackwardCtx& ctx) override {
     if (!ctx.grad_inputs[0].defined()) return;
     const Tensor& dy = ctx.grad_output;
-    kernels::launch_permute(stream_of(ctx.backend), dy.dtype(), dy.raw(), ctx.grad_inputs[0].raw(),
+    expect_format(dy, "output gradient");
+    kernels::launch_permute(stream_of(ctx.backend), dtype(), dy.raw(), ctx.grad_inputs[0].raw(),
                             ctx.grad_inputs[0].shape(), permuted_strides(dy.shape(), inverse_permutation(perm_)));
   }
 
@@ -384,15 +556,19 @@ class PermuteCuda final : public CudaRuntimeOp {
   std::vector<int64_t> perm_;
 };
 
-// ½·Σx² (square) or Σx / n (mean).
+// ½·Σx² (square) or Σx / n (mean). f32 only (losses and reductions stay f32), either layout: a reduction over the
+// whole tensor does not depend on the memory order.
 class ReduceCuda final : public CudaRuntimeOp {
  public:
   ReduceCuda(Twin twin, bool square) : CudaRuntimeOp(std::move(twin)), square_(square) {}
+  bool supports(const Format& f) const override { return f.dtype == DType::f32; }
   std::vector<KernelInfo> kernels() const override {
-    return infos({f32_kernel<kernels::ReduceSumForward>(square_), f32_kernel<kernels::ReduceSumBackward>(square_)});
+    return infos({kernel_of<kernels::ReduceSumForward>(DType::f32, square_),
+                  kernel_of<kernels::ReduceSumBackward>(DType::f32, square_)});
   }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
+    expect_format(x, "input");
     kernels::launch_reduce_sum_forward(stream_of(ctx.backend), DType::f32, square_, x.raw(), ctx.output.raw(),
                                        x.numel(), scale(x));
   }

@@ -1,11 +1,20 @@
-// CUDA kernels of BatchNorm's helpers (folding into a convolution, the batch counter): descriptors and launches.
+// CUDA kernels of BatchNorm: folding into a convolution, the batch counter, and BatchNorm itself (training with batch
+// statistics, inference, backward) in either memory order for the dtypes cuDNN's legacy BatchNorm does not take.
+// Descriptors and launch helpers; kernel text: batchnorm.cuh.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "vision/core/shape.h"
+#include "vision/core/tensor.h"
 #include "vision/cuda/kernel.h"
 
 namespace vision::ops::kernels {
 
 using core::DType;
+using core::Layout;
 
 struct BatchNormFold
     : cuda::KernelDescriptor<const void* /*w*/, const void* /*bias or null*/, const void* /*gamma*/,
@@ -17,11 +26,71 @@ struct IncrementCounter : cuda::KernelDescriptor<void* /*counter*/> {
   IncrementCounter();
 };
 
+// Our BatchNorm kernels: the element type of x, y, dy and dx is dtype (f32, f16 or bf16), the statistics and
+// parameters are f32; NCHW kernels are named like "batchnorm_stats", NHWC ones "batchnorm_stats_nhwc".
+struct BatchNormStats : cuda::KernelDescriptor<const void* /*x*/, void* /*partial*/, int64_t /*rows*/,
+                                               int64_t /*channels*/, int64_t /*inner*/, int64_t /*rows_per_split*/> {
+  BatchNormStats(DType dtype, Layout layout);
+};
+struct BatchNormStatsFinalize
+    : cuda::KernelDescriptor<const void* /*partial*/, void* /*save_mean*/, void* /*save_invstd*/,
+                             void* /*running_mean*/, void* /*running_var*/, int64_t /*splits*/, int64_t /*rows*/,
+                             int64_t /*rows_per_split*/, int64_t /*channels*/, float /*momentum*/, float /*eps*/> {
+  BatchNormStatsFinalize();
+};
+struct BatchNormApply
+    : cuda::KernelDescriptor<const void* /*x*/, void* /*y*/, const void* /*mean*/, const void* /*scale_src*/,
+                             const void* /*gamma*/, const void* /*beta*/, int64_t /*n*/, int64_t /*channels*/,
+                             int64_t /*inner*/, float /*eps*/, int32_t /*from_var*/> {
+  BatchNormApply(DType dtype, Layout layout);
+};
+struct BatchNormBackwardSums
+    : cuda::KernelDescriptor<const void* /*x*/, const void* /*dy*/, const void* /*mean*/, void* /*partial*/,
+                             int64_t /*rows*/, int64_t /*channels*/, int64_t /*inner*/, int64_t /*rows_per_split*/> {
+  BatchNormBackwardSums(DType dtype, Layout layout);
+};
+struct BatchNormBackwardFinalize
+    : cuda::KernelDescriptor<const void* /*partial*/, const void* /*invstd*/, void* /*dgamma*/, void* /*dbeta*/,
+                             int64_t /*splits*/, int64_t /*channels*/> {
+  BatchNormBackwardFinalize();
+};
+struct BatchNormBackwardApply
+    : cuda::KernelDescriptor<const void* /*x*/, const void* /*dy*/, void* /*dx*/, const void* /*mean*/,
+                             const void* /*invstd*/, const void* /*gamma*/, const void* /*dgamma*/,
+                             const void* /*dbeta*/, int64_t /*n*/, int64_t /*channels*/, int64_t /*inner*/,
+                             int64_t /*rows*/> {
+  BatchNormBackwardApply(DType dtype, Layout layout);
+};
+
 // w_out = w · γ/σ per output channel, b_out = β + (b − mean) · γ/σ, σ = sqrt(var + eps); f32 tensors.
 void launch_batchnorm_fold(cudaStream_t stream, const float* w, const float* bias, const float* gamma,
                            const float* beta, const float* mean, const float* var, float* w_out, float* b_out,
                            int64_t out_channels, int64_t per_out, float eps);
 // counter[0] += 1 for an i64 counter.
 void launch_increment_counter(cudaStream_t stream, int64_t* counter);
+
+// The kernels BatchNorm in dtype and layout launches: inference, or training (forward and backward).
+std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, bool training);
+
+// Workspace bytes of the training forward and backward of an input of shape x (N, C, H, W) in layout.
+size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout);
+
+// Training: y = (x − μ)·invstd·γ + β with the batch mean μ and inverse std invstd = 1/sqrt(var + eps) (biased
+// variance), saved for backward (f32, C each); running_mean and running_var (f32) are updated with `momentum` as
+// PyTorch does, the variance unbiased. x and y: dtype, shape x in layout; gamma, beta: f32; workspace: at least
+// batchnorm_workspace_bytes(x, layout). Needs more than one value per channel.
+void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
+                                       const void* x_data, void* y, const float* gamma, const float* beta,
+                                       float* running_mean, float* running_var, float* save_mean, float* save_invstd,
+                                       void* workspace, float momentum, float eps);
+// Inference: y = (x − running_mean)/sqrt(running_var + eps)·γ + β.
+void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
+                                        const void* x_data, void* y, const float* gamma, const float* beta,
+                                        const float* running_mean, const float* running_var, float eps);
+// Backward of the training forward: dx (dtype, layout), dγ and dβ (f32) from x, dy and the saved statistics.
+void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
+                               const void* x_data, const void* dy, void* dx, const float* gamma,
+                               const float* save_mean, const float* save_invstd, float* dgamma, float* dbeta,
+                               void* workspace);
 
 }  // namespace vision::ops::kernels

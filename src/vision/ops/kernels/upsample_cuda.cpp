@@ -6,46 +6,50 @@ namespace vision::ops::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr const char* kParams = "const {T}*, {T}*, int64_t, int64_t, int64_t";
+constexpr const char* kParams = "const {T}*, {T}*, int64_t, int64_t, int64_t, int64_t";
 
-cuda::KernelSpec make_spec(const char* name, DType dtype) {
+cuda::KernelSpec make_spec(const char* name, DType dtype, Layout layout) {
   VISION_CHECK(core::is_floating(dtype), "{}: no CUDA kernel for {} tensors (f32, f16 and bf16 only)", name,
                core::dtype_name(dtype));
-  return {name, "vision/ops/kernels/upsample.cuh", dtype, {}, kParams};
+  return {std::string(name) + (layout == Layout::nhwc ? "_nhwc" : ""), "vision/ops/kernels/upsample.cuh", dtype, {},
+          kParams};
 }
 
 template <typename D>
-void launch(cudaStream_t stream, DType dtype, const void* in, void* out, int64_t planes, int64_t h, int64_t w) {
-  const D& kernel = cuda::kernel_instance<D>(dtype);
-  VISION_CHECK(planes >= 0 && h >= 0 && w >= 0, "{}: invalid size {} × {} × {}", kernel.name(), planes, h, w);
-  const int64_t n = planes * h * w;  // one thread per input element
+void launch(cudaStream_t stream, DType dtype, Layout layout, const void* in, void* out, int64_t batch,
+            int64_t channels, int64_t h, int64_t w) {
+  const D& kernel = cuda::kernel_instance<D>(dtype, layout);
+  VISION_CHECK(batch >= 0 && channels >= 0 && h >= 0 && w >= 0, "{}: invalid size {} × {} × {} × {}", kernel.name(),
+               batch, channels, h, w);
+  const int64_t n = batch * channels * h * w;  // one thread per input element
   if (n == 0) return;
-  kernel.launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, in, out, planes, h, w);
+  kernel.launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, in, out, batch, channels, h, w);
 }
 
 void register_upsample_kernels(cuda::KernelRegistry& r) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
-    r.add<UpsampleNearest2xForward>(t);
-    r.add<UpsampleNearest2xBackward>(t);
-  }
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+      r.add<UpsampleNearest2xForward>(t, layout);
+      r.add<UpsampleNearest2xBackward>(t, layout);
+    }
 }
 VISION_REGISTER_KERNELS(register_upsample_kernels);
 
 }  // namespace
 
-UpsampleNearest2xForward::UpsampleNearest2xForward(DType t)
-    : KernelDescriptor(make_spec("upsample_nearest2x_forward", t)) {}
-UpsampleNearest2xBackward::UpsampleNearest2xBackward(DType t)
-    : KernelDescriptor(make_spec("upsample_nearest2x_backward", t)) {}
+UpsampleNearest2xForward::UpsampleNearest2xForward(DType t, Layout layout)
+    : KernelDescriptor(make_spec("upsample_nearest2x_forward", t, layout)) {}
+UpsampleNearest2xBackward::UpsampleNearest2xBackward(DType t, Layout layout)
+    : KernelDescriptor(make_spec("upsample_nearest2x_backward", t, layout)) {}
 
-void launch_upsample_nearest2x_forward(cudaStream_t stream, DType dtype, const void* x, void* y, int64_t planes,
-                                       int64_t h, int64_t w) {
-  launch<UpsampleNearest2xForward>(stream, dtype, x, y, planes, h, w);
+void launch_upsample_nearest2x_forward(cudaStream_t stream, DType dtype, Layout layout, const void* x, void* y,
+                                       int64_t batch, int64_t channels, int64_t h, int64_t w) {
+  launch<UpsampleNearest2xForward>(stream, dtype, layout, x, y, batch, channels, h, w);
 }
 
-void launch_upsample_nearest2x_backward(cudaStream_t stream, DType dtype, const void* dy, void* dx, int64_t planes,
-                                        int64_t h, int64_t w) {
-  launch<UpsampleNearest2xBackward>(stream, dtype, dy, dx, planes, h, w);
+void launch_upsample_nearest2x_backward(cudaStream_t stream, DType dtype, Layout layout, const void* dy, void* dx,
+                                        int64_t batch, int64_t channels, int64_t h, int64_t w) {
+  launch<UpsampleNearest2xBackward>(stream, dtype, layout, dy, dx, batch, channels, h, w);
 }
 
 }  // namespace vision::ops::kernels
