@@ -201,9 +201,11 @@ TEST(OpFormats, KernelIdsFollowTheFormat) {
   EXPECT_EQ(lowered_ids("ops.permute", Mode::train, bf16_nchw), (Ids{"permute_copy__bf16"}));
   EXPECT_EQ(lowered_ids("ops.mean", Mode::train, f32_nhwc),
             (Ids{"reduce_sum_forward__f32__sq0", "reduce_sum_backward__f32__sq0"}));
-  // BatchNorm: cuDNN in f32 and f16, our kernels in bf16.
-  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::train, f16_nhwc), (Ids{"increment_counter__i64"}));
-  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::inference, f16_nhwc), Ids{});
+  // BatchNorm: cuDNN in f32 NCHW, our kernels in every other format.
+  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::train, graph::Format{}), (Ids{"increment_counter__i64"}));
+  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::inference, graph::Format{}), Ids{});
+  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::inference, f16_nhwc), (Ids{"batchnorm_apply_nhwc__f16"}));
+  EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::inference, f32_nhwc), (Ids{"batchnorm_apply_nhwc__f32"}));
   EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::inference, bf16_nchw), (Ids{"batchnorm_apply__bf16"}));
   EXPECT_EQ(lowered_ids("ops.batchnorm2d", Mode::train, bf16_nhwc),
             (Ids{"batchnorm_stats_nhwc__bf16", "batchnorm_stats_finalize__f32", "batchnorm_apply_nhwc__bf16",
@@ -265,13 +267,13 @@ TEST(OpFormats, ConvolutionStateFormats) {
                          ->param_specs({x}, y);
   EXPECT_EQ(specs[0].compute_format, bf16_nchw);
   EXPECT_EQ(specs[1].compute_format, bf16_nchw);
-  // BatchNorm keeps its state in f32 in every format; in bf16 training our kernels need a workspace.
+  // BatchNorm keeps its state in f32 in every format; outside f32 NCHW (cuDNN) our kernels need a workspace in training.
   const ops::BatchNorm2dOp bn(1e-3f, 0.03f);
   for (const graph::Format& f : kAllFormats) {
     auto rt = lowered_in(bn, Mode::train, f);
     for (const auto& s : rt->param_specs({x}, x)) EXPECT_FALSE(s.compute_format.has_value()) << s.name;
     for (const auto& s : rt->saved_specs({x}, x)) EXPECT_EQ(s.dtype, DType::f32);
-    EXPECT_EQ(rt->workspace_bytes({nullptr, Mode::train, false}, {x}, x) > 0, f.dtype == DType::bf16)
+    EXPECT_EQ(rt->workspace_bytes({nullptr, Mode::train, false}, {x}, x) > 0, !(f == graph::Format{}))
         << graph::format_name(f);
   }
 }

@@ -5,7 +5,15 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "vision/cuda/check.h"
 #include "vision/cuda/libraries.h"
+#include "vision/cuda/memory.h"
 
 namespace vision::ops::cuda_impl {
 
@@ -36,7 +44,113 @@ const Perf& pick(const Perf* perf, int count, size_t max_workspace, bool determi
        deterministic ? "deterministic " : "", what, max_workspace >> 20,
        deterministic ? "; run it without deterministic mode" : "");
 }
+int device_index() {
+  int d = 0;
+  VISION_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+struct Algorithms {
+  cudnnConvolutionFwdAlgo_t fwd;
+  cudnnConvolutionBwdDataAlgo_t bwd_data;
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+};
+// Chosen algorithms per convolution geometry, dtype, layout, determinism, workspace limit and device, for the life of
+// the process: each geometry is searched once, whichever plan asks first.
+std::mutex algorithms_mutex;
+std::map<std::string, Algorithms>& algorithm_cache() {
+  static std::map<std::string, Algorithms> cache;
+  return cache;
+}
+std::optional<Algorithms> cached_algorithms(const std::string& key) {
+  std::lock_guard lock(algorithms_mutex);
+  auto it = algorithm_cache().find(key);
+  if (it == algorithm_cache().end()) return std::nullopt;
+  return it->second;
+}
+void remember_algorithms(const std::string& key, const Algorithms& a) {
+  std::lock_guard lock(algorithms_mutex);
+  algorithm_cache()[key] = a;
+}
+
 }  // namespace
+
+ConvSearch search_mode() {
+  static const ConvSearch mode = [] {
+    const char* v = std::getenv("VISION_CUDNN_SEARCH");
+    if (!v || std::string_view(v).empty() || std::string_view(v) == "benchmark") return ConvSearch::benchmark;
+    VISION_CHECK(std::string_view(v) == "heuristic",
+                 "VISION_CUDNN_SEARCH must be 'benchmark' (the default) or 'heuristic', got '{}'", v);
+    return ConvSearch::heuristic;
+  }();
+  return mode;
+}
+
+void CudnnConv::heuristic_algorithms(size_t max_workspace) {
+  int n = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  VISION_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle_, x_desc_, w_desc_, conv_desc_, y_desc_,
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd));
+  fwd_algo_ = pick(fwd, n, max_workspace, deterministic_, "forward").algo;
+  cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, w_desc_, y_desc_, conv_desc_, x_desc_,
+                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
+  bwd_data_algo_ = pick(bd, n, max_workspace, deterministic_, "backward-data").algo;
+  cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle_, x_desc_, y_desc_, conv_desc_, w_desc_,
+                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
+  bwd_filter_algo_ = pick(bf, n, max_workspace, deterministic_, "backward-filter").algo;
+}
+
+// cudnnFind*AlgorithmEx: runs every algorithm on scratch tensors of this geometry (zero-filled) and ranks them by
+// measured time, as PyTorch's cudnn.benchmark does. Synchronous; runs when a plan is built, never under capture.
+void CudnnConv::benchmark_algorithms(core::DType dtype, size_t max_workspace) {
+  const size_t e = core::dtype_size(dtype);
+  size_t x_elems = 0, y_elems = 0, w_elems = 0;
+  {
+    cudnnDataType_t t;
+    int n, c, h, w, ns, cs, hs, ws;
+    VISION_CUDNN_CHECK(cudnnGetTensor4dDescriptor(x_desc_, &t, &n, &c, &h, &w, &ns, &cs, &hs, &ws));
+    x_elems = size_t(n) * c * h * w;
+    VISION_CUDNN_CHECK(cudnnGetTensor4dDescriptor(y_desc_, &t, &n, &c, &h, &w, &ns, &cs, &hs, &ws));
+    y_elems = size_t(n) * c * h * w;
+    cudnnTensorFormat_t f;
+    VISION_CUDNN_CHECK(cudnnGetFilter4dDescriptor(w_desc_, &t, &f, &n, &c, &h, &w));
+    w_elems = size_t(n) * c * h * w;
+  }
+  // The workspace cuDNN may use while searching: the limit, or less when the GPU has less free.
+  size_t free_bytes = 0, total = 0;
+  VISION_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  const size_t tensors = (x_elems + y_elems + w_elems) * e * 2 + (size_t(64) << 20);
+  VISION_CHECK(free_bytes > tensors, "cuDNN algorithm search: {} MiB free on the GPU, {} MiB needed", free_bytes >> 20,
+               tensors >> 20);
+  const size_t ws_bytes = std::min(max_workspace, free_bytes - tensors);
+  auto x = cuda::device_alloc(std::max<size_t>(x_elems * e, 256)), dx = cuda::device_alloc(std::max<size_t>(x_elems * e, 256));
+  auto y = cuda::device_alloc(std::max<size_t>(y_elems * e, 256)), w = cuda::device_alloc(std::max<size_t>(w_elems * e, 256));
+  auto ws = cuda::device_alloc(std::max<size_t>(ws_bytes, 256));
+  VISION_CUDA_CHECK(cudaMemset(x.get(), 0, x_elems * e));
+  VISION_CUDA_CHECK(cudaMemset(y.get(), 0, y_elems * e));
+  VISION_CUDA_CHECK(cudaMemset(w.get(), 0, w_elems * e));
+  int n = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  VISION_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle_, x_desc_, x.get(), w_desc_, w.get(), conv_desc_,
+                                                            y_desc_, y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
+                                                            fwd, ws.get(), ws_bytes));
+  fwd_algo_ = pick(fwd, n, max_workspace, deterministic_, "forward").algo;
+  cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  VISION_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(handle_, w_desc_, w.get(), y_desc_, y.get(),
+                                                                 conv_desc_, x_desc_, dx.get(),
+                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd,
+                                                                 ws.get(), ws_bytes));
+  bwd_data_algo_ = pick(bd, n, max_workspace, deterministic_, "backward-data").algo;
+  cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  auto dw = cuda::device_alloc(std::max<size_t>(w_elems * e, 256));
+  VISION_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle_, x_desc_, x.get(), y_desc_, y.get(),
+                                                                   conv_desc_, w_desc_, dw.get(),
+                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf,
+                                                                   ws.get(), ws_bytes));
+  bwd_filter_algo_ = pick(bf, n, max_workspace, deterministic_, "backward-filter").algo;
+}
 
 CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Shape& x, core::DType dtype,
                      core::Layout layout, bool deterministic, size_t max_workspace)
@@ -67,22 +181,21 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
   VISION_CUDNN_CHECK(cudnnSetConvolutionMathType(
       conv_desc_, dtype == core::DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
 
-  int n = 0;
-  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  VISION_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle_, x_desc_, w_desc_, conv_desc_, y_desc_,
-                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd));
-  const auto& f = pick(fwd, n, max_workspace, deterministic, "forward");
-  fwd_algo_ = f.algo;
-  cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, w_desc_, y_desc_, conv_desc_, x_desc_,
-                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
-  const auto& d = pick(bd, n, max_workspace, deterministic, "backward-data");
-  bwd_data_algo_ = d.algo;
-  cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle_, x_desc_, y_desc_, conv_desc_, w_desc_,
-                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
-  const auto& w = pick(bf, n, max_workspace, deterministic, "backward-filter");
-  bwd_filter_algo_ = w.algo;
+  const std::string key = fmt::format("{} {} k{} s{} p{} d{} g{} c{}->{} {} {} det{} ws{}", device_index(), x.str(),
+                                      a.kernel, a.stride, a.pad(), a.dilation, a.groups, a.in_channels,
+                                      a.out_channels, core::dtype_name(dtype), core::layout_name(layout),
+                                      deterministic, max_workspace);
+  if (const auto cached = cached_algorithms(key)) {
+    fwd_algo_ = cached->fwd;
+    bwd_data_algo_ = cached->bwd_data;
+    bwd_filter_algo_ = cached->bwd_filter;
+  } else {
+    if (search_mode() == ConvSearch::benchmark)
+      benchmark_algorithms(dtype, max_workspace);
+    else
+      heuristic_algorithms(max_workspace);
+    remember_algorithms(key, {fwd_algo_, bwd_data_algo_, bwd_filter_algo_});
+  }
   // The heuristics' memory estimates can be short of what the call asks for: ask for the exact sizes.
   size_t s = 0;
   VISION_CUDNN_CHECK(

@@ -8,11 +8,17 @@
 
 namespace vision::ops::cuda_impl {
 
+// How the algorithms are chosen: by running them (cudnnFind*AlgorithmEx, as PyTorch's cudnn.benchmark; the
+// default) or from cuDNN's heuristics (VISION_CUDNN_SEARCH=heuristic: faster plan builds, slower convolutions).
+enum class ConvSearch { benchmark, heuristic };
+ConvSearch search_mode();
+
 // Activations in NCHW or NHWC (the filter then in KCRS or KRSC), f32 with IEEE f32 math (no TF32) or
-// f16/bf16 on tensor cores with f32 accumulation. Algorithms come from cuDNN's heuristics: for each of forward,
-// backward-data and backward-filter, the first in cuDNN's ranking (the fastest) whose workspace fits in
+// f16/bf16 on tensor cores with f32 accumulation. For each of forward, backward-data and backward-filter: the
+// first in cuDNN's ranking (measured time, or the heuristics' order; see ConvSearch) whose workspace fits in
 // max_workspace, or with `deterministic` the first of those that cuDNN reports as CUDNN_DETERMINISTIC (bit-for-bit
-// reproducible results; a vision::Error when a direction has none).
+// reproducible results; a vision::Error when a direction has none). The choice is cached per geometry for the
+// life of the process.
 class CudnnConv {
  public:
   CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& attrs, const core::Shape& x, core::DType dtype,
@@ -35,6 +41,9 @@ class CudnnConv {
   void backward_bias(const void* dy, void* db) const;
 
  private:
+  void heuristic_algorithms(size_t max_workspace);
+  void benchmark_algorithms(core::DType dtype, size_t max_workspace);
+
   cudnnHandle_t handle_;
   core::Shape y_shape_;
   bool deterministic_;

@@ -287,10 +287,9 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
 };
 
 // Spatial BatchNorm: training with batch statistics (running statistics updated with the unbiased variance, as
-// PyTorch does), inference with the running statistics. Activations in f32 or f16 go through cuDNN's legacy
-// BatchNorm (x in NCHW or NHWC, the statistics and parameters f32: the descriptor cudnnDeriveBNTensorDescriptor
-// gives); cuDNN's own header and PyTorch route bf16 elsewhere, so bf16 runs on our kernels (batchnorm.cuh), computed in
-// f32. Both save the batch mean and inverse std for backward.
+// PyTorch does), inference with the running statistics. f32 NCHW goes through cuDNN's legacy BatchNorm (the
+// statistics and parameters f32: the descriptor cudnnDeriveBNTensorDescriptor gives); every other format runs on our
+// kernels (batchnorm.cuh), computed in f32 (see own_kernels()). Both save the batch mean and inverse std for backward.
 class BatchNorm2dCuda final : public CudaRuntimeOp {
  public:
   BatchNorm2dCuda(Twin twin, float eps, float momentum, Mode mode)
@@ -372,7 +371,9 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
   }
 
  private:
-  bool own_kernels() const { return dtype() == DType::bf16; }
+  // cuDNN's legacy BatchNorm only for f32 NCHW: in NHWC it is slow in training (161 ms against 16 ms for our
+  // kernels, a bf16/f16 Conv-BN-SiLU stack at batch 32 on the H200: bench/graph/NOTES.md), and it has no bf16.
+  bool own_kernels() const { return !(dtype() == DType::f32 && layout() == core::Layout::nchw); }
   void* workspace(const Tensor& ws, const Shape& x) const {
     const size_t need = kernels::batchnorm_workspace_bytes(x, layout());
     VISION_CHECK(ws.defined() && ws.nbytes() >= need,

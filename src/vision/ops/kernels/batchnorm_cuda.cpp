@@ -19,15 +19,17 @@ cuda::KernelSpec activation_spec(const char* name, DType dtype, Layout layout, c
 void register_batchnorm_kernels(cuda::KernelRegistry& r) {
   r.add<BatchNormFold>(DType::f32);
   r.add<IncrementCounter>();
-  // What a BatchNorm in bf16 launches (f32 and f16 go through cuDNN); other dtypes compile on first use.
+  // What a BatchNorm launches outside f32 NCHW (which goes through cuDNN).
   r.add<BatchNormStatsFinalize>();
   r.add<BatchNormBackwardFinalize>();
-  for (Layout layout : {Layout::nchw, Layout::nhwc}) {
-    r.add<BatchNormStats>(DType::bf16, layout);
-    r.add<BatchNormApply>(DType::bf16, layout);
-    r.add<BatchNormBackwardSums>(DType::bf16, layout);
-    r.add<BatchNormBackwardApply>(DType::bf16, layout);
-  }
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+      if (t == DType::f32 && layout == Layout::nchw) continue;
+      r.add<BatchNormStats>(t, layout);
+      r.add<BatchNormApply>(t, layout);
+      r.add<BatchNormBackwardSums>(t, layout);
+      r.add<BatchNormBackwardApply>(t, layout);
+    }
 }
 VISION_REGISTER_KERNELS(register_batchnorm_kernels);
 
