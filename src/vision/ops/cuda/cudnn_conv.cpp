@@ -54,6 +54,7 @@ struct Algorithms {
   cudnnConvolutionFwdAlgo_t fwd;
   cudnnConvolutionBwdDataAlgo_t bwd_data;
   cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+  cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
 };
 // Chosen algorithms per convolution geometry, dtype, layout, determinism, workspace limit and device, for the life of
 // the process: each geometry is searched once, whichever plan asks first.
@@ -78,10 +79,10 @@ void remember_algorithms(const std::string& key, const Algorithms& a) {
 ConvSearch search_mode() {
   static const ConvSearch mode = [] {
     const char* v = std::getenv("VISION_CUDNN_SEARCH");
-    if (!v || std::string_view(v).empty() || std::string_view(v) == "benchmark") return ConvSearch::benchmark;
-    VISION_CHECK(std::string_view(v) == "heuristic",
-                 "VISION_CUDNN_SEARCH must be 'benchmark' (the default) or 'heuristic', got '{}'", v);
-    return ConvSearch::heuristic;
+    if (!v || std::string_view(v).empty() || std::string_view(v) == "heuristic") return ConvSearch::heuristic;
+    VISION_CHECK(std::string_view(v) == "benchmark",
+                 "VISION_CUDNN_SEARCH must be 'heuristic' (the default) or 'benchmark', got '{}'", v);
+    return ConvSearch::benchmark;
   }();
   return mode;
 }
@@ -136,20 +137,27 @@ void CudnnConv::benchmark_algorithms(core::DType dtype, size_t max_workspace) {
   VISION_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle_, x_desc_, x.get(), w_desc_, w.get(), conv_desc_,
                                                             y_desc_, y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
                                                             fwd, ws.get(), ws_bytes));
-  fwd_algo_ = pick(fwd, n, max_workspace, deterministic_, "forward").algo;
+  const bool f32 = dtype == core::DType::f32;  // f32 keeps FMA math (no TF32) whatever the search reports
+  const auto& f = pick(fwd, n, max_workspace, deterministic_, "forward");
+  fwd_algo_ = f.algo;
+  if (!f32) fwd_math_ = f.mathType;
   cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   VISION_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(handle_, w_desc_, w.get(), y_desc_, y.get(),
                                                                  conv_desc_, x_desc_, dx.get(),
                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd,
                                                                  ws.get(), ws_bytes));
-  bwd_data_algo_ = pick(bd, n, max_workspace, deterministic_, "backward-data").algo;
+  const auto& d = pick(bd, n, max_workspace, deterministic_, "backward-data");
+  bwd_data_algo_ = d.algo;
+  if (!f32) bwd_data_math_ = d.mathType;
   cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   auto dw = cuda::device_alloc(std::max<size_t>(w_elems * e, 256));
   VISION_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle_, x_desc_, x.get(), y_desc_, y.get(),
                                                                    conv_desc_, w_desc_, dw.get(),
                                                                    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf,
                                                                    ws.get(), ws_bytes));
-  bwd_filter_algo_ = pick(bf, n, max_workspace, deterministic_, "backward-filter").algo;
+  const auto& wf = pick(bf, n, max_workspace, deterministic_, "backward-filter");
+  bwd_filter_algo_ = wf.algo;
+  if (!f32) bwd_filter_math_ = wf.mathType;
 }
 
 CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Shape& x, core::DType dtype,
@@ -178,32 +186,41 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   VISION_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_desc_, to_int(a.groups, "groups")));
   // f32: FMA math keeps IEEE f32 (no TF32); f16/bf16: tensor cores, f32 accumulation.
-  VISION_CUDNN_CHECK(cudnnSetConvolutionMathType(
-      conv_desc_, dtype == core::DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  math_ = dtype == core::DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+  VISION_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, math_));
 
   const std::string key = fmt::format("{} {} k{} s{} p{} d{} g{} c{}->{} {} {} det{} ws{}", device_index(), x.str(),
                                       a.kernel, a.stride, a.pad(), a.dilation, a.groups, a.in_channels,
                                       a.out_channels, core::dtype_name(dtype), core::layout_name(layout),
                                       deterministic, max_workspace);
+  fwd_math_ = bwd_data_math_ = bwd_filter_math_ = dtype == core::DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
   if (const auto cached = cached_algorithms(key)) {
     fwd_algo_ = cached->fwd;
     bwd_data_algo_ = cached->bwd_data;
     bwd_filter_algo_ = cached->bwd_filter;
+    fwd_math_ = cached->fwd_math;
+    bwd_data_math_ = cached->bwd_data_math;
+    bwd_filter_math_ = cached->bwd_filter_math;
   } else {
     if (search_mode() == ConvSearch::benchmark)
       benchmark_algorithms(dtype, max_workspace);
     else
       heuristic_algorithms(max_workspace);
-    remember_algorithms(key, {fwd_algo_, bwd_data_algo_, bwd_filter_algo_});
+    remember_algorithms(key, {fwd_algo_, bwd_data_algo_, bwd_filter_algo_, fwd_math_, bwd_data_math_,
+                              bwd_filter_math_});
   }
-  // The heuristics' memory estimates can be short of what the call asks for: ask for the exact sizes.
+  // The heuristics' memory estimates can be short of what the call asks for: ask for the exact sizes, each with the
+  // math type its call will use.
   size_t s = 0;
+  use_math(fwd_math_);
   VISION_CUDNN_CHECK(
       cudnnGetConvolutionForwardWorkspaceSize(handle_, x_desc_, w_desc_, conv_desc_, y_desc_, fwd_algo_, &s));
   workspace_ = std::max(workspace_, s);
+  use_math(bwd_data_math_);
   VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle_, w_desc_, y_desc_, conv_desc_, x_desc_,
                                                                   bwd_data_algo_, &s));
   workspace_ = std::max(workspace_, s);
+  use_math(bwd_filter_math_);
   VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle_, x_desc_, y_desc_, conv_desc_, w_desc_,
                                                                     bwd_filter_algo_, &s));
   workspace_ = std::max(workspace_, s);
@@ -217,8 +234,16 @@ CudnnConv::~CudnnConv() {
   if (x_desc_) cudnnDestroyTensorDescriptor(x_desc_);
 }
 
+// The math type the chosen algorithm of a direction was measured with (PyTorch does the same after its search).
+void CudnnConv::use_math(cudnnMathType_t m) const {
+  if (m == math_) return;
+  VISION_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, m));
+  math_ = m;
+}
+
 void CudnnConv::forward(const void* x, const void* w, void* y, void* workspace, float beta) const {
   const float alpha = 1.0f;
+  use_math(fwd_math_);
   VISION_CUDNN_CHECK(cudnnConvolutionForward(handle_, &alpha, x_desc_, x, w_desc_, w, conv_desc_, fwd_algo_, workspace,
                                              workspace_, &beta, y_desc_, y));
 }
@@ -230,12 +255,14 @@ void CudnnConv::add_bias(const void* bias, void* y) const {
 
 void CudnnConv::backward_data(const void* w, const void* dy, void* dx, void* workspace) const {
   const float alpha = 1.0f, beta = 0.0f;
+  use_math(bwd_data_math_);
   VISION_CUDNN_CHECK(cudnnConvolutionBackwardData(handle_, &alpha, w_desc_, w, y_desc_, dy, conv_desc_, bwd_data_algo_,
                                                   workspace, workspace_, &beta, x_desc_, dx));
 }
 
 void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, void* workspace) const {
   const float alpha = 1.0f, beta = 0.0f;
+  use_math(bwd_filter_math_);
   VISION_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle_, &alpha, x_desc_, x, y_desc_, dy, conv_desc_,
                                                     bwd_filter_algo_, workspace, workspace_, &beta, w_desc_, dw));
 }

@@ -8,8 +8,11 @@
 
 namespace vision::ops::cuda_impl {
 
-// How the algorithms are chosen: by running them (cudnnFind*AlgorithmEx, as PyTorch's cudnn.benchmark; the
-// default) or from cuDNN's heuristics (VISION_CUDNN_SEARCH=heuristic: faster plan builds, slower convolutions).
+// How the algorithms are chosen: from cuDNN's heuristics (the default), or by running them
+// (VISION_CUDNN_SEARCH=benchmark: cudnnFind*AlgorithmEx with each result's math type, as PyTorch's cudnn.benchmark).
+// Measured on the H200 (bench/graph/NOTES.md, v1): the search made f16/bf16 NHWC inference slower (Conv-BN-SiLU
+// stack at batch 32: 4.28 ms against 2.85 ms; the PSA block 204 µs against 114 µs) and f32 a little faster (6.30
+// against 6.73 ms), so the heuristics stay the default.
 enum class ConvSearch { benchmark, heuristic };
 ConvSearch search_mode();
 
@@ -42,6 +45,7 @@ class CudnnConv {
 
  private:
   void heuristic_algorithms(size_t max_workspace);
+  void use_math(cudnnMathType_t m) const;
   void benchmark_algorithms(core::DType dtype, size_t max_workspace);
 
   cudnnHandle_t handle_;
@@ -53,6 +57,8 @@ class CudnnConv {
   cudnnConvolutionFwdAlgo_t fwd_algo_{};
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};
+  cudnnMathType_t fwd_math_{}, bwd_data_math_{}, bwd_filter_math_{};
+  mutable cudnnMathType_t math_{};  // what conv_desc_ is set to
   size_t workspace_ = 0;
 };
 
