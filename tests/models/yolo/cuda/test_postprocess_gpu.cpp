@@ -5,11 +5,15 @@
 // bf16 plan. Outputs are poisoned before every run. GPU tests skip without a GPU (VISION_REQUIRE_GPU=1 fails).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_test_util.h"
 #include "models/yolo/postprocess_test_util.h"
 #include "test_util.h"
 #include "vision/cuda/device.h"
@@ -132,6 +136,99 @@ TEST(PostprocessGpu, HandComputedCasesAtBatch1And7) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   for (const HandCase& hc : hand_cases())
     for (int64_t batch : {1, 7}) check_hand_case(hc, *graph::cuda_backend(), batch);
+}
+
+// The values before the selections, stage by stage (the kernels launched directly): the anchor keys (each anchor's
+// max-class logit and index) exactly; the NMS candidates (which anchors, their keys and best classes) as a set; the
+// rank kernel's order (the candidates by descending key, the first max_nms). Logits on a 0.5 grid with some NaN.
+uint64_t host_key(float logit, uint32_t index) {
+  if (std::isnan(logit)) logit = -INFINITY;
+  if (logit == 0.0f) logit = 0.0f;
+  const uint32_t u = std::bit_cast<uint32_t>(logit);
+  return (uint64_t((u & 0x80000000u) ? ~u : (u | 0x80000000u)) << 32) | uint32_t(~index);
+}
+
+TEST(PostprocessGpu, StagesBeforeTheSelectionMatchTheHost) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const int64_t batch = 3, n = 8400, nc = 80;
+  Tensor logits = anchor_logits(batch, nc, n, 0.5f);
+  for (int64_t i = 0; i < logits.numel(); i += 997) logits.data<float>()[i] = NAN;
+  const float threshold = conf_logit_threshold(0.25f);
+  for (DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(std::string(core::dtype_name(t)));
+    const std::vector<float> host = rounded_as(logits, t).to_vector();
+    vision::test::DeviceBuffer dl(host.size() * core::dtype_size(t));
+    dl.upload(vision::test::encode(logits.to_vector(), t));
+    // Per anchor: the max over classes (NaN as −∞) and its lowest class.
+    std::vector<uint64_t> want_keys(static_cast<size_t>(batch * n));
+    std::vector<std::pair<uint64_t, int32_t>> want_cand;
+    std::vector<std::vector<std::pair<uint64_t, int32_t>>> per_image(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t a = 0; a < n; ++a) {
+        float best = -INFINITY;
+        int32_t cls = 0;
+        for (int64_t c = 0; c < nc; ++c) {
+          float x = host[static_cast<size_t>((b * nc + c) * n + a)];
+          if (std::isnan(x)) x = -INFINITY;
+          if (x > best) best = x, cls = static_cast<int32_t>(c);
+        }
+        const uint64_t key = host_key(best, static_cast<uint32_t>(a));
+        want_keys[static_cast<size_t>(b * n + a)] = key;
+        if (best > threshold) per_image[static_cast<size_t>(b)].push_back({key, cls});
+      }
+
+    vision::test::DeviceBuffer keys(static_cast<size_t>(batch * n) * 8), classes(static_cast<size_t>(batch * n) * 4);
+    vision::test::DeviceBuffer n_valid(static_cast<size_t>(batch) * 4), order(static_cast<size_t>(batch * n) * 4);
+    keys.poison();
+    const dim3 key_grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(batch)), key_block(32, 8);
+    cuda::kernel_instance<PostprocessE2eAnchorKeys>(t).launch(nullptr, key_grid, key_block, 0,
+                                                              static_cast<const void*>(dl.get()), keys.get(), n, nc);
+    VISION_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint64_t> got_keys(want_keys.size());
+    const auto kb = keys.download(got_keys.size() * 8);
+    std::memcpy(got_keys.data(), kb.data(), kb.size());
+    EXPECT_EQ(got_keys, want_keys);
+
+    keys.poison();
+    classes.poison();
+    order.poison();
+    VISION_CUDA_CHECK(cudaMemset(n_valid.get(), 0, static_cast<size_t>(batch) * 4));
+    cuda::kernel_instance<PostprocessNmsCandidates>(t).launch(nullptr, key_grid, key_block, 0,
+                                                              static_cast<const void*>(dl.get()), nullptr, keys.get(),
+                                                              classes.get(), n_valid.get(), n, nc, threshold);
+    constexpr int32_t kMaxNms = 3000;
+    cuda::kernel_instance<PostprocessNmsRank>(DType::f32).launch(
+        nullptr, dim3(static_cast<unsigned>((n + 255) / 256), static_cast<unsigned>(batch)), dim3(256), 0,
+        static_cast<const void*>(keys.get()), static_cast<const void*>(n_valid.get()), order.get(), n, n, kMaxNms);
+    VISION_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<int32_t> nv(static_cast<size_t>(batch)), cl(static_cast<size_t>(batch * n)),
+        ord(static_cast<size_t>(batch * n));
+    std::vector<uint64_t> ck(static_cast<size_t>(batch * n));
+    std::memcpy(nv.data(), n_valid.download(nv.size() * 4).data(), nv.size() * 4);
+    std::memcpy(cl.data(), classes.download(cl.size() * 4).data(), cl.size() * 4);
+    std::memcpy(ord.data(), order.download(ord.size() * 4).data(), ord.size() * 4);
+    std::memcpy(ck.data(), keys.download(ck.size() * 8).data(), ck.size() * 8);
+    for (int64_t b = 0; b < batch; ++b) {
+      auto want = per_image[static_cast<size_t>(b)];
+      ASSERT_EQ(nv[static_cast<size_t>(b)], static_cast<int32_t>(want.size())) << "candidates of image " << b;
+      EXPECT_GT(want.size(), static_cast<size_t>(kMaxNms)) << "the test wants more candidates than max_nms";
+      std::vector<std::pair<uint64_t, int32_t>> got;
+      for (size_t i = 0; i < want.size(); ++i)
+        got.push_back({ck[static_cast<size_t>(b * n) + i], cl[static_cast<size_t>(b * n) + i]});
+      std::sort(want.begin(), want.end(), std::greater<>());
+      std::sort(got.begin(), got.end(), std::greater<>());
+      EXPECT_EQ(got, want) << "candidates of image " << b;
+      // order: the slots of the first max_nms candidates by descending key.
+      const size_t m = std::min(want.size(), static_cast<size_t>(kMaxNms));
+      int64_t bad = 0;
+      for (size_t r = 0; r < m; ++r) {
+        const int32_t slot = ord[static_cast<size_t>(b * n) + r];
+        bad += !(slot >= 0 && slot < nv[static_cast<size_t>(b)] &&
+                 ck[static_cast<size_t>(b * n + slot)] == want[r].first);
+      }
+      EXPECT_EQ(bad, 0) << "order of image " << b;
+    }
+  }
 }
 
 // 640×640: A = 8400, nc = 80, max_det 300. Continuous logits, then logits on a 0.5 grid (the top 300 pairs all tie
