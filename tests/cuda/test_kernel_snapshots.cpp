@@ -76,6 +76,10 @@ const std::vector<std::string> kSnapshotIds = {
     "psa_rows_to_channels__bf16__w64_nhwc1",
     "psa_extract_v_forward__f16__kd32_nhwc1",
     "psa_extract_v_backward__f32__kd32_nhwc0",
+    // YOLO26's postprocess (postprocess.cuh): the end-to-end selection (radix select, bitonic sort) and the NMS
+    // suppression, the two kernels that hold each op's logic.
+    "postprocess_e2e_select__f32",
+    "postprocess_nms_select__bf16",
 };
 
 bool blessing() {
