@@ -9,6 +9,10 @@
 
 #include "vision/core/error.h"
 #include "vision/models/yolo/kernels/attention/flash_attn2.h"
+#include "vision/models/yolo/kernels/attention/psa.h"
+#include "vision/models/yolo/kernels/attention/psa_attention.h"
+#include "vision/models/yolo/kernels/detect_decode.h"
+#include "vision/models/yolo/kernels/postprocess.h"
 #include "vision/ops/batchnorm.h"
 #include "vision/ops/conv2d.h"
 #include "vision/ops/elementwise.h"
@@ -64,6 +68,22 @@ std::vector<BuiltinOp> make_builtin_ops() {
       {std::make_shared<yolo::kernels::attention::FlashAttention2Op>(1.0f / std::sqrt(32.0f)),
        "scale=32^-0.5; before a plan fixes dtype and head sizes, every registered one", both},
   };
+  // YOLO26's own ops, in YOLO26n's configuration (f32 NCHW kernels: a plan's format picks the others).
+  namespace att = yolo::kernels::attention;
+  const att::PsaConfig psa{32, 2, att::default_psa_form()};
+  const std::string psa_config = "key_dim 32, 2 heads, one_pass (YOLO26n)";
+  out.push_back({std::make_shared<att::PsaPackQkvOp>(psa), psa_config, both});
+  out.push_back({std::make_shared<att::PsaExtractVOp>(psa), psa_config, both});
+  out.push_back({std::make_shared<att::PsaMergeAttnOp>(psa, 20, 20), psa_config + ", 20x20", both});
+  out.push_back({std::make_shared<att::FlashAttn2PsaOp>(psa), psa_config, both});
+  out.push_back({std::make_shared<yolo::kernels::DetectDecodeOp>(yolo::kernels::DecodeMode::grid),
+                 "grid mode (the loss's; pixels and cxcywh share the forward kernel)", both});
+  out.push_back({std::make_shared<yolo::kernels::PostprocessOp>(yolo::kernels::PostprocessMethod::end_to_end,
+                                                                yolo::kernels::PostprocessOptions{}),
+                 "end-to-end, max_det 300, conf 0.25", {Mode::inference}});
+  out.push_back({std::make_shared<yolo::kernels::PostprocessOp>(yolo::kernels::PostprocessMethod::nms,
+                                                                yolo::kernels::PostprocessOptions{}),
+                 "NMS, IoU 0.7, max_nms 30000", {Mode::inference}});
   std::sort(out.begin(), out.end(), [](const BuiltinOp& a, const BuiltinOp& b) { return a.op->name() < b.op->name(); });
   return out;
 }
