@@ -11,12 +11,14 @@ namespace vision::models::yolo::kernels::loss {
 
 namespace ciou_detail {
 
-constexpr float kEps = 1e-7f;
-constexpr float kFourOverPiSquared = 0.405284735f;  // 4/π²
-constexpr float kHalfPi = 1.57079633f;
+// Constants as functions: a namespace-scope constant would become a global symbol whose mangled name NVRTC makes unique
+// per compilation (the PTX would not be deterministic).
+__device__ __forceinline__ constexpr float eps() { return 1e-7f; }
+__device__ __forceinline__ constexpr float four_over_pi_squared() { return 0.405284735f; }  // 4/π²
+__device__ __forceinline__ constexpr float half_pi() { return 1.57079633f; }
 
 __device__ __forceinline__ float atan_ratio(float w, float h) {
-  return h != 0.0f ? atanf(w / h) : (w > 0.0f ? kHalfPi : w < 0.0f ? -kHalfPi : 0.0f);
+  return h != 0.0f ? atanf(w / h) : (w > 0.0f ? half_pi() : w < 0.0f ? -half_pi() : 0.0f);
 }
 __device__ __forceinline__ float ratio(float w, float h) {
   return h != 0.0f ? w / h : (w > 0.0f ? vk::infinity() : w < 0.0f ? -vk::infinity() : 0.0f);
@@ -42,15 +44,15 @@ struct Geometry {
 
 __device__ __forceinline__ Geometry geometry(const float p[4], const float t[4]) {
   Geometry g;
-  g.w1 = p[2] - p[0], g.h1 = p[3] - p[1] + kEps;
-  g.w2 = t[2] - t[0], g.h2 = t[3] - t[1] + kEps;
+  g.w1 = p[2] - p[0], g.h1 = p[3] - p[1] + eps();
+  g.w2 = t[2] - t[0], g.h2 = t[3] - t[1] + eps();
   g.iw_raw = fminf(p[2], t[2]) - fmaxf(p[0], t[0]);
   g.ih_raw = fminf(p[3], t[3]) - fmaxf(p[1], t[1]);
   g.inter = fmaxf(g.iw_raw, 0.0f) * fmaxf(g.ih_raw, 0.0f);
-  g.uni = g.w1 * g.h1 + g.w2 * g.h2 - g.inter + kEps;
+  g.uni = g.w1 * g.h1 + g.w2 * g.h2 - g.inter + eps();
   g.cw = fmaxf(p[2], t[2]) - fminf(p[0], t[0]);
   g.ch = fmaxf(p[3], t[3]) - fminf(p[1], t[1]);
-  g.c2 = g.cw * g.cw + g.ch * g.ch + kEps;
+  g.c2 = g.cw * g.cw + g.ch * g.ch + eps();
   g.dx = t[0] + t[2] - p[0] - p[2];
   g.dy = t[1] + t[3] - p[1] - p[3];
   g.rho2 = (g.dx * g.dx + g.dy * g.dy) * 0.25f;
@@ -78,8 +80,8 @@ __global__ void __launch_bounds__(BLOCK)
     const Geometry g = geometry(p, t);
     out_iou = g.inter / g.uni;
     const float d = atan_ratio(g.w2, g.h2) - atan_ratio(g.w1, g.h1);
-    out_v = kFourOverPiSquared * d * d;
-    out_alpha = out_v / (out_v - out_iou + (1.0f + kEps));
+    out_v = four_over_pi_squared() * d * d;
+    out_alpha = out_v / (out_v - out_iou + (1.0f + eps()));
     const float ciou = out_iou - (g.rho2 / g.c2 + out_v * out_alpha);
     out_loss = (1.0f - ciou) * w;
   }
@@ -114,10 +116,10 @@ __global__ void __launch_bounds__(BLOCK)
   const float gc = -d_loss[i] * w;  // ∂L/∂CIoU
   float g_iou = gc, g_v = -gc * s_alpha;
   if (full_alpha) {
-    const float den = s_v - s_iou + (1.0f + kEps);
+    const float den = s_v - s_iou + (1.0f + eps());
     const float den2 = den * den;
     g_iou -= gc * (s_v * s_v / den2);
-    g_v -= gc * (s_v * ((1.0f + kEps) - s_iou) / den2);
+    g_v -= gc * (s_v * ((1.0f + eps()) - s_iou) / den2);
   }
   const float g_rho2 = -gc / g.c2;
   const float g_c2 = gc * g.rho2 / (g.c2 * g.c2);
@@ -128,10 +130,10 @@ __global__ void __launch_bounds__(BLOCK)
   // v = k·d², d = atan(w2/h2) − atan(w1/h1): |d| from the saved v, its sign from the ratios (atan is increasing).
   const float r1 = ratio(g.w1, g.h1), r2 = ratio(g.w2, g.h2);
   const float sign = r2 > r1 ? 1.0f : r2 < r1 ? -1.0f : 0.0f;
-  const float d = sign * sqrtf(s_v / kFourOverPiSquared);
+  const float d = sign * sqrtf(s_v / four_over_pi_squared());
   const float n1 = g.w1 * g.w1 + g.h1 * g.h1;
   if (n1 > 0.0f) {
-    const float g_t1 = g_v * (-2.0f * kFourOverPiSquared * d);
+    const float g_t1 = g_v * (-2.0f * four_over_pi_squared() * d);
     g_w1 += g_t1 * g.h1 / n1;
     g_h1 -= g_t1 * g.w1 / n1;
   }
