@@ -80,6 +80,8 @@ const std::vector<std::string> kSnapshotIds = {
     // suppression, the two kernels that hold each op's logic.
     "postprocess_e2e_select__f32",
     "postprocess_nms_select__bf16",
+    // YOLO26's CIoU box loss (loss/ciou.cuh): the backward, which holds the forward's geometry too.
+    "ciou_backward__bf16__block256",
 };
 
 bool blessing() {
