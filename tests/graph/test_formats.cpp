@@ -374,3 +374,47 @@ TEST(PlanFormats, OpWithoutAUsableFormatIsAnError) {
     EXPECT_NE(std::string(e.what()).find("only_bf16"), std::string::npos) << e.what();
   }
 }
+
+namespace {
+// y = a · b with a in the step's dtype and b always f32 (RuntimeOp::input_dtype), on the CPU in f32 or f16.
+class MixedMulRuntime final : public RuntimeOp {
+ public:
+  std::string name() const override { return "test.mixed_mul"; }
+  int n_activation_inputs() const override { return 2; }
+  bool supports(const Format& f) const override { return f.layout == Layout::nchw; }
+  std::optional<DType> input_dtype(size_t i) const override {
+    return i == 1 ? std::optional<DType>(DType::f32) : std::nullopt;
+  }
+  void forward(ForwardCtx& ctx) override {
+    VISION_CHECK(ctx.inputs[0].dtype() == format().dtype && ctx.inputs[1].dtype() == DType::f32,
+                 "mixed_mul in {} got {} and {}", format_name(format()), ctx.inputs[0].str(), ctx.inputs[1].str());
+    for (int64_t i = 0; i < ctx.output.numel(); ++i)
+      store(ctx.output, i, load(ctx.inputs[0], i) * ctx.inputs[1].data<float>()[i]);
+  }
+};
+class MixedMulOp final : public Op {
+ public:
+  std::string name() const override { return "test.mixed_mul"; }
+  Shape infer_output_shape(const std::vector<Shape>& in) const override { return in.at(0); }
+  DType infer_output_dtype(const std::vector<DType>& in) const override { return in.at(0); }
+  std::unique_ptr<RuntimeOp> lower(Backend, Mode) const override { return std::make_unique<MixedMulRuntime>(); }
+};
+}  // namespace
+
+// An input the op takes in f32 whatever the plan's dtype is converted to f32, the other to the plan's f16.
+TEST(PlanFormats, AnInputKeptInF32ByTheOp) {
+  auto g = std::make_shared<Graph>();
+  auto a = g->input("a", Shape{2, 6});
+  auto b = g->input("b", Shape{2, 6}, DType::f16);  // declared f16: converted up to f32 for the op
+  g->mark_output(g->apply(std::make_shared<MixedMulOp>(), {a, b}, "mul"));
+  Executor ex(g, cpu_backend(), PlanOptions{.compute_dtype = DType::f16});
+  const Tensor xa = random_tensor(Shape{2, 6});
+  const Tensor xb = as_format(random_tensor(Shape{2, 6}), DType::f16, Layout::nchw);
+  const auto out = host(ex.forward({xa, xb})[0]);
+  // a → f16, b → f32, and the f16 product back to the output's recorded f32
+  EXPECT_EQ(ex.plan(Mode::inference, {xa.shape(), xb.shape()}).conversion_steps(), 3u);
+  const auto va = xa.to_vector(), vb = host(xb);
+  for (size_t i = 0; i < out.size(); ++i)
+    EXPECT_EQ(out[i], core::half_to_float(core::float_to_half(core::half_to_float(core::float_to_half(va[i])) * vb[i])))
+        << i;
+}

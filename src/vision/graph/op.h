@@ -123,6 +123,12 @@ class RuntimeOp {
     (void)input;
     return true;
   }
+  // The dtype the op takes floating input `input` in whatever the step's format (a loss's f32 targets and weights),
+  // or nullopt for the step's dtype. The plan converts that input to it (and its rank-4 layout to the step's).
+  virtual std::optional<DType> input_dtype(size_t input) const {
+    (void)input;
+    return std::nullopt;
+  }
   const Format& format() const { return format_; }
   void set_format(const Format& f) { format_ = f; }
 

@@ -241,9 +241,9 @@ TEST(CiouCpu, OpChecksItsInputs) {
   EXPECT_EQ(op.infer_output_dtype({core::DType::bf16, core::DType::f32, core::DType::f32}), core::DType::f32);
   const auto rt = op.lower(graph::Backend::cpu, graph::Mode::train);
   EXPECT_TRUE(rt->has_backward());
-  EXPECT_TRUE(rt->reads_input(0));
-  EXPECT_FALSE(rt->reads_input(1));
-  EXPECT_FALSE(rt->reads_input(2));
+  EXPECT_FALSE(rt->input_dtype(0).has_value());  // pred: the plan's dtype
+  EXPECT_EQ(rt->input_dtype(1), std::optional<core::DType>(core::DType::f32));
+  EXPECT_EQ(rt->input_dtype(2), std::optional<core::DType>(core::DType::f32));
   EXPECT_EQ(rt->saved_specs({Shape{2, 4, 10}, Shape{2, 4, 10}, Shape{2, 10}}, Shape{2, 10}).size(), 3u);
 }
 

@@ -55,8 +55,8 @@ TEST(CiouDescriptors, EveryDtypeOfBothKernelsIsRegistered) {
   EXPECT_EQ(kernels[0].id, "ciou_forward__f16__block256");
   EXPECT_EQ(kernels[1].id, "ciou_backward__f16__block256");
   EXPECT_TRUE(rt->has_backward());
-  EXPECT_FALSE(rt->reads_input(1));
-  EXPECT_FALSE(rt->reads_input(2));
+  EXPECT_EQ(rt->input_dtype(1), std::optional<DType>(DType::f32));
+  EXPECT_EQ(rt->input_dtype(2), std::optional<DType>(DType::f32));
 }
 
 // Bounds. Both sides compute in f32 from identical inputs; they differ by the order of f32 operations (FMA
@@ -219,7 +219,7 @@ TEST(CiouOpGpu, MatchesTheCpuTwin) {
     }
 }
 
-// In a bf16 plan the op runs its bf16 kernel: pred is converted, target and weight (f32, reads_input false) are not,
+// In a bf16 plan the op runs its bf16 kernel: pred is converted, target and weight (f32, taken in f32: input_dtype) are not,
 // and the loss comes out f32 without a conversion. Loss equal to the twin's on bf16-rounded pred.
 TEST(CiouOpGpu, RunsInABf16PlanWithF32TargetsAndLoss) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());

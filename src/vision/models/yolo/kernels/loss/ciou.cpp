@@ -216,8 +216,10 @@ class CiouLossCpuRuntime final : public graph::RuntimeOp {
   std::string name() const override { return "yolo.ciou_loss"; }
   int n_activation_inputs() const override { return 3; }
   bool supports(const graph::Format& f) const override { return f.dtype == DType::f32; }
-  // target and weight are read in the f32 they must have: the plan converts only pred.
-  bool reads_input(size_t i) const override { return i == 0; }
+  // target and weight are taken in f32 whatever the plan's dtype.
+  std::optional<DType> input_dtype(size_t i) const override {
+    return i == 0 ? std::nullopt : std::optional<DType>(DType::f32);
+  }
   std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>&, const Shape& out) const override {
     return {{out, DType::f32}, {out, DType::f32}, {out, DType::f32}};
   }

@@ -60,7 +60,7 @@ void ciou_backward_cpu(const Tensor& pred, const Tensor& target, const Tensor& w
 // Graph op "yolo.ciou_loss". Inputs: pred [B, 4, A], target [B, 4, A] f32, weight [B, A] f32; output: the per-box loss
 // [B, A] f32 (whatever pred's dtype). Saved (training): iou, v, alpha. Backward: pred's gradient only (in pred's
 // dtype); target and weight are not differentiated (zeros if a plan asks for their gradient). target and weight are
-// read as they are, never converted by a plan (reads_input is false for them): they must be f32.
+// taken in f32 whatever the plan's dtype (RuntimeOp::input_dtype).
 // CPU backend: f32 through the twin. CUDA backend (CUDA builds): pred in f32, f16 or bf16 (ciou_cuda.h).
 class CiouLossOp : public graph::Op {
  public:

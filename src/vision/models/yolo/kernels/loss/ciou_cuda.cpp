@@ -100,9 +100,11 @@ class CiouLossCudaRuntime final : public graph::RuntimeOp {
 
   std::string name() const override { return twin_->name(); }
   int n_activation_inputs() const override { return twin_->n_activation_inputs(); }
-  // pred in f32, f16 or bf16; target and weight are read as they are (f32), never converted.
+  // pred in f32, f16 or bf16; target and weight in f32 whatever the plan's dtype.
   bool supports(const graph::Format& f) const override { return core::is_floating(f.dtype); }
-  bool reads_input(size_t i) const override { return i == 0; }
+  std::optional<DType> input_dtype(size_t i) const override {
+    return i == 0 ? std::nullopt : std::optional<DType>(DType::f32);
+  }
   std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape& out) const override {
     return twin_->saved_specs(in, out);
   }
