@@ -80,6 +80,8 @@ const std::vector<std::string> kSnapshotIds = {
     // suppression, the two kernels that hold each op's logic.
     "postprocess_e2e_select__f32",
     "postprocess_nms_select__bf16",
+    // YOLO26's classification loss (loss/cls.cuh): the BCE forward's per-block partial sums (no atomics).
+    "bce_cls_forward_partial__bf16",
 };
 
 bool blessing() {

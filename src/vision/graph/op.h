@@ -123,6 +123,12 @@ class RuntimeOp {
     (void)input;
     return true;
   }
+  // The dtype a floating input is read in whatever format() is (a loss's f32 targets next to f16 predictions): the
+  // plan converts that input to it rather than to format().dtype. nullopt (the default): format().dtype.
+  virtual std::optional<DType> input_dtype(size_t input) const {
+    (void)input;
+    return std::nullopt;
+  }
   const Format& format() const { return format_; }
   void set_format(const Format& f) { format_ = f; }
 
