@@ -12,9 +12,11 @@
 
 #include "cuda/cuda_test_util.h"
 #include "error_bounds.h"
+#include "ops/op_harness.h"
 #include "test_util.h"
 #include "vision/cuda/device.h"
 #include "vision/cuda/kernel.h"
+#include "vision/graph/cuda/cuda_backend.h"
 #include "vision/models/yolo/kernels/detect_decode.h"
 #include "vision/models/yolo/kernels/loss/cls.h"
 #include "vision/models/yolo/kernels/loss/cls_cuda.h"
@@ -206,6 +208,43 @@ TEST(ClsLossKernels, L1MatchesTheCpuTwinInEveryDtypeAndIsBitIdenticalAcrossRuns)
         EXPECT_EQ(std::memcmp(first_grad.data(), d.data(), d.size() * 4), 0) << core::dtype_name(dt);
       }
     }
+  }
+}
+
+// The CUDA RuntimeOps (f32) through the op harness against the CPU twin's: the loss, the saved normaliser's use in
+// backward, the prediction's gradient and zeros for the constants' gradients.
+TEST(ClsLossOps, CudaRuntimeOpsMatchTheCpuTwinInF32) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const int64_t batch = 2, nc = 80, h = 640, w = 384, n = detect_anchor_count(h, w);
+  std::vector<float> t = random_values(static_cast<size_t>(batch * nc * n), 0.0f, 1.0f);
+  for (float& v : t) v = v < 0.97f ? 0.0f : v;
+  std::vector<float> wt = random_values(static_cast<size_t>(batch * n), 0.0f, 1.0f);
+  for (float& v : wt) v = v < 0.9f ? 0.0f : v;
+  const Tensor go = Tensor::from_vector(Shape{}, std::vector<float>{0.5f});
+  {
+    BceClsLossOp op;
+    OpHarness cpu(op, {random_tensor(Shape{batch, nc, n}, -10.0f, 10.0f), Tensor::from_vector(Shape{batch, nc, n}, t)},
+                  graph::Mode::train);
+    OpHarness gpu(op, cpu, graph::cuda_backend());
+    const double lc = cpu.forward(true).data<float>()[0], lg = gpu.forward(true).data<float>()[0];
+    EXPECT_NEAR(lg, lc, 1e-5 * lc);
+    const auto gc = cpu.backward(go), gg = gpu.backward(go);
+    EXPECT_LT(rel_error(gg.inputs[0].to_vector(), to_double(gc.inputs[0])), 1e-5);
+    for (float v : gg.inputs[1].to_vector()) ASSERT_EQ(v, 0.0f);
+  }
+  {
+    L1DistanceLossOp op;
+    std::vector<Tensor> in = {random_tensor(Shape{batch, 4, n}, 0.0f, 6.0f), random_tensor(Shape{batch, 4, n}, 0.0f, 6.0f),
+                              Tensor::from_vector(Shape{batch, n}, wt)};
+    for (int64_t s : {8, 16, 32}) in.push_back(random_tensor(Shape{batch, 1, h / s, w / s}));
+    OpHarness cpu(op, in, graph::Mode::train);
+    OpHarness gpu(op, cpu, graph::cuda_backend());
+    const double lc = cpu.forward(true).data<float>()[0], lg = gpu.forward(true).data<float>()[0];
+    EXPECT_NEAR(lg, lc, 1e-5 * lc);
+    const auto gc = cpu.backward(go), gg = gpu.backward(go);
+    EXPECT_LT(rel_error(gg.inputs[0].to_vector(), to_double(gc.inputs[0])), 1e-5);
+    for (size_t i = 1; i < 6; ++i)
+      for (float v : gg.inputs[i].to_vector()) ASSERT_EQ(v, 0.0f) << i;
   }
 }
 
