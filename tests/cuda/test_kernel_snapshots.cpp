@@ -82,6 +82,8 @@ const std::vector<std::string> kSnapshotIds = {
     "postprocess_nms_select__bf16",
     // YOLO26's CIoU box loss (loss/ciou.cuh): the backward, which holds the forward's geometry too.
     "ciou_backward__bf16__block256",
+    // YOLO26's classification loss (loss/cls.cuh): the BCE forward's per-block partial sums (no atomics).
+    "bce_cls_forward_partial__bf16",
 };
 
 bool blessing() {
