@@ -80,6 +80,10 @@ const std::vector<std::string> kSnapshotIds = {
     // suppression, the two kernels that hold each op's logic.
     "postprocess_e2e_select__f32",
     "postprocess_nms_select__bf16",
+    // YOLO26's task-aligned assigner (loss/assigner.cuh): the per-gt top-k (candidates, CIoU, align, block merge) and
+    // the per-gt finalisation (resolution, topk2, normalisation).
+    "assigner_topk__bf16",
+    "assigner_finalize__f32",
 };
 
 bool blessing() {

@@ -123,6 +123,12 @@ class RuntimeOp {
     (void)input;
     return true;
   }
+  // An input the op reads in one fixed dtype whatever its format (the assigner's f32 pixel targets, which a bf16
+  // copy would round by pixels): the plan converts a floating value to this dtype rather than to format().dtype.
+  virtual std::optional<DType> input_dtype(size_t input) const {
+    (void)input;
+    return std::nullopt;
+  }
   const Format& format() const { return format_; }
   void set_format(const Format& f) { format_ = f; }
 

@@ -295,7 +295,9 @@ void Plan::assign_formats(const Graph& graph) {
     for (size_t i = 0; i < s.inputs.size(); ++i) {
       int& id = s.inputs[i];
       const auto v = static_cast<size_t>(id);
-      const Format want{core::is_floating(value_dtypes_[v]) ? s.format.dtype : value_dtypes_[v], s.format.layout};
+      const Format want{core::is_floating(value_dtypes_[v]) ? s.runtime->input_dtype(i).value_or(s.format.dtype)
+                                                          : value_dtypes_[v],
+                        s.format.layout};
       if (s.runtime->reads_input(i) && (core::is_floating(value_dtypes_[v]) || shapes_[v].rank() == 4))
         id = converted_value(id, want, out);
       in_dtypes.push_back(value_dtypes_[static_cast<size_t>(id)]);
