@@ -18,9 +18,13 @@ namespace vision::models::yolo::kernels::loss {
 
 namespace tal {
 
-constexpr int kTopkThreads = 256;
-constexpr int kMaxTopk = 32;  // kAssignerMaxTopk
-constexpr int kFinalizeThreads = 128;
+// Enumerators rather than constexpr variables: NVRTC emits a namespace-scope variable as a global whose internal name
+// is not the same from one process to the next, which would make the PTX snapshots unstable.
+enum : int {
+  kTopkThreads = 256,
+  kMaxTopk = 32,  // kAssignerMaxTopk
+  kFinalizeThreads = 128,
+};
 
 __device__ __forceinline__ float ciou(const float* b1, const float* b2) {
   const float e = 1e-7f;
