@@ -86,7 +86,9 @@ inline ReferenceAssignment reference_assign(const AssignerCase& c,
   const int64_t k = std::min<int64_t>(o.topk, A);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t G = c.count[static_cast<size_t>(b)];
-    auto target = [&](int64_t g, int q) { return static_cast<double>(c.targets[static_cast<size_t>((b * M + g) * 5 + q)]); };
+    auto target = [&](int64_t g, int q) {
+      return static_cast<double>(c.targets[static_cast<size_t>((b * M + g) * 5 + q)]);
+    };
     // mask_pos as claims: per gt, the anchors of its top k that are candidates, with align and overlap.
     std::vector<std::vector<int64_t>> claims(static_cast<size_t>(G));
     std::vector<std::vector<double>> align(static_cast<size_t>(G)), overlap(static_cast<size_t>(G));
@@ -121,7 +123,8 @@ inline ReferenceAssignment reference_assign(const AssignerCase& c,
         const double ciou = reference_ciou(gt, pred);
         ov[static_cast<size_t>(a)] = std::max(ciou, 0.0);
         if (std::fabs(ciou) < 1e-5) fragile = 1;
-        const double score = 1 / (1 + std::exp(-static_cast<double>(c.logits[static_cast<size_t>((b * nc + cls) * A + a)])));
+        const double score =
+            1 / (1 + std::exp(-static_cast<double>(c.logits[static_cast<size_t>((b * nc + cls) * A + a)])));
         al[static_cast<size_t>(a)] = std::pow(score, o.alpha) * std::pow(ov[static_cast<size_t>(a)], o.beta);
       }
       const std::vector<int64_t> order = assigner_detail::ranking(al);
@@ -158,7 +161,8 @@ inline ReferenceAssignment reference_assign(const AssignerCase& c,
         std::vector<double> masked(static_cast<size_t>(A), 0.0);
         for (int64_t a : pos) masked[static_cast<size_t>(a)] = align[static_cast<size_t>(g)][static_cast<size_t>(a)];
         const std::vector<int64_t> order = assigner_detail::ranking(masked);
-        if (o.topk2 < A && near(masked[static_cast<size_t>(order[o.topk2 - 1])], masked[static_cast<size_t>(order[o.topk2])]))
+        if (o.topk2 < A &&
+            near(masked[static_cast<size_t>(order[o.topk2 - 1])], masked[static_cast<size_t>(order[o.topk2])]))
           r.fragile[static_cast<size_t>(b * M + g)] = 1;
         std::vector<int64_t> kept;
         for (int64_t j = 0; j < o.topk2; ++j)
@@ -187,8 +191,8 @@ inline ReferenceAssignment reference_assign(const AssignerCase& c,
 }
 
 // A random batch on an H×W input: count[b] uniform in [min_boxes, max_boxes] (≤ m) boxes per image, classes in
-// [0, nc), sides log-uniform in [3, min(H, W) / 3] px (so some are STAL-widened); rows past the count hold garbage. Each
-// anchor predicts the box of the gt whose centre is nearest, each coordinate jittered by N(0, 0.15 · side) (30% of
+// [0, nc), sides log-uniform in [3, min(H, W) / 3] px (so some are STAL-widened); rows past the count hold garbage.
+// Each anchor predicts the box of the gt whose centre is nearest, each coordinate jittered by N(0, 0.15 · side) (30% of
 // anchors a random box instead), so alignments are not all zero; logits uniform in [−4, 4].
 template <typename Rng>
 AssignerCase random_assigner_case(int64_t batch, int64_t h, int64_t w, int64_t nc, int64_t m, int64_t min_boxes,
@@ -208,7 +212,8 @@ AssignerCase random_assigner_case(int64_t batch, int64_t h, int64_t w, int64_t n
   const double max_side = static_cast<double>(std::min(h, w)) / 3;
   for (int64_t b = 0; b < batch; ++b) {
     const auto n = static_cast<int64_t>(
-        min_boxes + std::min<int64_t>(max_boxes - min_boxes, static_cast<int64_t>(u01(rng) * (max_boxes - min_boxes + 1))));
+        min_boxes +
+        std::min<int64_t>(max_boxes - min_boxes, static_cast<int64_t>(u01(rng) * (max_boxes - min_boxes + 1))));
     c.count[static_cast<size_t>(b)] = static_cast<int32_t>(n);
     for (int64_t g = 0; g < m; ++g) {
       float* row = c.targets.data() + (b * m + g) * 5;

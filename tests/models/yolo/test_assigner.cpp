@@ -104,8 +104,10 @@ void expect_consistent(const AssignerCase& c, const AssignerOutputs& out) {
       for (int64_t k = 0; k < nc; ++k) {
         const float v = out.target_scores[static_cast<size_t>((b * nc + k) * n + a)];
         const bool own = g >= 0 && k == static_cast<int64_t>(c.targets[static_cast<size_t>((b * c.n_max + g) * 5)]);
-        if (!own) EXPECT_EQ(v, 0.0f) << "anchor " << a << " class " << k;
-        else EXPECT_TRUE(v >= 0.0f && v <= 1.0f) << v;
+        if (!own)
+          EXPECT_EQ(v, 0.0f) << "anchor " << a << " class " << k;
+        else
+          EXPECT_TRUE(v >= 0.0f && v <= 1.0f) << v;
       }
     }
 }
@@ -191,9 +193,9 @@ TEST_F(AssignerHand, TopkFiveSharedAnchorGoesToHigherOverlap) {
   EXPECT_NEAR(out.target_scores[5], std::pow(ciou5 / self, 6.0) * self, 1e-6);
   for (int64_t a : {19, 20}) EXPECT_NEAR(out.target_scores[static_cast<size_t>(21 + a)], 1.0, 1e-5);
   EXPECT_FLOAT_EQ(out.target_boxes[16], 0.0f);
-  EXPECT_FLOAT_EQ(out.target_boxes[2 * 21 + 16], 1.0f);      // 16 / 16
-  EXPECT_FLOAT_EQ(out.target_boxes[19], 0.5f);                // 8 / 16
-  EXPECT_FLOAT_EQ(out.target_boxes[3 * 21 + 20], 1.0f);      // 32 / 32
+  EXPECT_FLOAT_EQ(out.target_boxes[2 * 21 + 16], 1.0f);  // 16 / 16
+  EXPECT_FLOAT_EQ(out.target_boxes[19], 0.5f);           // 8 / 16
+  EXPECT_FLOAT_EQ(out.target_boxes[3 * 21 + 20], 1.0f);  // 32 / 32
   EXPECT_GT(expect_matches_reference(c, o, out, true), 0);
 }
 
@@ -246,7 +248,7 @@ TEST(Assigner, StalWidensTinyBoxes) {
   set_target(c, 0, 1, 1, {4, 20, 24, 24});
   c.count = {2};
   for (int64_t a = 0; a < n; ++a) predict(c, 0, a, {200, 200, 210, 210});
-  auto p3 = [](int64_t x, int64_t y) { return y * 8 + x; };  // centre (4 + 8x, 4 + 8y)
+  auto p3 = [](int64_t x, int64_t y) { return y * 8 + x; };       // centre (4 + 8x, 4 + 8y)
   auto p4 = [](int64_t x, int64_t y) { return 64 + y * 4 + x; };  // centre (8 + 16x, 8 + 16y)
   auto p5 = [](int64_t x, int64_t y) { return 80 + y * 2 + x; };  // centre (16 + 32x, 16 + 32y)
   const std::set<int64_t> want0 = {p3(4, 4), p3(5, 4), p3(4, 5), p3(5, 5), p4(2, 2), p5(1, 1)};
@@ -359,12 +361,12 @@ TEST(AssignerGraph, CpuPlanGivesTheTwinsOutputsWithTheirDtypes) {
   const int64_t n = c.n_anchors;
   Tensor cnt = Tensor::zeros(Shape{batch}, DType::i32);
   std::memcpy(cnt.raw(), c.count.data(), c.count.size() * 4);
-  const auto out = ex.forward({Tensor::from_vector(Shape{batch, nc, n}, c.logits),
-                               Tensor::from_vector(Shape{batch, 4, n}, c.boxes),
-                               Tensor::from_vector(Shape{batch, m, 5}, c.targets), cnt,
-                               vision::test::random_tensor(Shape{batch, 1, h / 8, w / 8}),
-                               vision::test::random_tensor(Shape{batch, 1, h / 16, w / 16}),
-                               vision::test::random_tensor(Shape{batch, 1, h / 32, w / 32})});
+  const auto out =
+      ex.forward({Tensor::from_vector(Shape{batch, nc, n}, c.logits), Tensor::from_vector(Shape{batch, 4, n}, c.boxes),
+                  Tensor::from_vector(Shape{batch, m, 5}, c.targets), cnt,
+                  vision::test::random_tensor(Shape{batch, 1, h / 8, w / 8}),
+                  vision::test::random_tensor(Shape{batch, 1, h / 16, w / 16}),
+                  vision::test::random_tensor(Shape{batch, 1, h / 32, w / 32})});
   ASSERT_EQ(out.size(), 4u);
   EXPECT_EQ(out[2].dtype(), DType::u8);
   EXPECT_EQ(out[3].dtype(), DType::i32);

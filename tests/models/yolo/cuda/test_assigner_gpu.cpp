@@ -78,8 +78,8 @@ AssignerOutputs run_gpu(const AssignerCase& c, const AssignerOptions& o, DType d
   launch_task_aligned_assigner(nullptr, dt, logits.get(), boxes.get(), static_cast<const float*>(anchors.get()),
                                static_cast<const float*>(targets.get()), static_cast<const int32_t*>(count.get()),
                                static_cast<float*>(tb.get()), static_cast<float*>(ts.get()),
-                               static_cast<uint8_t*>(fg.get()), static_cast<int32_t*>(idx.get()), ws.get(), ws_bytes,
-                               s, o);
+                               static_cast<uint8_t*>(fg.get()), static_cast<int32_t*>(idx.get()), ws.get(), ws_bytes, s,
+                               o);
   VISION_CUDA_CHECK(cudaDeviceSynchronize());
   AssignerOutputs out;
   out.target_boxes = values_of<float>(tb.download(tb.bytes()));

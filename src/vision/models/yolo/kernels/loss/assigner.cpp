@@ -29,10 +29,8 @@ void check_assigner_options(const AssignerOptions& o) {
   VISION_CHECK(std::isfinite(o.alpha) && o.alpha > 0 && std::isfinite(o.beta) && o.beta > 0,
                "task_aligned_assigner: alpha = {} and beta = {} must be positive and finite", o.alpha, o.beta);
   VISION_CHECK(std::isfinite(o.eps) && o.eps >= 0, "task_aligned_assigner: eps = {} must be finite and ≥ 0", o.eps);
-  VISION_CHECK(std::isfinite(o.small_side) && std::isfinite(o.widened_side) && o.small_side >= 0 &&
-                   o.widened_side >= 0,
-               "task_aligned_assigner: the STAL sides {} and {} must be finite and ≥ 0", o.small_side,
-               o.widened_side);
+  VISION_CHECK(std::isfinite(o.small_side) && std::isfinite(o.widened_side) && o.small_side >= 0 && o.widened_side >= 0,
+               "task_aligned_assigner: the STAL sides {} and {} must be finite and ≥ 0", o.small_side, o.widened_side);
 }
 
 float assigner_ciou(const float* b1, const float* b2) {
@@ -166,8 +164,8 @@ void task_aligned_assign_cpu(const Tensor& logits, const Tensor& boxes, const Te
         for (int64_t a = 0; a < n; ++a) {
           const float s = an[2 * n + a];
           const float x = an[a] * s, y = an[n + a] * s;
-          const bool candidate = x - cand_box[0] > o.eps && y - cand_box[1] > o.eps && cand_box[2] - x > o.eps &&
-                                 cand_box[3] - y > o.eps;
+          const bool candidate =
+              x - cand_box[0] > o.eps && y - cand_box[1] > o.eps && cand_box[2] - x > o.eps && cand_box[3] - y > o.eps;
           float align = 0.0f, overlap = 0.0f;
           if (candidate) {
             const float pred[4] = {pb[a] * s, pb[n + a] * s, pb[2 * n + a] * s, pb[3 * n + a] * s};
@@ -177,8 +175,7 @@ void task_aligned_assign_cpu(const Tensor& logits, const Tensor& boxes, const Te
           }
           const uint64_t key = align_key(align, a);
           if (static_cast<int64_t>(top.size()) == k && key <= top.back().key) continue;
-          auto it = std::upper_bound(top.begin(), top.end(), key,
-                                     [](uint64_t v, const Entry& e) { return v > e.key; });
+          auto it = std::upper_bound(top.begin(), top.end(), key, [](uint64_t v, const Entry& e) { return v > e.key; });
           top.insert(it, Entry{key, candidate, overlap});
           if (static_cast<int64_t>(top.size()) > k) top.pop_back();
         }
@@ -233,15 +230,17 @@ void task_aligned_assign_cpu(const Tensor& logits, const Tensor& boxes, const Te
                 keep[j] = rank++ < o.topk2;
               } else {
                 int64_t below = 0;
-                for (int32_t q = 0; q < nk; ++q)
-                  below += keep[q] && c[q].align > 0.0f && c[q].anchor < c[j].anchor;
+                for (int32_t q = 0; q < nk; ++q) below += keep[q] && c[q].align > 0.0f && c[q].anchor < c[j].anchor;
                 keep[j] = positive_align + (c[j].anchor - below) < o.topk2;
               }
             }
           }
           float max_align = 0.0f, max_overlap = 0.0f;
           for (int32_t j = 0; j < nk; ++j)
-            if (keep[j]) max_align = std::fmax(max_align, c[j].align), max_overlap = std::fmax(max_overlap, c[j].overlap);
+            if (keep[j]) {
+              max_align = std::fmax(max_align, c[j].align);
+              max_overlap = std::fmax(max_overlap, c[j].overlap);
+            }
           const float* row = tg + (b * m + g) * 5;
           const auto cls = static_cast<int64_t>(row[0]);
           for (int32_t j = 0; j < nk; ++j) {
@@ -286,8 +285,7 @@ class AssignerCpuRuntime final : public graph::RuntimeOp {
 
   void forward(graph::ForwardCtx& ctx) override {
     VISION_CHECK(ctx.inputs.size() == 7 && ctx.outputs.size() == 4,
-                 "task_aligned_assigner: 7 inputs and 4 outputs, got {} and {}", ctx.inputs.size(),
-                 ctx.outputs.size());
+                 "task_aligned_assigner: 7 inputs and 4 outputs, got {} and {}", ctx.inputs.size(), ctx.outputs.size());
     task_aligned_assign_cpu(ctx.inputs[0], ctx.inputs[1], ctx.params.at(0), ctx.inputs[2], ctx.inputs[3], options_,
                             ctx.outputs[0], ctx.outputs[1], ctx.outputs[2], ctx.outputs[3]);
   }
@@ -346,9 +344,9 @@ std::unique_ptr<graph::RuntimeOp> TaskAlignedAssignerOp::lower(graph::Backend ba
 AssignerTensors task_aligned_assigner(graph::SymTensor logits, graph::SymTensor boxes, graph::SymTensor targets,
                                       graph::SymTensor count, graph::SymTensor p3, graph::SymTensor p4,
                                       graph::SymTensor p5, const AssignerOptions& options, const std::string& name) {
-  VISION_CHECK(logits.valid() && boxes.valid() && targets.valid() && count.valid() && p3.valid() && p4.valid() &&
-                   p5.valid(),
-               "task_aligned_assigner: every input must be a recorded tensor");
+  VISION_CHECK(
+      logits.valid() && boxes.valid() && targets.valid() && count.valid() && p3.valid() && p4.valid() && p5.valid(),
+      "task_aligned_assigner: every input must be a recorded tensor");
   const auto out = logits.graph()->apply_multi(std::make_shared<TaskAlignedAssignerOp>(options),
                                                {logits, boxes, targets, count, p3, p4, p5}, name);
   return {out.at(0), out.at(1), out.at(2), out.at(3)};

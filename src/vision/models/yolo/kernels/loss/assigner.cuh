@@ -1,5 +1,6 @@
-// Task-aligned assigner — YOLO26's TaskAlignedAssigner on the GPU for a whole batch in two launches after three
-// memsets, no host round trip (assigner.h defines the result; the CPU twin there computes the same selections):
+// Task-aligned assigner — YOLO26's TaskAlignedAssigner on the GPU for a whole batch in two launches after five
+// memsets (the four outputs and the resolution keys), no host round trip (assigner.h defines the result; the CPU
+// twin there computes the same selections):
 //   assigner_topk (one CTA per (gt, image)): every anchor's align key for the gt (candidates by the STAL box, align =
 //     σ^alpha · max(CIoU, 0)^beta, 0 for the others), a per-thread top-k list while scanning, then a block merge of
 //     the lists (k rounds of a block max): the gt's top k over all anchors, ties toward the lower anchor index. The
@@ -62,9 +63,9 @@ __device__ __forceinline__ void stal_box(const float* gt, float small_side, floa
 // Whether anchor a (centre (x, y)·stride) is a candidate of the candidate box, and then its overlap and align.
 template <typename T>
 __device__ __forceinline__ bool anchor_metrics(const T* __restrict__ logits_c, const T* __restrict__ boxes_b,
-                                               const float* __restrict__ anchors, int64_t n, int64_t a,
-                                               const float* gt, const float* cand, float alpha, float beta, float eps,
-                                               float& align, float& overlap) {
+                                               const float* __restrict__ anchors, int64_t n, int64_t a, const float* gt,
+                                               const float* cand, float alpha, float beta, float eps, float& align,
+                                               float& overlap) {
   const float s = anchors[2 * n + a];
   const float x = __fmul_rn(anchors[a], s), y = __fmul_rn(anchors[n + a], s);
   align = 0.0f;
@@ -100,8 +101,8 @@ __global__ void __launch_bounds__(tal::kTopkThreads)
                   const float* __restrict__ targets, const int32_t* __restrict__ count,
                   int32_t* __restrict__ claim_anchor, float* __restrict__ claim_align,
                   float* __restrict__ claim_overlap, int32_t* __restrict__ n_claims, uint64_t* __restrict__ best,
-                  int64_t n_anchors, int64_t n_classes, int64_t n_max, int32_t topk, float alpha, float beta,
-                  float eps, float small_side, float widened_side) {
+                  int64_t n_anchors, int64_t n_classes, int64_t n_max, int32_t topk, float alpha, float beta, float eps,
+                  float small_side, float widened_side) {
   __shared__ uint64_t warp_best[tal::kTopkThreads / 32];
   __shared__ uint64_t selected[tal::kMaxTopk];
   const int64_t b = blockIdx.y, g = blockIdx.x, n = n_anchors, bg = b * n_max + g;
@@ -159,8 +160,7 @@ __global__ void __launch_bounds__(tal::kTopkThreads)
     for (int r = 0; r < k; ++r) {
       const uint32_t a = ~uint32_t(selected[r]);
       float align, overlap;
-      if (!tal::anchor_metrics(logits_c, boxes_b, anchors, n, int64_t(a), gt, cand, alpha, beta, eps, align,
-                               overlap))
+      if (!tal::anchor_metrics(logits_c, boxes_b, anchors, n, int64_t(a), gt, cand, alpha, beta, eps, align, overlap))
         continue;
       claim_anchor[base + nk] = int32_t(a);
       claim_align[base + nk] = __uint_as_float(uint32_t(selected[r] >> 32));
@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(tal::kFinalizeThreads)
                       const float* __restrict__ claim_align, const float* __restrict__ claim_overlap,
                       const int32_t* __restrict__ n_claims, const uint64_t* __restrict__ best,
                       float* __restrict__ target_boxes, float* __restrict__ target_scores,
-                      uint8_t* __restrict__ fg_mask, int32_t* __restrict__ gt_index, int64_t batch,
-                      int64_t n_anchors, int64_t n_classes, int64_t n_max, int32_t topk, int32_t topk2, float eps) {
+                      uint8_t* __restrict__ fg_mask, int32_t* __restrict__ gt_index, int64_t batch, int64_t n_anchors,
+                      int64_t n_classes, int64_t n_max, int32_t topk, int32_t topk2, float eps) {
   const int64_t n = n_anchors;
   for (int64_t bg = vk::thread_index(); bg < batch * n_max; bg += vk::thread_count()) {
     const int64_t b = bg / n_max, g = bg % n_max;
@@ -208,15 +208,17 @@ __global__ void __launch_bounds__(tal::kFinalizeThreads)
           keep[j] = rank++ < topk2;
         } else {
           int64_t below = 0;
-          for (int q = 0; q < nk; ++q)
-            below += keep[q] && claim_align[base + q] > 0.0f && claim_anchor[base + q] < a;
+          for (int q = 0; q < nk; ++q) below += keep[q] && claim_align[base + q] > 0.0f && claim_anchor[base + q] < a;
           keep[j] = int64_t(positive_align) + (int64_t(a) - below) < int64_t(topk2);
         }
       }
     }
     float max_align = 0.0f, max_overlap = 0.0f;
     for (int j = 0; j < nk; ++j)
-      if (keep[j]) max_align = fmaxf(max_align, claim_align[base + j]), max_overlap = fmaxf(max_overlap, claim_overlap[base + j]);
+      if (keep[j]) {
+        max_align = fmaxf(max_align, claim_align[base + j]);
+        max_overlap = fmaxf(max_overlap, claim_overlap[base + j]);
+      }
     const float* row = targets + bg * 5;
     const int64_t cls = int64_t(row[0]);
     for (int j = 0; j < nk; ++j) {

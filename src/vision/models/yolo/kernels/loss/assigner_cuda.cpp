@@ -51,7 +51,10 @@ void check_sizes(const AssignerSizes& s, const AssignerOptions& o) {
 }  // namespace
 
 AssignerTopk::AssignerTopk(DType t)
-    : KernelDescriptor({"assigner_topk", kFile, t, {},
+    : KernelDescriptor({"assigner_topk",
+                        kFile,
+                        t,
+                        {},
                         "const {T}*, const {T}*, const float*, const float*, const int32_t*, int32_t*, float*, float*, "
                         "int32_t*, uint64_t*, int64_t, int64_t, int64_t, int32_t, float, float, float, float, float",
                         kScope}) {
@@ -59,7 +62,10 @@ AssignerTopk::AssignerTopk(DType t)
 }
 
 AssignerFinalize::AssignerFinalize(DType t)
-    : KernelDescriptor({"assigner_finalize", kFile, t, {},
+    : KernelDescriptor({"assigner_finalize",
+                        kFile,
+                        t,
+                        {},
                         "const float*, const float*, const int32_t*, const int32_t*, const float*, const float*, "
                         "const int32_t*, const uint64_t*, float*, float*, uint8_t*, int32_t*, int64_t, int64_t, "
                         "int64_t, int64_t, int32_t, int32_t, float",
@@ -75,16 +81,16 @@ size_t assigner_workspace_bytes(const AssignerSizes& s, const AssignerOptions& o
 }
 
 void launch_task_aligned_assigner(cudaStream_t stream, DType dtype, const void* logits, const void* boxes,
-                                  const float* anchors, const float* targets, const int32_t* count,
-                                  float* target_boxes, float* target_scores, uint8_t* fg_mask, int32_t* gt_index,
-                                  void* workspace, size_t workspace_bytes, const AssignerSizes& s,
-                                  const AssignerOptions& o) {
+                                  const float* anchors, const float* targets, const int32_t* count, float* target_boxes,
+                                  float* target_scores, uint8_t* fg_mask, int32_t* gt_index, void* workspace,
+                                  size_t workspace_bytes, const AssignerSizes& s, const AssignerOptions& o) {
   check_dtype(dtype);
   const size_t need = assigner_workspace_bytes(s, o);
   const auto b = static_cast<size_t>(s.batch), n = static_cast<size_t>(s.n_anchors);
   if (b == 0 || n == 0) return;
   VISION_CUDA_CHECK(cudaMemsetAsync(target_boxes, 0, b * 4 * n * sizeof(float), stream));
-  VISION_CUDA_CHECK(cudaMemsetAsync(target_scores, 0, b * static_cast<size_t>(s.n_classes) * n * sizeof(float), stream));
+  VISION_CUDA_CHECK(
+      cudaMemsetAsync(target_scores, 0, b * static_cast<size_t>(s.n_classes) * n * sizeof(float), stream));
   VISION_CUDA_CHECK(cudaMemsetAsync(fg_mask, 0, b * n, stream));
   VISION_CUDA_CHECK(cudaMemsetAsync(gt_index, 0xff, b * n * sizeof(int32_t), stream));  // −1
   if (s.n_max == 0) return;
@@ -109,12 +115,12 @@ void launch_task_aligned_assigner(cudaStream_t stream, DType dtype, const void* 
       boxes, anchors, targets, count, claim_anchor, claim_align, claim_overlap, n_claims, best, s.n_anchors,
       s.n_classes, s.n_max, static_cast<int32_t>(o.topk), o.alpha, o.beta, o.eps, o.small_side, o.widened_side);
   const int64_t threads = s.batch * s.n_max;
-  cuda::kernel_instance<AssignerFinalize>(DType::f32).launch(
-      stream, dim3(cuda::grid_blocks(threads, kFinalizeThreads)), dim3(kFinalizeThreads), 0, anchors, targets, count,
-      static_cast<const int32_t*>(claim_anchor), static_cast<const float*>(claim_align),
-      static_cast<const float*>(claim_overlap), static_cast<const int32_t*>(n_claims),
-      static_cast<const uint64_t*>(best), target_boxes, target_scores, fg_mask, gt_index, s.batch, s.n_anchors,
-      s.n_classes, s.n_max, static_cast<int32_t>(o.topk), static_cast<int32_t>(o.topk2), o.eps);
+  cuda::kernel_instance<AssignerFinalize>(DType::f32)
+      .launch(stream, dim3(cuda::grid_blocks(threads, kFinalizeThreads)), dim3(kFinalizeThreads), 0, anchors, targets,
+              count, static_cast<const int32_t*>(claim_anchor), static_cast<const float*>(claim_align),
+              static_cast<const float*>(claim_overlap), static_cast<const int32_t*>(n_claims),
+              static_cast<const uint64_t*>(best), target_boxes, target_scores, fg_mask, gt_index, s.batch, s.n_anchors,
+              s.n_classes, s.n_max, static_cast<int32_t>(o.topk), static_cast<int32_t>(o.topk2), o.eps);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -45,13 +45,12 @@ struct AssignerSizes {
 size_t assigner_workspace_bytes(const AssignerSizes& sizes, const AssignerOptions& options);
 
 // The four outputs (assigner.h) from device pointers: logits and boxes of `dtype`, anchors [3, A] f32, targets
-// [B, M, 5] f32, count [B] i32; on `stream`, without synchronising: 3 memsets and 2 launches (capturable in a CUDA
+// [B, M, 5] f32, count [B] i32; on `stream`, without synchronising: 5 memsets and 2 launches (capturable in a CUDA
 // graph). Throws on sizes or options out of range, and when the workspace is smaller than assigner_workspace_bytes.
 void launch_task_aligned_assigner(cudaStream_t stream, core::DType dtype, const void* logits, const void* boxes,
-                                  const float* anchors, const float* targets, const int32_t* count,
-                                  float* target_boxes, float* target_scores, uint8_t* fg_mask, int32_t* gt_index,
-                                  void* workspace, size_t workspace_bytes, const AssignerSizes& sizes,
-                                  const AssignerOptions& options);
+                                  const float* anchors, const float* targets, const int32_t* count, float* target_boxes,
+                                  float* target_scores, uint8_t* fg_mask, int32_t* gt_index, void* workspace,
+                                  size_t workspace_bytes, const AssignerSizes& sizes, const AssignerOptions& options);
 
 // The CUDA RuntimeOp of TaskAlignedAssignerOp; its state spec (the anchor grid) comes from the CPU RuntimeOp `twin`.
 std::unique_ptr<graph::RuntimeOp> make_task_aligned_assigner_cuda(std::unique_ptr<graph::RuntimeOp> twin,
