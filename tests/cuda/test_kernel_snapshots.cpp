@@ -84,6 +84,10 @@ const std::vector<std::string> kSnapshotIds = {
     "ciou_backward__bf16__block256",
     // YOLO26's classification loss (loss/cls.cuh): the BCE forward's per-block partial sums (no atomics).
     "bce_cls_forward_partial__bf16",
+    // YOLO26's task-aligned assigner (loss/assigner.cuh): the per-gt top-k (candidates, CIoU, align, block merge) and
+    // the per-gt finalisation (resolution, topk2, normalisation).
+    "assigner_topk__bf16",
+    "assigner_finalize__f32",
 };
 
 bool blessing() {

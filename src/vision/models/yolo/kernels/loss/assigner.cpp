@@ -1,0 +1,355 @@
+#include "vision/models/yolo/kernels/loss/assigner.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "vision/core/error.h"
+#include "vision/cpu/parallel.h"
+#include "vision/models/yolo/kernels/detect_decode.h"
+#include "vision/ops/op_support.h"
+#ifdef VISION_HAS_CUDA
+#include "vision/models/yolo/kernels/loss/assigner_cuda.h"
+#endif
+
+namespace vision::models::yolo::kernels::loss {
+
+using core::DType;
+using core::Shape;
+
+void check_assigner_options(const AssignerOptions& o) {
+  VISION_CHECK(o.topk >= 1 && o.topk <= kAssignerMaxTopk,
+               "task_aligned_assigner: topk = {} is out of range; it must be in [1, {}]", o.topk, kAssignerMaxTopk);
+  VISION_CHECK(o.topk2 >= 0 && o.topk2 <= o.topk,
+               "task_aligned_assigner: topk2 = {} is out of range; it must be 0 (none) or in [1, topk = {}]", o.topk2,
+               o.topk);
+  VISION_CHECK(std::isfinite(o.alpha) && o.alpha > 0 && std::isfinite(o.beta) && o.beta > 0,
+               "task_aligned_assigner: alpha = {} and beta = {} must be positive and finite", o.alpha, o.beta);
+  VISION_CHECK(std::isfinite(o.eps) && o.eps >= 0, "task_aligned_assigner: eps = {} must be finite and ≥ 0", o.eps);
+  VISION_CHECK(std::isfinite(o.small_side) && std::isfinite(o.widened_side) && o.small_side >= 0 && o.widened_side >= 0,
+               "task_aligned_assigner: the STAL sides {} and {} must be finite and ≥ 0", o.small_side, o.widened_side);
+}
+
+float assigner_ciou(const float* b1, const float* b2) {
+  // The GPU kernel (assigner.cuh, tal::ciou) computes these operations in this order.
+  constexpr float kEps = 1e-7f;
+  const float w1 = b1[2] - b1[0], h1 = (b1[3] - b1[1]) + kEps;
+  const float w2 = b2[2] - b2[0], h2 = (b2[3] - b2[1]) + kEps;
+  const float iw = std::fmax(std::fmin(b1[2], b2[2]) - std::fmax(b1[0], b2[0]), 0.0f);
+  const float ih = std::fmax(std::fmin(b1[3], b2[3]) - std::fmax(b1[1], b2[1]), 0.0f);
+  const float inter = iw * ih;
+  const float uni = ((w1 * h1 + w2 * h2) - inter) + kEps;
+  const float iou = inter / uni;
+  const float cw = std::fmax(b1[2], b2[2]) - std::fmin(b1[0], b2[0]);
+  const float ch = std::fmax(b1[3], b2[3]) - std::fmin(b1[1], b2[1]);
+  const float c2 = (cw * cw + ch * ch) + kEps;
+  const float dx = ((b2[0] + b2[2]) - b1[0]) - b1[2], dy = ((b2[1] + b2[3]) - b1[1]) - b1[3];
+  const float rho2 = (dx * dx + dy * dy) * 0.25f;
+  const float d = std::atan(w2 / h2) - std::atan(w1 / h1);
+  const float v = 0.405284735f * (d * d);  // 4 / π²
+  const float a = v / ((v - iou) + (1.0f + kEps));
+  return iou - (rho2 / c2 + v * a);
+}
+
+namespace {
+
+std::string tensor_str(const Tensor& t) { return t.defined() ? t.str() : std::string("an undefined tensor"); }
+
+void check_host(const Tensor& t, const char* what, DType dtype, const Shape& shape) {
+  VISION_CHECK(t.defined() && t.dtype() == dtype && t.device() == core::Device::cpu && t.shape() == shape,
+               "task_aligned_assigner (CPU): {} must be a {} host tensor {}, got {}", what, core::dtype_name(dtype),
+               shape.str(), tensor_str(t));
+}
+
+// Ranking key of one anchor for one gt: the align value (≥ 0, so its bits order it) above, ~anchor below, so that a
+// larger key ranks first and equal values go to the lower anchor.
+uint64_t align_key(float align, int64_t anchor) {
+  return (static_cast<uint64_t>(std::bit_cast<uint32_t>(align)) << 32) | static_cast<uint32_t>(~anchor);
+}
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// The candidate box of gt (x1, y1, x2, y2) in pixels after STAL, as upstream computes it: through (cx, cy, w, h).
+void stal_box(const float* gt, const AssignerOptions& o, float* out) {
+  for (int d = 0; d < 2; ++d) {
+    const float c = (gt[d] + gt[d + 2]) * 0.5f;
+    float side = gt[d + 2] - gt[d];
+    if (side < o.small_side) side = o.widened_side;
+    out[d] = c - side * 0.5f;
+    out[d + 2] = c + side * 0.5f;
+  }
+}
+
+struct Claim {
+  int32_t anchor;
+  float align, overlap;
+};
+
+}  // namespace
+
+void task_aligned_assign_cpu(const Tensor& logits, const Tensor& boxes, const Tensor& anchors, const Tensor& targets,
+                             const Tensor& count, const AssignerOptions& o, const Tensor& target_boxes,
+                             const Tensor& target_scores, const Tensor& fg_mask, const Tensor& gt_index) {
+  check_assigner_options(o);
+  VISION_CHECK(logits.defined() && logits.rank() == 3 && boxes.defined() && boxes.rank() == 3 && targets.defined() &&
+                   targets.rank() == 3,
+               "task_aligned_assigner (CPU): logits [B, nc, A], boxes [B, 4, A] and targets [B, M, 5] expected, got "
+               "{}, {} and {}",
+               tensor_str(logits), tensor_str(boxes), tensor_str(targets));
+  const int64_t batch = logits.dim(0), nc = logits.dim(1), n = logits.dim(2), m = targets.dim(1);
+  VISION_CHECK(nc >= 1 && n <= std::numeric_limits<int32_t>::max() && m <= std::numeric_limits<int32_t>::max(),
+               "task_aligned_assigner (CPU): {} classes, {} anchors, {} target rows are out of range", nc, n, m);
+  check_host(logits, "logits", DType::f32, Shape{batch, nc, n});
+  check_host(boxes, "boxes", DType::f32, Shape{batch, 4, n});
+  check_host(anchors, "anchors", DType::f32, Shape{3, n});
+  check_host(targets, "targets", DType::f32, Shape{batch, m, 5});
+  check_host(count, "count", DType::i32, Shape{batch});
+  check_host(target_boxes, "target_boxes", DType::f32, Shape{batch, 4, n});
+  check_host(target_scores, "target_scores", DType::f32, Shape{batch, nc, n});
+  check_host(fg_mask, "fg_mask", DType::u8, Shape{batch, n});
+  check_host(gt_index, "gt_index", DType::i32, Shape{batch, n});
+
+  const float* lg = logits.data<float>();
+  const float* bx = boxes.data<float>();
+  const float* an = anchors.data<float>();
+  const float* tg = targets.data<float>();
+  const int32_t* cnt = count.data<int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    VISION_CHECK(cnt[b] >= 0 && cnt[b] <= m,
+                 "task_aligned_assigner (CPU): image {} has a box count of {}, outside [0, {}] (the rows of targets)",
+                 b, cnt[b], m);
+    for (int64_t g = 0; g < cnt[b]; ++g) {
+      const float c = tg[(b * m + g) * 5];
+      VISION_CHECK(c >= 0 && c < static_cast<float>(nc) && c == std::floor(c),
+                   "task_aligned_assigner (CPU): target row {} of image {} has class {}; classes are integers in "
+                   "[0, {})",
+                   g, b, c, nc);
+    }
+  }
+
+  // Zeroed outputs; positives are written below.
+  std::memset(target_boxes.raw(), 0, target_boxes.nbytes());
+  std::memset(target_scores.raw(), 0, target_scores.nbytes());
+  std::memset(fg_mask.raw(), 0, fg_mask.nbytes());
+  std::fill_n(gt_index.data<int32_t>(), batch * n, -1);
+  if (batch == 0 || n == 0 || m == 0) return;
+
+  const int64_t k = std::min(o.topk, n);
+  // Stage 1, per (image, gt): the top k anchors by align key over all A anchors; the candidates among them are the
+  // gt's claims, in descending key order.
+  std::vector<Claim> claims(static_cast<size_t>(batch * m * k));
+  std::vector<int32_t> n_claims(static_cast<size_t>(batch * m), 0);
+  cpu::parallel_for(
+      batch * m,
+      [&](int64_t bg) {
+        const int64_t b = bg / m, g = bg % m;
+        if (g >= cnt[b]) return;
+        const float* row = tg + bg * 5;
+        const float gt[4] = {row[1], row[2], row[3], row[4]};
+        const auto cls = static_cast<int64_t>(row[0]);
+        float cand_box[4];
+        stal_box(gt, o, cand_box);
+        const float* lb = lg + (b * nc + cls) * n;
+        const float* pb = bx + b * 4 * n;
+        struct Entry {
+          uint64_t key;
+          bool candidate;
+          float overlap;
+        };
+        std::vector<Entry> top;  // descending keys, at most k
+        top.reserve(static_cast<size_t>(k) + 1);
+        for (int64_t a = 0; a < n; ++a) {
+          const float s = an[2 * n + a];
+          const float x = an[a] * s, y = an[n + a] * s;
+          const bool candidate =
+              x - cand_box[0] > o.eps && y - cand_box[1] > o.eps && cand_box[2] - x > o.eps && cand_box[3] - y > o.eps;
+          float align = 0.0f, overlap = 0.0f;
+          if (candidate) {
+            const float pred[4] = {pb[a] * s, pb[n + a] * s, pb[2 * n + a] * s, pb[3 * n + a] * s};
+            overlap = std::fmax(assigner_ciou(gt, pred), 0.0f);  // NaN → 0
+            align = std::pow(sigmoid(lb[a]), o.alpha) * std::pow(overlap, o.beta);
+            if (!(align > 0.0f)) align = 0.0f;  // NaN → 0
+          }
+          const uint64_t key = align_key(align, a);
+          if (static_cast<int64_t>(top.size()) == k && key <= top.back().key) continue;
+          auto it = std::upper_bound(top.begin(), top.end(), key, [](uint64_t v, const Entry& e) { return v > e.key; });
+          top.insert(it, Entry{key, candidate, overlap});
+          if (static_cast<int64_t>(top.size()) > k) top.pop_back();
+        }
+        Claim* out = claims.data() + bg * k;
+        int32_t nk = 0;
+        for (const Entry& e : top)
+          if (e.candidate)
+            out[nk++] = {static_cast<int32_t>(~static_cast<uint32_t>(e.key)),
+                         std::bit_cast<float>(static_cast<uint32_t>(e.key >> 32)), e.overlap};
+        n_claims[static_cast<size_t>(bg)] = nk;
+      },
+      batch * m * n);
+
+  // Stage 2, per image: resolution (highest overlap among the claiming gts, ties to the lower gt), topk2, the
+  // normalisation and the outputs.
+  const bool use_topk2 = o.topk2 > 0 && o.topk2 != o.topk;
+  float* out_boxes = target_boxes.data<float>();
+  float* out_scores = target_scores.data<float>();
+  uint8_t* out_fg = fg_mask.data<uint8_t>();
+  int32_t* out_idx = gt_index.data<int32_t>();
+  cpu::parallel_for(
+      batch,
+      [&](int64_t b) {
+        std::vector<uint64_t> best(static_cast<size_t>(n), 0);
+        for (int64_t g = 0; g < cnt[b]; ++g) {
+          const Claim* c = claims.data() + (b * m + g) * k;
+          for (int32_t j = 0; j < n_claims[static_cast<size_t>(b * m + g)]; ++j) {
+            const uint64_t key = (static_cast<uint64_t>(std::bit_cast<uint32_t>(c[j].overlap)) << 32) |
+                                 static_cast<uint32_t>(~static_cast<uint32_t>(g));
+            uint64_t& slot = best[static_cast<size_t>(c[j].anchor)];
+            slot = std::max(slot, key);
+          }
+        }
+        for (int64_t g = 0; g < cnt[b]; ++g) {
+          const Claim* c = claims.data() + (b * m + g) * k;
+          const int32_t nk = n_claims[static_cast<size_t>(b * m + g)];
+          bool keep[kAssignerMaxTopk];
+          int32_t positive_align = 0;  // won claims of align > 0
+          for (int32_t j = 0; j < nk; ++j) {
+            keep[j] = static_cast<uint32_t>(best[static_cast<size_t>(c[j].anchor)]) ==
+                      static_cast<uint32_t>(~static_cast<uint32_t>(g));
+            positive_align += keep[j] && c[j].align > 0.0f;
+          }
+          if (use_topk2) {
+            // Claims are in descending key order, so the won claims of align > 0 come first, ranked 0, 1, ...; a won
+            // claim of align 0 at anchor a ranks after them, among all anchors of value 0 by index: positive_align +
+            // a − (won positive-align anchors below a).
+            int32_t rank = 0;
+            for (int32_t j = 0; j < nk; ++j) {
+              if (!keep[j]) continue;
+              if (c[j].align > 0.0f) {
+                keep[j] = rank++ < o.topk2;
+              } else {
+                int64_t below = 0;
+                for (int32_t q = 0; q < nk; ++q) below += keep[q] && c[q].align > 0.0f && c[q].anchor < c[j].anchor;
+                keep[j] = positive_align + (c[j].anchor - below) < o.topk2;
+              }
+            }
+          }
+          float max_align = 0.0f, max_overlap = 0.0f;
+          for (int32_t j = 0; j < nk; ++j)
+            if (keep[j]) {
+              max_align = std::fmax(max_align, c[j].align);
+              max_overlap = std::fmax(max_overlap, c[j].overlap);
+            }
+          const float* row = tg + (b * m + g) * 5;
+          const auto cls = static_cast<int64_t>(row[0]);
+          for (int32_t j = 0; j < nk; ++j) {
+            if (!keep[j]) continue;
+            const int64_t a = c[j].anchor;
+            const float s = an[2 * n + a];
+            out_idx[b * n + a] = static_cast<int32_t>(g);
+            out_fg[b * n + a] = 1;
+            for (int q = 0; q < 4; ++q) out_boxes[(b * 4 + q) * n + a] = row[1 + q] / s;
+            out_scores[(b * nc + cls) * n + a] = c[j].align * max_overlap / (max_align + o.eps);
+          }
+        }
+      },
+      batch * m * k);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Graph op
+
+namespace {
+
+class AssignerCpuRuntime final : public graph::RuntimeOp {
+ public:
+  explicit AssignerCpuRuntime(AssignerOptions options) : options_(options) {}
+  std::string name() const override { return "yolo.task_aligned_assigner"; }
+  int n_activation_inputs() const override { return 7; }
+  bool supports(const graph::Format& f) const override { return f.dtype == DType::f32; }
+  bool reads_input(size_t i) const override { return i < 4; }
+  std::optional<DType> input_dtype(size_t i) const override {
+    return i == 2 ? std::optional<DType>(DType::f32) : std::nullopt;
+  }
+
+  std::vector<graph::ParamSpec> param_specs(const std::vector<Shape>& in, const Shape&) const override {
+    return {{"anchors", Shape{3, in.at(0)[2]}, DType::f32, graph::StateKind::constant}};
+  }
+  std::vector<std::byte> param_init_data(size_t i, const std::vector<Shape>& in, const Shape&,
+                                         uint64_t) const override {
+    VISION_CHECK(i == 0, "task_aligned_assigner has one state tensor (anchors), asked for {}", i);
+    const auto size = detect_image_size(in.at(4), in.at(5), in.at(6));
+    return graph::bytes_of(detect_anchor_grid(size[0], size[1]));
+  }
+
+  void forward(graph::ForwardCtx& ctx) override {
+    VISION_CHECK(ctx.inputs.size() == 7 && ctx.outputs.size() == 4,
+                 "task_aligned_assigner: 7 inputs and 4 outputs, got {} and {}", ctx.inputs.size(), ctx.outputs.size());
+    task_aligned_assign_cpu(ctx.inputs[0], ctx.inputs[1], ctx.params.at(0), ctx.inputs[2], ctx.inputs[3], options_,
+                            ctx.outputs[0], ctx.outputs[1], ctx.outputs[2], ctx.outputs[3]);
+  }
+
+ private:
+  AssignerOptions options_;
+};
+
+}  // namespace
+
+TaskAlignedAssignerOp::TaskAlignedAssignerOp(AssignerOptions options) : options_(options) {
+  check_assigner_options(options_);
+}
+
+std::vector<Shape> TaskAlignedAssignerOp::infer_output_shapes(const std::vector<Shape>& in) const {
+  VISION_CHECK(in.size() == 7,
+               "task_aligned_assigner takes 7 inputs (logits [B, nc, A], boxes [B, 4, A], targets [B, M, 5], count "
+               "[B] and the level maps P3, P4, P5), got {}",
+               in.size());
+  const Shape &logits = in[0], &boxes = in[1], &targets = in[2], &count = in[3];
+  VISION_CHECK(logits.rank() == 3, "task_aligned_assigner: logits must be [B, nc, A], got {}", logits.str());
+  VISION_CHECK(boxes.rank() == 3 && boxes[1] == 4,
+               "task_aligned_assigner: boxes must be [B, 4, A] (xyxy in grid units: the detect decode's grid mode), "
+               "got {}",
+               boxes.str());
+  VISION_CHECK(targets.rank() == 3 && targets[2] == 5,
+               "task_aligned_assigner: targets must be [B, M, 5] (class, x1, y1, x2, y2 in input pixels), got {}",
+               targets.str());
+  VISION_CHECK(count.rank() == 1, "task_aligned_assigner: count must be [B] (boxes per image), got {}", count.str());
+  int64_t batch = ops::merge_dim(logits[0], boxes[0], "task_aligned_assigner: batch of logits and boxes");
+  batch = ops::merge_dim(batch, targets[0], "task_aligned_assigner: batch of logits and targets");
+  batch = ops::merge_dim(batch, count[0], "task_aligned_assigner: batch of logits and count");
+  for (size_t i = 4; i < 7; ++i)
+    batch = ops::merge_dim(batch, in[i][0], "task_aligned_assigner: batch of logits and the level maps");
+  const int64_t n = ops::merge_dim(logits[2], boxes[2], "task_aligned_assigner: anchors (A) of logits and boxes");
+  const auto size = detect_image_size(in[4], in[5], in[6]);
+  if (size[0] != Shape::kAny && size[1] != Shape::kAny && n != Shape::kAny)
+    VISION_CHECK(n == detect_anchor_count(size[0], size[1]),
+                 "task_aligned_assigner: {} anchors, but a {}×{} input has {} (P3 {}, P4 {}, P5 {})", n, size[0],
+                 size[1], detect_anchor_count(size[0], size[1]), in[4].str(), in[5].str(), in[6].str());
+  return {Shape{batch, 4, n}, Shape{batch, logits[1], n}, Shape{batch, n}, Shape{batch, n}};
+}
+
+std::vector<DType> TaskAlignedAssignerOp::infer_output_dtypes(const std::vector<DType>& in) const {
+  VISION_CHECK(in.size() == 7 && core::is_floating(in[0]) && core::is_floating(in[1]) && in[2] == DType::f32 &&
+                   in[3] == DType::i32,
+               "task_aligned_assigner: logits and boxes must be floating, targets f32 and count i32");
+  return {DType::f32, DType::f32, DType::u8, DType::i32};
+}
+
+std::unique_ptr<graph::RuntimeOp> TaskAlignedAssignerOp::lower(graph::Backend backend, graph::Mode) const {
+  return ops::lower_cpu_or_cuda<AssignerCpuRuntime>(
+      *this, backend, VISION_CUDA_FACTORY(make_task_aligned_assigner_cuda(std::move(twin), options_)), options_);
+}
+
+AssignerTensors task_aligned_assigner(graph::SymTensor logits, graph::SymTensor boxes, graph::SymTensor targets,
+                                      graph::SymTensor count, graph::SymTensor p3, graph::SymTensor p4,
+                                      graph::SymTensor p5, const AssignerOptions& options, const std::string& name) {
+  VISION_CHECK(
+      logits.valid() && boxes.valid() && targets.valid() && count.valid() && p3.valid() && p4.valid() && p5.valid(),
+      "task_aligned_assigner: every input must be a recorded tensor");
+  const auto out = logits.graph()->apply_multi(std::make_shared<TaskAlignedAssignerOp>(options),
+                                               {logits, boxes, targets, count, p3, p4, p5}, name);
+  return {out.at(0), out.at(1), out.at(2), out.at(3)};
+}
+
+}  // namespace vision::models::yolo::kernels::loss
