@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/bench_util.h"
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
 #include "vision/core/safetensors.h"
@@ -55,6 +56,7 @@
 #include "vision/ops/elementwise.h"
 
 using namespace vision;
+using namespace vision::bench;
 using core::DType;
 using core::Layout;
 using core::Shape;
@@ -105,11 +107,6 @@ const std::vector<std::string>& stages() {
   static const std::vector<std::string> s = {"qkv", "pack", "attention", "merge", "pe"};
   return s;
 }
-
-struct Timing {
-  double median_us = 0, min_us = 0;
-  int iters = 0, repeats = 0;
-};
 
 struct RowResult {
   RowSpec spec;
@@ -191,132 +188,11 @@ std::shared_ptr<graph::Graph> prefix_graph(const RowSpec& s, const std::string& 
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Timing (bench/graph's Clock and measure, in µs).
-
-class Clock {
- public:
-  explicit Clock(graph::BackendContext& b) : backend_(b) {
-    if (b.backend() == graph::Backend::cuda) {
-      stream_ = graph::CudaBackendContext::of(&b).stream();
-      VISION_CUDA_CHECK(cudaEventCreate(&e0_));
-      VISION_CUDA_CHECK(cudaEventCreate(&e1_));
-    }
-  }
-  ~Clock() {
-    if (e0_) (void)cudaEventDestroy(e0_);
-    if (e1_) (void)cudaEventDestroy(e1_);
-  }
-  Clock(const Clock&) = delete;
-  Clock& operator=(const Clock&) = delete;
-
-  // Microseconds for n back-to-back calls of f: CUDA events on the backend's stream, or the host clock (CPU).
-  double time_us(int n, const std::function<void()>& f) {
-    if (!e0_) {
-      backend_.synchronize();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < n; ++i) f();
-      backend_.synchronize();
-      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    }
-    VISION_CUDA_CHECK(cudaEventRecord(e0_, stream_));
-    for (int i = 0; i < n; ++i) f();
-    VISION_CUDA_CHECK(cudaEventRecord(e1_, stream_));
-    VISION_CUDA_CHECK(cudaEventSynchronize(e1_));
-    float ms = 0;
-    VISION_CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
-    return double(ms) * 1000.0;
-  }
-
- private:
-  graph::BackendContext& backend_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
-};
-
-struct TimingOptions {
-  int warmup = 3;
-  int repeats = 15;
-  double target_ms = 10;
-  int max_iters = 1000;
-};
-
-Timing measure(Clock& clock, const std::function<void()>& f, const TimingOptions& o) {
-  for (int i = 0; i < o.warmup; ++i) f();
-  const double one = clock.time_us(1, f);
-  const int iters = std::clamp(static_cast<int>(std::ceil(o.target_ms * 1000.0 / std::max(one, 1e-3))), 1, o.max_iters);
-  std::vector<double> per_call;
-  for (int r = 0; r < o.repeats; ++r) per_call.push_back(clock.time_us(iters, f) / iters);
-  std::sort(per_call.begin(), per_call.end());
-  const size_t m = per_call.size();
-  Timing t;
-  t.median_us = m % 2 ? per_call[m / 2] : 0.5 * (per_call[m / 2 - 1] + per_call[m / 2]);
-  t.min_us = per_call.front();
-  t.iters = iters;
-  t.repeats = o.repeats;
-  return t;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Data (bench/graph's distributions).
-
-// A host tensor of uniform values in [lo, hi) in the given dtype and layout.
-Tensor random_host(const Shape& shape, DType dtype, Layout layout, std::mt19937& rng, float lo, float hi) {
-  Tensor t = Tensor::zeros(shape, dtype, layout);
-  std::uniform_real_distribution<float> u(lo, hi);
-  const int64_t n = t.numel();
-  if (dtype == DType::f32) {
-    float* p = t.data<float>();
-    for (int64_t i = 0; i < n; ++i) p[i] = u(rng);
-  } else {
-    uint16_t* p = t.data<uint16_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = u(rng);
-      p[i] = dtype == DType::f16 ? core::float_to_half(v) : core::float_to_bf16(v);
-    }
-  }
-  return t;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Random BatchNorm state: γ and running variance in [0.5, 1.5), β and running mean in [-0.1, 0.1). Convolution
-// weights keep their default (PyTorch's kaiming-uniform) initialisation.
-void randomize_batchnorm(graph::StateStore& state, std::mt19937& rng) {
-  for (const graph::StateEntry& e : state.entries()) {
-    float lo = 0, hi = 0;
-    if (ends_with(e.key, ".bn.weight") || ends_with(e.key, ".bn.running_var")) {
-      lo = 0.5f, hi = 1.5f;
-    } else if (ends_with(e.key, ".bn.bias") || ends_with(e.key, ".bn.running_mean")) {
-      lo = -0.1f, hi = 0.1f;
-    } else {
-      continue;
-    }
-    state.set_from_host(e.key, random_host(e.shape, DType::f32, Layout::nchw, rng, lo, hi));
-  }
-}
-
-// A host f32 NCHW copy of any floating host tensor.
-Tensor to_f32_nchw(const Tensor& host) {
-  Tensor t = host.rank() == 4 && host.layout() != Layout::nchw ? core::to_layout(host, Layout::nchw) : host;
-  if (t.dtype() == DType::f32) return t;
-  const std::vector<float> v = t.to_vector();
-  return Tensor::from_vector(t.shape(), v);
-}
-
-bool all_finite(const Tensor& host) {
-  for (float v : host.to_vector())
-    if (!std::isfinite(v)) return false;
-  return true;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
 // One row.
 
 struct Context {
   std::shared_ptr<graph::BackendContext> backend;
-  TimingOptions timing;
+  TimingOptions timing{.warmup = 3, .repeats = 15, .target_ms = 10, .max_iters = 1000};
   bool describe = false, breakdown = false;
   uint64_t seed = 1;
 };
@@ -379,7 +255,7 @@ RowResult run_row(const Context& cx, const RowSpec& spec) {
     try {
       for (const std::string& stage : stages())
         r.breakdown.emplace_back(stage,
-                                 time_graph(cx, prefix_graph(spec, stage), spec.input_shape(), false).timing.median_us);
+                                 time_graph(cx, prefix_graph(spec, stage), spec.input_shape(), false).timing.median_us());
     } catch (const std::exception& e) {
       r.breakdown_error = e.what();
       r.breakdown.clear();
@@ -423,14 +299,6 @@ void write_check(const Context& cx, const RowSpec& spec, const std::string& path
                            {"device", std::string(graph::backend_name(cx.backend->backend()))}});
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 double tflops(double flops, double us) { return us > 0 ? flops / us * 1e-6 : 0.0; }
 
@@ -545,8 +413,8 @@ int main(int argc, char** argv) {
         if (on_gpu && !r.graph_replayed) note += "(not replayed) ";
         if (r.conversions) note += fmt::format("({} conversion steps) ", r.conversions);
         std::printf("%-14s %-9s %5lld %6lld %10.2f %10.2f %8.2f %6zu  %s\n", s.key().c_str(), form_name(s.form),
-                    static_cast<long long>(s.scale.dim), static_cast<long long>(s.scale.heads), r.timing->median_us,
-                    r.timing->min_us, tflops(s.flops(), r.timing->median_us), r.plan_steps, note.c_str());
+                    static_cast<long long>(s.scale.dim), static_cast<long long>(s.scale.heads), r.timing->median_us(),
+                    r.timing->min_us(), tflops(s.flops(), r.timing->median_us()), r.plan_steps, note.c_str());
       } else {
         std::printf("%-14s %-9s %5lld %6lld %10s %10s %8s %6s  %s\n", s.key().c_str(), form_name(s.form),
                     static_cast<long long>(s.scale.dim), static_cast<long long>(s.scale.heads), "n/a", "n/a", "", "",
@@ -555,7 +423,7 @@ int main(int argc, char** argv) {
       if (!r.breakdown.empty() && r.timing) {
         std::string line = "    cumulative us:";
         for (const auto& [stage, us] : r.breakdown) line += fmt::format(" {} {:.2f} |", stage, us);
-        line += fmt::format(" full {:.2f}", r.timing->median_us);
+        line += fmt::format(" full {:.2f}", r.timing->median_us());
         std::printf("%s\n", line.c_str());
       } else if (!r.breakdown_error.empty()) {
         std::printf("    breakdown failed: %s\n", r.breakdown_error.substr(0, 300).c_str());
@@ -594,8 +462,8 @@ int main(int argc, char** argv) {
                             {"flops", s.flops()},
                             {"us", nullptr}};
         if (r.timing) {
-          j["us"] = r.timing->median_us;
-          j["us_min"] = r.timing->min_us;
+          j["us"] = r.timing->median_us();
+          j["us_min"] = r.timing->min_us();
           j["iters"] = r.timing->iters;
           j["repeats"] = r.timing->repeats;
           j["finite"] = r.finite;

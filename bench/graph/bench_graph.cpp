@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/bench_util.h"
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
 #include "vision/core/safetensors.h"
@@ -60,6 +61,7 @@
 #include "vision/ops/shape_ops.h"
 
 using namespace vision;
+using namespace vision::bench;
 using core::DType;
 using core::Layout;
 using core::Shape;
@@ -185,11 +187,6 @@ struct RowSpec {
   Layout input_layout() const { return input == "native" ? format.layout : Layout::nchw; }
 };
 
-struct Timing {
-  double median_ms = 0, min_ms = 0;
-  int iters = 0, repeats = 0;
-};
-
 struct RowResult {
   RowSpec spec;
   std::optional<Timing> timing;
@@ -201,127 +198,6 @@ struct RowResult {
   double loss = NAN;
   int64_t skipped_steps = -1;  // f16 training: optimizer steps the loss scaler skipped (gradient overflow)
 };
-
-// ---------------------------------------------------------------------------------------------------------------
-// Timing.
-
-class Clock {
- public:
-  explicit Clock(graph::BackendContext& b) : backend_(b) {
-    if (b.backend() == graph::Backend::cuda) {
-      stream_ = graph::CudaBackendContext::of(&b).stream();
-      VISION_CUDA_CHECK(cudaEventCreate(&e0_));
-      VISION_CUDA_CHECK(cudaEventCreate(&e1_));
-    }
-  }
-  ~Clock() {
-    if (e0_) (void)cudaEventDestroy(e0_);
-    if (e1_) (void)cudaEventDestroy(e1_);
-  }
-  Clock(const Clock&) = delete;
-  Clock& operator=(const Clock&) = delete;
-
-  // Milliseconds for n back-to-back calls of f: CUDA events on the backend's stream, or the host clock (CPU).
-  double time(int n, const std::function<void()>& f) {
-    if (!e0_) {
-      backend_.synchronize();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < n; ++i) f();
-      backend_.synchronize();
-      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    }
-    VISION_CUDA_CHECK(cudaEventRecord(e0_, stream_));
-    for (int i = 0; i < n; ++i) f();
-    VISION_CUDA_CHECK(cudaEventRecord(e1_, stream_));
-    VISION_CUDA_CHECK(cudaEventSynchronize(e1_));
-    float ms = 0;
-    VISION_CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
-    return ms;
-  }
-
- private:
-  graph::BackendContext& backend_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
-};
-
-struct TimingOptions {
-  int warmup = 3;
-  int repeats = 15;
-  double target_ms = 20;
-  int max_iters = 200;
-};
-
-Timing measure(Clock& clock, const std::function<void()>& f, const TimingOptions& o) {
-  for (int i = 0; i < o.warmup; ++i) f();
-  const double one = clock.time(1, f);
-  const int iters = std::clamp(static_cast<int>(std::ceil(o.target_ms / std::max(one, 1e-3))), 1, o.max_iters);
-  std::vector<double> per_call;
-  for (int r = 0; r < o.repeats; ++r) per_call.push_back(clock.time(iters, f) / iters);
-  std::sort(per_call.begin(), per_call.end());
-  const size_t m = per_call.size();
-  Timing t;
-  t.median_ms = m % 2 ? per_call[m / 2] : 0.5 * (per_call[m / 2 - 1] + per_call[m / 2]);
-  t.min_ms = per_call.front();
-  t.iters = iters;
-  t.repeats = o.repeats;
-  return t;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Data.
-
-// A host tensor of uniform values in [lo, hi) in the given dtype and layout.
-Tensor random_host(const Shape& shape, DType dtype, Layout layout, std::mt19937& rng, float lo, float hi) {
-  Tensor t = Tensor::zeros(shape, dtype, layout);
-  std::uniform_real_distribution<float> u(lo, hi);
-  const int64_t n = t.numel();
-  if (dtype == DType::f32) {
-    float* p = t.data<float>();
-    for (int64_t i = 0; i < n; ++i) p[i] = u(rng);
-  } else {
-    uint16_t* p = t.data<uint16_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = u(rng);
-      p[i] = dtype == DType::f16 ? core::float_to_half(v) : core::float_to_bf16(v);
-    }
-  }
-  return t;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Random BatchNorm state (peer.py does the same): γ ∈ [0.5, 1.5), β ∈ [-0.1, 0.1), running mean ∈ [-0.1, 0.1),
-// running variance ∈ [0.5, 1.5). Convolution weights keep their default (PyTorch's) initialisation.
-void randomize_batchnorm(graph::StateStore& state, std::mt19937& rng) {
-  for (const graph::StateEntry& e : state.entries()) {
-    float lo = 0, hi = 0;
-    if (ends_with(e.key, ".bn.weight") || ends_with(e.key, ".bn.running_var")) {
-      lo = 0.5f, hi = 1.5f;
-    } else if (ends_with(e.key, ".bn.bias") || ends_with(e.key, ".bn.running_mean")) {
-      lo = -0.1f, hi = 0.1f;
-    } else {
-      continue;
-    }
-    state.set_from_host(e.key, random_host(e.shape, DType::f32, Layout::nchw, rng, lo, hi));
-  }
-}
-
-// A host f32 NCHW copy of any floating host tensor.
-Tensor to_f32_nchw(const Tensor& host) {
-  Tensor t = host.rank() == 4 && host.layout() != Layout::nchw ? core::to_layout(host, Layout::nchw) : host;
-  if (t.dtype() == DType::f32) return t;
-  const std::vector<float> v = t.to_vector();
-  return Tensor::from_vector(t.shape(), v);
-}
-
-bool all_finite(const Tensor& host) {
-  for (float v : host.to_vector())
-    if (!std::isfinite(v)) return false;
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // One row.
@@ -438,14 +314,6 @@ void write_check(const Context& cx, const Format& f, const std::string& input, i
                            {"bn_eps", fmt::format("{}", kBnEps)}});
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 }  // namespace
 

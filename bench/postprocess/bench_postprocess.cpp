@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/bench_util.h"
 #include "vision/core/dtype.h"
 #include "vision/cuda/check.h"
 #include "vision/graph/cuda/cuda_backend.h"
@@ -33,11 +34,7 @@ namespace yk = vision::models::yolo::kernels;
 namespace {
 
 Tensor random_f16(const Shape& shape, float lo, float hi, std::mt19937& rng, Layout layout = Layout::nchw) {
-  Tensor t = Tensor::zeros(shape, DType::f16, layout);
-  std::uniform_real_distribution<float> d(lo, hi);
-  auto* p = t.data<uint16_t>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = core::float_to_half(d(rng));
-  return t;
+  return bench::random_host(shape, DType::f16, layout, rng, lo, hi);
 }
 
 struct Row {
@@ -52,7 +49,7 @@ int main(int argc, char** argv) {
   CLI::App app("bench_postprocess: decode + end-to-end postprocess (f16, CUDA-graph replay)");
   std::string json_path, batches_s = "1,32";
   int64_t size = 640, nc = 80, max_det = 300;
-  int repeats = 15, iters = 100;
+  bench::TimingOptions timing{.warmup = 3, .repeats = 15, .target_ms = 10, .max_iters = 1000};
   float conf = 0.25f;
   app.add_option("--json", json_path, "write the rows as JSON lines");
   app.add_option("--batches", batches_s, "comma-separated batch sizes");
@@ -60,12 +57,12 @@ int main(int argc, char** argv) {
   app.add_option("--classes", nc, "number of classes");
   app.add_option("--max-det", max_det, "detections per image");
   app.add_option("--conf", conf, "confidence threshold");
-  app.add_option("--repeats", repeats, "measurements (the median is reported)");
-  app.add_option("--iters", iters, "calls per measurement");
+  app.add_option("--repeats", timing.repeats, "measurements (the median is reported)");
+  app.add_option("--target-ms", timing.target_ms, "duration of one measurement (sets the calls per measurement)");
   CLI11_PARSE(app, argc, argv);
   try {
     auto backend = graph::cuda_backend();
-    cudaStream_t stream = graph::CudaBackendContext::of(backend.get()).stream();
+    bench::Clock clock(*backend);
     const int64_t anchors = yk::detect_anchor_count(size, size);
     std::vector<Row> rows;
     std::mt19937 rng(1);
@@ -92,33 +89,17 @@ int main(int argc, char** argv) {
                                     backend->upload(random_f16(Shape{b, nc, anchors}, -9.0f, 3.0f, rng))};
       for (int64_t s : yk::kDetectStrides)
         inputs.push_back(backend->upload(random_f16(Shape{b, 1, size / s, size / s}, 0.0f, 1.0f, rng, Layout::nhwc)));
-      for (int w = 0; w < 3; ++w) ex.forward(inputs);  // eager, capture, replay
-      backend->synchronize();
-      cudaEvent_t e0, e1;
-      VISION_CUDA_CHECK(cudaEventCreate(&e0));
-      VISION_CUDA_CHECK(cudaEventCreate(&e1));
-      std::vector<double> us;
-      for (int r = 0; r < repeats; ++r) {
-        VISION_CUDA_CHECK(cudaEventRecord(e0, stream));
-        for (int i = 0; i < iters; ++i) ex.forward(inputs);
-        VISION_CUDA_CHECK(cudaEventRecord(e1, stream));
-        VISION_CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        VISION_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        us.push_back(1000.0 * ms / iters);
-      }
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      std::sort(us.begin(), us.end());
-      rows.push_back({b, us[us.size() / 2], us.front(), iters});
+      // Warm-up: eager, capture, then replays.
+      const bench::Timing t = bench::measure(clock, [&] { ex.forward(inputs); }, timing);
+      rows.push_back({b, t.median_us(), t.min_us(), t.iters});
       const graph::Plan& plan = ex.plan(graph::Mode::inference, {inputs[0].shape(), inputs[1].shape(),
                                                                 inputs[2].shape(), inputs[3].shape(),
                                                                 inputs[4].shape()});
       if (!plan.graph_replayed()) fmt::print(stderr, "warning: batch {}: the plan was not replayed\n", b);
     }
     fmt::print("vision-cpp decode + end-to-end postprocess, {}x{} ({} anchors), {} classes, max_det {}, f16 inputs, "
-               "CUDA-graph replay; median of {} measurements of {} calls\n",
-               size, size, anchors, nc, max_det, repeats, iters);
+               "CUDA-graph replay; median of {} measurements, per call\n",
+               size, size, anchors, nc, max_det, timing.repeats);
     fmt::print("{:<8} {:>10} {:>10}\n", "batch", "us", "min us");
     for (const Row& r : rows) fmt::print("{:<8} {:>10.1f} {:>10.1f}\n", r.batch, r.us, r.min_us);
     if (!json_path.empty()) {
