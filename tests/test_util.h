@@ -26,6 +26,7 @@
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
 #include "vision/core/tensor.h"
+#include "vision/graph/backend.h"
 
 extern char** environ;
 
@@ -150,6 +151,22 @@ inline std::vector<float> decode(const std::vector<uint8_t>& bytes, core::DType 
 // The values as dtype can hold them (the inputs a device really sees).
 inline std::vector<float> rounded(const std::vector<float>& values, core::DType dtype) {
   return decode(encode(values, dtype), dtype);
+}
+
+// A host f32 NCHW tensor in format f (a rank-4 tensor in f.layout; values rounded to f.dtype), and any floating host
+// tensor back to f32 NCHW; rounded_to: the values as format f holds them, in f32 NCHW.
+inline core::Tensor to_format(const core::Tensor& host, const graph::Format& f) {
+  core::Tensor out = core::Tensor::zeros(host.shape(), f.dtype, host.rank() == 4 ? f.layout : core::Layout::nchw);
+  graph::cpu_backend()->convert(out, host);
+  return out;
+}
+inline core::Tensor to_f32_nchw(const core::Tensor& host) {
+  core::Tensor out = core::Tensor::zeros(host.shape());
+  graph::cpu_backend()->convert(out, host);
+  return out;
+}
+inline core::Tensor rounded_to(const core::Tensor& host, const graph::Format& f) {
+  return to_f32_nchw(to_format(host, f));
 }
 
 // ---------------------------------------------------------------------------------------------------------------

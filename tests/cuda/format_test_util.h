@@ -16,12 +16,7 @@ namespace vision::test {
 // rounded to nearest even.
 inline core::Tensor to_device(graph::BackendContext& b, const std::vector<float>& values, const core::Shape& shape,
                               core::DType dtype, core::Layout layout) {
-  const core::Tensor nchw = core::Tensor::from_vector(shape, values);
-  const core::Tensor ordered = core::to_layout(nchw, layout);
-  const std::vector<uint8_t> bytes = encode(ordered.to_vector(), dtype);
-  core::Tensor host = core::Tensor::zeros(shape, dtype, shape.rank() == 4 ? layout : core::Layout::nchw);
-  if (!bytes.empty()) std::memcpy(host.raw(), bytes.data(), bytes.size());
-  return b.upload(host);
+  return b.upload(to_format(core::Tensor::from_vector(shape, values), graph::Format{dtype, layout}));
 }
 inline core::Tensor to_device(graph::BackendContext& b, const core::Tensor& host_f32_nchw, core::DType dtype,
                               core::Layout layout) {
@@ -30,11 +25,7 @@ inline core::Tensor to_device(graph::BackendContext& b, const core::Tensor& host
 
 // A device tensor's values as f32 in NCHW order.
 inline std::vector<float> to_host_nchw(graph::BackendContext& b, const core::Tensor& device) {
-  const core::Tensor host = b.download(device);
-  const std::vector<float> v = host.to_vector();  // memory order
-  core::Tensor f = core::Tensor::zeros(host.shape(), core::DType::f32, host.layout());
-  if (!v.empty()) std::memcpy(f.raw(), v.data(), v.size() * sizeof(float));
-  return core::to_layout(f, core::Layout::nchw).to_vector();
+  return to_f32_nchw(b.download(device)).to_vector();
 }
 
 // A device tensor whose bytes are all 0xff (NaN in f32, f16 and bf16; -1 in integers): what no correct op leaves in

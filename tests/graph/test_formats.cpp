@@ -131,20 +131,10 @@ std::shared_ptr<Graph> chain(std::vector<Format> formats, Layout input_layout = 
   return g;
 }
 
-std::vector<float> host(const Tensor& t) {
-  const Tensor nchw = t.rank() == 4 && t.layout() == Layout::nhwc ? core::to_layout(t, Layout::nchw) : t;
-  return nchw.to_vector();
-}
+std::vector<float> host(const Tensor& t) { return test::to_f32_nchw(t).to_vector(); }
 
 // A host tensor of dtype/layout holding the values of an f32 NCHW one (rounded).
-Tensor as_format(const Tensor& nchw, DType dtype, Layout layout) {
-  Tensor t = layout == Layout::nhwc ? core::to_layout(nchw, layout) : nchw.clone();
-  if (dtype == DType::f32) return t;
-  Tensor out = Tensor::zeros(t.shape(), dtype, layout);
-  const auto v = t.to_vector();
-  for (int64_t i = 0; i < t.numel(); ++i) store(out, i, v[static_cast<size_t>(i)]);
-  return out;
-}
+Tensor as_format(const Tensor& nchw, DType dtype, Layout layout) { return test::to_format(nchw, Format{dtype, layout}); }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;

@@ -20,20 +20,9 @@ using core::Tensor;
 using models::yolo::kernels::attention::PsaConfig;
 using models::yolo::kernels::attention::PsaForm;
 
-// A host f32 NCHW tensor in format f (rank-4 tensors in f.layout; values rounded to f.dtype), and back.
-inline Tensor to_format(const Tensor& host, const graph::Format& f) {
-  const core::Layout layout = host.rank() == 4 ? f.layout : core::Layout::nchw;
-  Tensor out = Tensor::zeros(host.shape(), f.dtype, layout);
-  graph::cpu_backend()->convert(out, host);
-  return out;
-}
-inline Tensor to_f32_nchw(const Tensor& host) {
-  Tensor out = Tensor::zeros(host.shape());
-  graph::cpu_backend()->convert(out, host);
-  return out;
-}
-// The values of host as format f would hold them (rounded to f.dtype), in f32 NCHW.
-inline Tensor rounded_to(const Tensor& host, const graph::Format& f) { return to_f32_nchw(to_format(host, f)); }
+using test::rounded_to;
+using test::to_f32_nchw;
+using test::to_format;
 
 // A tensor of the backend filled with NaN, in format f.
 inline Tensor poisoned(graph::BackendContext& b, const Shape& shape, const graph::Format& f = {}) {
