@@ -193,7 +193,7 @@ std::shared_ptr<graph::Graph> prefix_graph(const RowSpec& s, const std::string& 
 struct Context {
   std::shared_ptr<graph::BackendContext> backend;
   TimingOptions timing{.warmup = 3, .repeats = 15, .target_ms = 10, .max_iters = 1000};
-  bool describe = false, breakdown = false;
+  bool describe = false, breakdown = false, profile = false;
   uint64_t seed = 1;
 };
 
@@ -205,7 +205,7 @@ struct Timed {
   Timing timing;
   bool graph_replayed = false, finite = true;
   size_t plan_steps = 0, conversions = 0, arena_bytes = 0;
-  std::string described;
+  std::string described, profile;
 };
 
 // A fresh executor of g with random BatchNorm state, timed on a random f16 NHWC input.
@@ -225,6 +225,7 @@ Timed time_graph(const Context& cx, std::shared_ptr<graph::Graph> g, const Shape
   t.timing = measure(
       clock, [&] { out = ex.forward({x}); }, cx.timing);
   t.graph_replayed = plan.graph_replayed();
+  if (cx.profile) t.profile = graph::Plan::format_profile(plan.profile_forward({x}, 10));
   if (check_finite)
     for (const Tensor& o : out) t.finite = t.finite && all_finite(cx.backend->download(o));
   return t;
@@ -236,6 +237,7 @@ RowResult run_row(const Context& cx, const RowSpec& spec) {
   try {
     Timed t = time_graph(cx, block_graph(spec), spec.input_shape(), true);
     if (cx.describe) std::fprintf(stderr, "--- %s\n%s", spec.full_key().c_str(), t.described.c_str());
+    if (cx.profile) std::fprintf(stderr, "--- profile %s\n%s", spec.full_key().c_str(), t.profile.c_str());
     r.timing = t.timing;
     r.graph_replayed = t.graph_replayed;
     r.finite = t.finite;
@@ -326,6 +328,8 @@ int main(int argc, char** argv) {
   app.add_option("--target-ms", cx.timing.target_ms, "duration of one measurement (sets the calls per measurement)");
   app.add_option("--max-iters", cx.timing.max_iters, "most calls per measurement")->check(CLI::Range(1, 100000));
   app.add_option("--seed", cx.seed, "seed of the random input and BatchNorm state");
+  app.add_flag("--profile", cx.profile,
+               "print where each row's forward time goes (steps run eagerly, timed one by one) to stderr");
   app.add_flag("--describe", cx.describe, "print each row's plan (steps after fusion, their formats) to stderr");
   app.add_flag("--breakdown", cx.breakdown,
                "also time prefixes of the block (qkv, +pack, +attention, +merge, +extract_v/pe) for a per-step "

@@ -208,6 +208,7 @@ struct Context {
   float lr = 1e-3f;
   TimingOptions timing;
   bool describe = false;
+  bool profile = false;
   uint64_t seed = 1;
 };
 
@@ -239,6 +240,9 @@ RowResult run_row(const Context& cx, const RowSpec& spec) {
       r.timing = measure(clock, [&] { out = ex.forward({x}); }, cx.timing);
       r.graph_replayed = plan.graph_replayed();
       r.finite = all_finite(cx.backend->download(out.at(0)));
+      if (cx.profile)
+        std::fprintf(stderr, "--- profile %s\n%s", spec.key().c_str(),
+                     graph::Plan::format_profile(plan.profile_forward({x}, 10), 30).c_str());
     } else {
       // f16 needs dynamic loss scaling (graph::LossScaler: backward seeded with the scale, the gradients unscaled
       // and checked, which waits for the device); f32 and bf16 need none.
@@ -343,6 +347,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-iters", cx.timing.max_iters, "most calls per measurement")->check(CLI::Range(1, 100000));
   app.add_option("--lr", cx.lr, "SGD learning rate of the training step");
   app.add_option("--seed", cx.seed, "seed of the random input and BatchNorm state");
+  app.add_flag("--profile", cx.profile,
+               "print where each inference row's forward time goes (steps run eagerly, timed one by one) to stderr");
   app.add_flag("--describe", cx.describe, "print each row's plan (steps after fusion and format conversion) to stderr");
   app.add_option("--check-dump", check_path,
                  "instead of timing: write the state, an input, our output, loss and gradients for peer.py "

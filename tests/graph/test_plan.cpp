@@ -93,6 +93,28 @@ TEST(Plan, ForwardMatchesDirectComputation) {
   EXPECT_NEAR(loss, ref, 1e-5 * ref);
 }
 
+TEST(Plan, ProfileTimesEveryStepInOrderAndLeavesTheOutputAsForwardDoes) {
+  auto g = residual_graph();
+  Executor ex(g, cpu_backend());
+  auto x = random_tensor(Shape{2, 3, 4, 5});
+  Plan& plan = ex.plan(Mode::inference, {x.shape()});
+  EXPECT_THROW(plan.profile_forward({}, 3), Error);  // no inputs
+  const float loss = ex.forward({x})[0].data<float>()[0];
+  plan.outputs()[0].data<float>()[0] = -1.0f;  // poison: the profiled runs must write the output again
+  const auto times = plan.profile_forward({x}, 3);
+  ASSERT_EQ(times.size(), plan.steps().size());
+  for (size_t i = 0; i < times.size(); ++i) {
+    EXPECT_EQ(times[i].name, plan.steps()[i].name);
+    EXPECT_EQ(times[i].op, plan.steps()[i].op->name());
+    EXPECT_GE(times[i].ms, 0.0);
+  }
+  EXPECT_EQ(plan.outputs()[0].data<float>()[0], loss);
+  const std::string table = Plan::format_profile(times, 2);
+  EXPECT_NE(table.find(fmt::format("{} steps", times.size())), std::string::npos);
+  EXPECT_NE(table.find("per op:"), std::string::npos);
+  EXPECT_THROW(plan.profile_forward({x}, 0), Error);
+}
+
 TEST(Plan, BackwardAccumulatesMultiConsumerGradientsAndMatchesFiniteDifferences) {
   auto g = residual_graph();
   Executor ex(g, cpu_backend());

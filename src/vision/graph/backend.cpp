@@ -1,5 +1,7 @@
 #include "vision/graph/backend.h"
 
+#include <chrono>
+
 namespace vision::graph {
 
 void check_convertible(const Tensor& dst, const Tensor& src) {
@@ -7,6 +9,17 @@ void check_convertible(const Tensor& dst, const Tensor& src) {
                    core::is_floating(src.dtype()),
                "convert: {} from {} (floating tensors of one shape only)", dst.defined() ? dst.str() : "undefined",
                src.defined() ? src.str() : "undefined");
+}
+
+std::shared_ptr<void> BackendContext::mark() {
+  synchronize();
+  return std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+}
+
+double BackendContext::elapsed_ms(const void* from, const void* to) {
+  using Point = std::chrono::steady_clock::time_point;
+  return std::chrono::duration<double, std::milli>(*static_cast<const Point*>(to) - *static_cast<const Point*>(from))
+      .count();
 }
 
 Tensor BackendContext::upload(const Tensor& host) {

@@ -37,6 +37,11 @@ class BackendContext {
   // Waits for all work queued on the backend.
   virtual void synchronize() = 0;
 
+  // Profiling: a timestamp taken in the backend's stream order (a CUDA event; on the CPU the wall clock, where
+  // every op has finished when it returns), and the milliseconds between two of them (waits for `to`).
+  virtual std::shared_ptr<void> mark();
+  virtual double elapsed_ms(const void* from, const void* to);
+
   // Graph capture (CUDA graphs): records the work `work` queues and returns a handle to replay it.
   virtual bool supports_graph_capture() const { return false; }
   virtual std::shared_ptr<void> capture(const std::function<void()>& work) {

@@ -647,23 +647,7 @@ void Plan::refresh_derived() {
 }
 
 void Plan::forward(const std::vector<Tensor>& inputs) {
-  VISION_CHECK(inputs.size() == graph_inputs_.size(), "the plan takes {} inputs, {} were given",
-               graph_inputs_.size(), inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& dst = values_[static_cast<size_t>(graph_inputs_[i])];
-    const Tensor& src = inputs[i];
-    const core::Layout layout = dst.layout();
-    VISION_CHECK(src.defined() && src.shape() == dst.shape() && src.dtype() == dst.dtype() &&
-                     (src.rank() != 4 || src.layout() == layout),
-                 "input {} ('{}'): expected {} {}{}, got {}", i, value_names_[static_cast<size_t>(graph_inputs_[i])],
-                 core::dtype_name(dst.dtype()), dst.shape().str(),
-                 dst.rank() == 4 ? fmt::format(" {}", core::layout_name(layout)) : std::string(),
-                 src.defined() ? src.str() : std::string("an undefined tensor"));
-    if (src.device() == core::Device::cpu)
-      backend_->copy_to_device(dst.raw(), src.raw(), src.nbytes());
-    else
-      backend_->copy_on_device(dst.raw(), src.raw(), src.nbytes());
-  }
+  load_inputs(inputs);
   state_->refresh_compute_copies();
   refresh_derived();
   const bool replayable = mode_ == Mode::inference && graph_replay_ && backend_->supports_graph_capture();
@@ -681,8 +665,32 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
   forward_done_ = true;
 }
 
+void Plan::load_inputs(const std::vector<Tensor>& inputs) {
+  VISION_CHECK(inputs.size() == graph_inputs_.size(), "the plan takes {} inputs, {} were given",
+               graph_inputs_.size(), inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& dst = values_[static_cast<size_t>(graph_inputs_[i])];
+    const Tensor& src = inputs[i];
+    const core::Layout layout = dst.layout();
+    VISION_CHECK(src.defined() && src.shape() == dst.shape() && src.dtype() == dst.dtype() &&
+                     (src.rank() != 4 || src.layout() == layout),
+                 "input {} ('{}'): expected {} {}{}, got {}", i, value_names_[static_cast<size_t>(graph_inputs_[i])],
+                 core::dtype_name(dst.dtype()), dst.shape().str(),
+                 dst.rank() == 4 ? fmt::format(" {}", core::layout_name(layout)) : std::string(),
+                 src.defined() ? src.str() : std::string("an undefined tensor"));
+    if (src.device() == core::Device::cpu)
+      backend_->copy_to_device(dst.raw(), src.raw(), src.nbytes());
+    else
+      backend_->copy_on_device(dst.raw(), src.raw(), src.nbytes());
+  }
+}
+
 void Plan::run_steps() {
-  for (PlanStep& s : steps_) {
+  for (PlanStep& s : steps_) run_step(s);
+}
+
+void Plan::run_step(PlanStep& s) {
+  {
     ForwardCtx ctx;
     ctx.backend = backend_.get();
     for (int id : s.inputs) ctx.inputs.push_back(values_[static_cast<size_t>(id)]);
@@ -700,6 +708,60 @@ void Plan::run_steps() {
       fail("{}: {}", step_context(s), e.what());
     }
   }
+}
+
+std::vector<Plan::StepTime> Plan::profile_forward(const std::vector<Tensor>& inputs, int repeats) {
+  VISION_CHECK(repeats > 0, "profile_forward: repeats must be positive, got {}", repeats);
+  state_->refresh_compute_copies();
+  refresh_derived();
+  std::vector<std::vector<double>> samples(steps_.size());
+  for (int r = 0; r < repeats + 1; ++r) {  // the first run warms up (kernels loaded, algorithms chosen)
+    load_inputs(inputs);  // every run: the arena may reuse an input's memory once it has been read
+    std::vector<std::shared_ptr<void>> marks;
+    marks.reserve(steps_.size() + 1);
+    marks.push_back(backend_->mark());
+    for (PlanStep& s : steps_) {
+      run_step(s);
+      marks.push_back(backend_->mark());
+    }
+    for (size_t i = 0; i < steps_.size() && r > 0; ++i)
+      samples[i].push_back(backend_->elapsed_ms(marks[i].get(), marks[i + 1].get()));
+  }
+  if (mode_ == Mode::train) state_->mark_updated();
+  forward_done_ = true;
+  std::vector<StepTime> out;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    auto& v = samples[i];
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    out.push_back({steps_[i].name, steps_[i].op->name(), steps_[i].format, v[v.size() / 2]});
+  }
+  return out;
+}
+
+std::string Plan::format_profile(const std::vector<StepTime>& times, size_t top) {
+  double total = 0;
+  std::map<std::string, std::pair<double, int>> per_op;
+  for (const auto& t : times) {
+    total += t.ms;
+    auto& [ms, n] = per_op[t.op + " (" + format_name(t.format) + ")"];
+    ms += t.ms;
+    ++n;
+  }
+  std::vector<const StepTime*> sorted;
+  for (const auto& t : times) sorted.push_back(&t);
+  std::stable_sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->ms > b->ms; });
+  if (top && sorted.size() > top) sorted.resize(top);
+  std::string s = fmt::format("{} steps, {:.3f} ms in all (eager, median per step)\n", times.size(), total);
+  s += fmt::format("{:>9} {:>6}  {:<28} {:<10} {}\n", "ms", "share", "op", "format", "step");
+  for (const auto* t : sorted)
+    s += fmt::format("{:>9.4f} {:>5.1f}%  {:<28} {:<10} {}\n", t->ms, total > 0 ? 100 * t->ms / total : 0.0, t->op,
+                     format_name(t->format), t->name);
+  std::vector<std::pair<std::string, std::pair<double, int>>> ops(per_op.begin(), per_op.end());
+  std::stable_sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+  s += "per op:\n";
+  for (const auto& [name, v] : ops)
+    s += fmt::format("{:>9.4f} {:>5.1f}%  {} x{}\n", v.first, total > 0 ? 100 * v.first / total : 0.0, name, v.second);
+  return s;
 }
 
 std::vector<Tensor> Plan::outputs() const {

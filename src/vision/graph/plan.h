@@ -93,6 +93,19 @@ class Plan {
   // One line per step: name, op, output shapes, fused nodes; then the values that share memory.
   std::string describe() const;
 
+  // Where a forward's time goes: forward(inputs) run eagerly 1 + `repeats` times, each step bracketed by backend
+  // timestamps (BackendContext::mark); per step the median over the repeats after the first, in step order. Eager
+  // launches: on a GPU a step's time includes the gap before it when the host, not the device, is the bottleneck
+  // (small batches). Leaves outputs (and, in train mode, saved tensors) as forward(inputs) does.
+  struct StepTime {
+    std::string name, op;
+    Format format;
+    double ms = 0;
+  };
+  std::vector<StepTime> profile_forward(const std::vector<Tensor>& inputs, int repeats = 10);
+  // The same as a table: the steps sorted by time (the top `top`, 0 = all), ms, share, and totals per op name.
+  static std::string format_profile(const std::vector<StepTime>& times, size_t top = 0);
+
   // Inference on a backend with graph capture (CUDA): the first run is eager, the second captures the
   // steps into a graph, later runs replay it. On by default.
   void set_graph_replay(bool on) { graph_replay_ = on; }
@@ -108,6 +121,8 @@ class Plan {
   void layout_memory();
   void refresh_derived();
   void run_steps();
+  void run_step(PlanStep& s);
+  void load_inputs(const std::vector<Tensor>& inputs);
   std::vector<Shape> input_shapes_of(const PlanStep& s) const;
 
   // Memory of a value placed inside another's (a view, or an input written in place into a concat).

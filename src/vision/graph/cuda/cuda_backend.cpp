@@ -64,6 +64,18 @@ bool CudaBackendContext::scale_and_check_finite(const Tensor& t, float factor) {
 
 void CudaBackendContext::synchronize() { stream_.synchronize(); }
 
+std::shared_ptr<void> CudaBackendContext::mark() {
+  auto e = std::make_shared<cuda::Event>();
+  e->record(stream());
+  return e;
+}
+
+double CudaBackendContext::elapsed_ms(const void* from, const void* to) {
+  const auto& end = *static_cast<const cuda::Event*>(to);
+  end.synchronize();
+  return end.elapsed_ms_since(*static_cast<const cuda::Event*>(from));
+}
+
 std::shared_ptr<void> CudaBackendContext::capture(const std::function<void()>& work) {
   return std::shared_ptr<cuda::CapturedGraph>(cuda::CapturedGraph::capture(stream(), work));
 }

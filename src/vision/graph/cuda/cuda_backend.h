@@ -23,6 +23,8 @@ class CudaBackendContext final : public BackendContext {
   void convert(const Tensor& dst, const Tensor& src, bool accumulate) override;
   bool scale_and_check_finite(const Tensor& t, float factor) override;
   void synchronize() override;
+  std::shared_ptr<void> mark() override;
+  double elapsed_ms(const void* from, const void* to) override;
   bool supports_graph_capture() const override { return true; }
   std::shared_ptr<void> capture(const std::function<void()>& work) override;
   void replay(void* captured) override;
