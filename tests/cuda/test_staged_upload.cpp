@@ -142,3 +142,35 @@ TEST(StagedUpload, MisuseIsAnError) {
   ctx.copy_to_device(a.get(), host.data(), host.size());  // the context still works
   EXPECT_EQ(download(ctx, a.get(), host.size()), host);
 }
+
+// copy_2d (concat and split in NHWC): every unit width the kernel picks (16, 8, 4, 2 and 1 bytes, from the alignment
+// of addresses, width and pitches), runs shorter and longer than a unit, and bytes outside the runs left alone.
+TEST(CopyRows, MovesExactlyTheRunsForEveryAlignment) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  CudaBackendContext ctx;
+  struct Case {
+    size_t width, rows, src_pitch, dst_pitch, src_offset, dst_offset;
+  };
+  const Case cases[] = {
+      {32, 1000, 96, 64, 32, 0},     // f16 NHWC: 16 of 48 channels → 16 of 32 (16-byte units)
+      {48, 333, 48, 144, 0, 96},     // into the middle of a wider row
+      {24, 257, 40, 24, 8, 0},       // 8-byte units
+      {12, 100, 20, 36, 4, 12},      // 4-byte units
+      {6, 77, 10, 14, 2, 6},         // 2-byte units (f16 triples)
+      {5, 31, 7, 9, 3, 1},           // bytes
+      {4096, 9, 8192, 4096, 4096, 0},  // long runs
+  };
+  for (const Case& c : cases) {
+    const size_t src_bytes = c.src_offset + c.rows * c.src_pitch, dst_bytes = c.dst_offset + c.rows * c.dst_pitch;
+    const auto src = pattern(src_bytes, 1), poison = pattern(dst_bytes, 2);
+    auto dsrc = ctx.allocate(src_bytes), ddst = ctx.allocate(dst_bytes);
+    ctx.copy_to_device(dsrc.get(), src.data(), src_bytes);
+    ctx.copy_to_device(ddst.get(), poison.data(), dst_bytes);
+    ctx.copy_2d(static_cast<uint8_t*>(ddst.get()) + c.dst_offset, c.dst_pitch,
+                static_cast<const uint8_t*>(dsrc.get()) + c.src_offset, c.src_pitch, c.width, c.rows);
+    std::vector<uint8_t> want = poison;
+    for (size_t r = 0; r < c.rows; ++r)
+      std::memcpy(want.data() + c.dst_offset + r * c.dst_pitch, src.data() + c.src_offset + r * c.src_pitch, c.width);
+    EXPECT_EQ(download(ctx, ddst.get(), dst_bytes), want) << "width " << c.width << ", rows " << c.rows;
+  }
+}

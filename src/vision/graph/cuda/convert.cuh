@@ -56,3 +56,54 @@ __global__ void scale_check_finite(T* __restrict__ p, int64_t n, float factor, i
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) *nonfinite = 1;
 }
+
+namespace vk {
+// An unsigned type of B bytes (B = 1, 2, 4, 8, 16) for moving bytes in B-byte units.
+template <int B>
+struct Bytes;
+template <>
+struct Bytes<1> {
+  using type = unsigned char;
+};
+template <>
+struct Bytes<2> {
+  using type = unsigned short;
+};
+template <>
+struct Bytes<4> {
+  using type = unsigned int;
+};
+template <>
+struct Bytes<8> {
+  using type = uint2;
+};
+template <>
+struct Bytes<16> {
+  using type = uint4;
+};
+}  // namespace vk
+
+// `rows` runs of `width` units of VEC bytes each, from src (runs src_pitch units apart) to dst (dst_pitch apart):
+// the slice of an axis that concat and split move (a channel slice in NHWC, where a run is a few dozen bytes and
+// cudaMemcpy2D is slow). One unit per thread; the caller picks the widest VEC that divides the pointers, the width
+// and the pitches.
+template <typename T, int VEC>
+__global__ void copy_rows(const T* __restrict__ src_raw, T* __restrict__ dst_raw, int64_t width, int64_t rows,
+                          int64_t src_pitch, int64_t dst_pitch) {
+  using U = typename vk::Bytes<VEC>::type;
+  const U* src = reinterpret_cast<const U*>(src_raw);
+  U* dst = reinterpret_cast<U*>(dst_raw);
+  const int64_t total = width * rows;
+  if (total <= 0x7fffffff) {  // 32-bit index arithmetic: a division per unit is most of the instruction count
+    const uint32_t w = static_cast<uint32_t>(width), t = static_cast<uint32_t>(total);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < t; i += gridDim.x * blockDim.x) {
+      const uint32_t r = i / w, c = i - r * w;
+      dst[r * dst_pitch + c] = src[r * src_pitch + c];
+    }
+    return;
+  }
+  for (int64_t i = vk::thread_index(); i < total; i += vk::thread_count()) {
+    const int64_t r = i / width, c = i - r * width;
+    dst[r * dst_pitch + c] = src[r * src_pitch + c];
+  }
+}

@@ -22,6 +22,7 @@ void register_convert_kernels(cuda::KernelRegistry& r) {
     for (core::DType to : kFloats) r.add<ConvertCopy>(from, to);
     r.add<ScaleCheckFinite>(from);
   }
+  for (int vec : {1, 2, 4, 8, 16}) r.add<CopyRows>(vec);
 }
 VISION_REGISTER_KERNELS(register_convert_kernels);
 
@@ -36,6 +37,26 @@ ConvertCopy::ConvertCopy(core::DType from, core::DType to)
 ScaleCheckFinite::ScaleCheckFinite(core::DType t)
     : KernelDescriptor({"scale_check_finite", "vision/graph/cuda/convert.cuh", t, {}, "{T}*, int64_t, float, int32_t*"}) {
   (void)dtype_code(t);
+}
+
+CopyRows::CopyRows(int vec)
+    : KernelDescriptor({"copy_rows", "vision/graph/cuda/convert.cuh", core::DType::u8, {{"vec", vec}},
+                        "const {T}*, {T}*, int64_t, int64_t, int64_t, int64_t"}) {
+  VISION_CHECK(vec == 1 || vec == 2 || vec == 4 || vec == 8 || vec == 16, "copy_rows: unit of {} bytes", vec);
+}
+
+void launch_copy_rows(cudaStream_t stream, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                      size_t rows) {
+  if (!width || !rows) return;
+  const auto common = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | dst_pitch | src_pitch |
+                      width;
+  int vec = 16;
+  while (common % static_cast<size_t>(vec) != 0) vec /= 2;
+  const auto units = [&](size_t bytes) { return static_cast<int64_t>(bytes / static_cast<size_t>(vec)); };
+  const int64_t total = units(width) * static_cast<int64_t>(rows);
+  cuda::kernel_instance<CopyRows>(vec).launch(stream, dim3(cuda::grid_blocks(total, kThreads)), dim3(kThreads), 0, src,
+                                              dst, units(width), static_cast<int64_t>(rows), units(src_pitch),
+                                              units(dst_pitch));
 }
 
 void launch_convert(cudaStream_t stream, const core::Tensor& dst, const core::Tensor& src, bool accumulate) {
