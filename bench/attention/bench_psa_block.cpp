@@ -82,17 +82,29 @@ std::optional<Scale> parse_scale(const std::string& s) {
   return std::nullopt;
 }
 
-const char* form_name(PsaForm f) { return f == PsaForm::two_pass ? "two_pass" : "one_pass"; }
+// Our variants: the two PSA forms as separate pack → attention → merge ops, and the one-pass form fused into one
+// PsaAttentionOp step (its attention kernel reads qkv and writes the merged image; the library's default).
+struct Variant {
+  PsaForm form;
+  bool fused;
+  const char* name() const { return fused ? "fused" : form == PsaForm::two_pass ? "two_pass" : "one_pass"; }
+};
+std::optional<Variant> parse_variant(std::string_view s) {
+  if (s == "two_pass") return Variant{PsaForm::two_pass, false};
+  if (s == "one_pass") return Variant{PsaForm::one_pass, false};
+  if (s == "fused") return Variant{PsaForm::one_pass, true};
+  return std::nullopt;
+}
 
 struct RowSpec {
   Scale scale;
   int64_t side;  // H = W
   int64_t batch;
-  PsaForm form;
+  Variant variant;
   int64_t n() const { return side * side; }
-  // The shape key both sides use ("n_N400_b32"); the form is the row's variant.
+  // The shape key both sides use ("n_N400_b32"); the variant is the row's variant.
   std::string key() const { return fmt::format("{}_N{}_b{}", scale.name, n(), batch); }
-  std::string full_key() const { return key() + "_" + form_name(form); }
+  std::string full_key() const { return key() + "_" + variant.name(); }
   Shape input_shape() const { return Shape{batch, scale.dim, side, side}; }
   double flops() const {
     const double b = double(batch), n = double(this->n()), d = double(scale.dim);
@@ -130,7 +142,7 @@ graph::OutputUse f16_nhwc_output() {
 }
 
 models::yolo::blocks::AttentionConfig config_of(const RowSpec& s) {
-  return {.dim = s.scale.dim, .heads = s.scale.heads, .form = s.form};
+  return {.dim = s.scale.dim, .heads = s.scale.heads, .form = s.variant.form, .fused = s.variant.fused};
 }
 
 // x [B, dim, side, side] f16 NHWC → the block (the library's) → y, an f16 NHWC inference output.
@@ -253,7 +265,7 @@ RowResult run_row(const Context& cx, const RowSpec& spec) {
     }
     return r;
   }
-  if (cx.breakdown) {
+  if (cx.breakdown && !spec.variant.fused) {  // the prefixes are of the three separate ops
     try {
       for (const std::string& stage : stages())
         r.breakdown.emplace_back(stage,
@@ -294,7 +306,7 @@ void write_check(const Context& cx, const RowSpec& spec, const std::string& path
                            {"scale", spec.scale.name},
                            {"dim", std::to_string(spec.scale.dim)},
                            {"heads", std::to_string(spec.scale.heads)},
-                           {"form", form_name(spec.form)},
+                           {"form", spec.variant.name()},
                            {"side", std::to_string(spec.side)},
                            {"batch", std::to_string(spec.batch)},
                            {"graph_replayed", plan.graph_replayed() ? "true" : "false"},
@@ -309,7 +321,7 @@ double tflops(double flops, double us) { return us > 0 ? flops / us * 1e-6 : 0.0
 int main(int argc, char** argv) {
   CLI::App app{"YOLO26's PSA Attention block through the graph engine: f16 NHWC inference, CUDA-graph replay"};
   std::string json_path, only, device = "cuda", check_path;
-  std::string scales_s = "n,s", sides_s = "20,40", batches_s = "1,32", forms_s = "two_pass,one_pass";
+  std::string scales_s = "n,s", sides_s = "20,40", batches_s = "1,32", forms_s = "two_pass,one_pass,fused";
   int64_t check_batch = 2;
   Context cx;
   app.add_option("--json", json_path, "write the rows as JSON lines (a meta line first) for run_psa.sh");
@@ -320,7 +332,9 @@ int main(int argc, char** argv) {
   app.add_option("--sides", sides_s,
                  "comma-separated feature-map sides H = W (20: N 400 at 640², 40: N 1600 at 1280²)");
   app.add_option("--batches", batches_s, "comma-separated batch sizes");
-  app.add_option("--forms", forms_s, "comma-separated PSA forms: two_pass, one_pass");
+  app.add_option("--forms", forms_s,
+                 "comma-separated variants: two_pass, one_pass (pack → attention → merge as three ops), fused (one "
+                 "PsaAttentionOp step, one_pass)");
   app.add_option("--repeats", cx.timing.repeats, "timed measurements per row (the median is reported)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--warmup", cx.timing.warmup, "untimed calls first (at least 2: the 2nd captures the CUDA graph)")
@@ -351,10 +365,11 @@ int main(int argc, char** argv) {
     std::vector<int64_t> sides, batches;
     for (const auto& s : split_list(sides_s)) sides.push_back(std::stoll(s));
     for (const auto& b : split_list(batches_s)) batches.push_back(std::stoll(b));
-    std::vector<PsaForm> forms;
+    std::vector<Variant> forms;
     for (const auto& f : split_list(forms_s)) {
-      VISION_CHECK(f == "two_pass" || f == "one_pass", "unknown form '{}' (two_pass or one_pass)", f);
-      forms.push_back(f == "two_pass" ? PsaForm::two_pass : PsaForm::one_pass);
+      const auto v = parse_variant(f);
+      VISION_CHECK(v.has_value(), "unknown form '{}' (two_pass, one_pass or fused)", f);
+      forms.push_back(*v);
     }
     VISION_CHECK(!scales.empty() && !sides.empty() && !batches.empty() && !forms.empty(),
                  "empty --scales, --sides, --batches or --forms");
@@ -373,7 +388,7 @@ int main(int argc, char** argv) {
     for (const Scale& sc : scales)
       for (int64_t side : sides)
         for (int64_t b : batches)
-          for (PsaForm f : forms) {
+          for (const Variant& f : forms) {
             RowSpec s{sc, side, b, f};
             if (!only.empty() && s.full_key().find(only) == std::string::npos) continue;
             specs.push_back(s);
@@ -392,7 +407,7 @@ int main(int argc, char** argv) {
         "median of {} measurements of back-to-back executor.forward calls ({}), "
         "per call",
         cx.timing.repeats, on_gpu ? "CUDA events on the backend stream" : "host clock");
-    const std::string default_form = form_name(psa::default_psa_form());
+    const std::string default_form = Variant{psa::default_psa_form(), false}.name();
     nlohmann::json state_shapes = nlohmann::json::object();  // per scale: state key → shape (psa_peer.py: the same)
     for (const Scale& sc : scales) {
       const RowSpec one{sc, sides.front(), 1, forms.front()};
@@ -416,11 +431,11 @@ int main(int argc, char** argv) {
         std::string note = r.finite ? "" : "NON-FINITE OUTPUT ";
         if (on_gpu && !r.graph_replayed) note += "(not replayed) ";
         if (r.conversions) note += fmt::format("({} conversion steps) ", r.conversions);
-        std::printf("%-14s %-9s %5lld %6lld %10.2f %10.2f %8.2f %6zu  %s\n", s.key().c_str(), form_name(s.form),
+        std::printf("%-14s %-9s %5lld %6lld %10.2f %10.2f %8.2f %6zu  %s\n", s.key().c_str(), s.variant.name(),
                     static_cast<long long>(s.scale.dim), static_cast<long long>(s.scale.heads), r.timing->median_us(),
                     r.timing->min_us(), tflops(s.flops(), r.timing->median_us()), r.plan_steps, note.c_str());
       } else {
-        std::printf("%-14s %-9s %5lld %6lld %10s %10s %8s %6s  %s\n", s.key().c_str(), form_name(s.form),
+        std::printf("%-14s %-9s %5lld %6lld %10s %10s %8s %6s  %s\n", s.key().c_str(), s.variant.name(),
                     static_cast<long long>(s.scale.dim), static_cast<long long>(s.scale.heads), "n/a", "n/a", "", "",
                     r.error.substr(0, 300).c_str());
       }
@@ -462,7 +477,7 @@ int main(int argc, char** argv) {
                             {"side", s.side},
                             {"N", s.n()},
                             {"batch", s.batch},
-                            {"variant", form_name(s.form)},
+                            {"variant", s.variant.name()},
                             {"flops", s.flops()},
                             {"us", nullptr}};
         if (r.timing) {

@@ -57,25 +57,26 @@ def main(argv):
     print("Times in us per call: {}. BatchNorm folded on both sides{}.".format(
         ours_meta.get("method", peer_meta.get("method")),
         "; ours replays the plan as a CUDA graph" if ours_meta.get("backend") == "cuda" else ""))
-    print("2p/1p = two_pass time / one_pass time (> 1: one_pass faster). speedup = PyTorch's best / ours' faster form "
-          "(> 1: ours is faster).")
+    print("two_pass, one_pass: pack -> attention -> merge as three ops; fused: one step (one_pass, the attention kernel "
+          "reads qkv and writes the merged image). 2p/1p = two_pass / one_pass (> 1: one_pass faster). speedup = "
+          "PyTorch's best / ours' fastest (> 1: ours is faster).")
     print("PyTorch columns: the fastest attention (math-ul, math-cl, sdpa-*) per mode; pt best over every mode.")
     print()
-    head = ("{:<12} {:>4} {:>5} | {:>9} {:>9} {:>6} | {:>9} {:>9} {:>9} | {:>9} {:<26} | {:>8} {:>7}")
-    print(head.format("shape", "dim", "heads", "two_pass", "one_pass", "2p/1p", "pt eager", "pt graph", "pt compl",
-                      "pt best", "(attention, mode)", "speedup", "TF/s"))
-    print("-" * 142)
+    head = ("{:<12} {:>4} {:>5} | {:>9} {:>9} {:>9} {:>6} | {:>9} {:>9} {:>9} | {:>9} {:<26} | {:>8} {:>7}")
+    print(head.format("shape", "dim", "heads", "two_pass", "one_pass", "fused", "2p/1p", "pt eager", "pt graph",
+                      "pt compl", "pt best", "(attention, mode)", "speedup", "TF/s"))
+    print("-" * 152)
     form_ratios = []
     for key in keys:
         i = info[key]
-        t2, t1 = ours_us(key, "two_pass"), ours_us(key, "one_pass")
-        mine = min([t for t in (t2, t1) if t is not None], default=None)
+        t2, t1, tf = ours_us(key, "two_pass"), ours_us(key, "one_pass"), ours_us(key, "fused")
+        mine = min([t for t in (t2, t1, tf) if t is not None], default=None)
         ratio = t2 / t1 if t2 and t1 else None
         if ratio:
             form_ratios.append((key, ratio))
         b = best(peers(key))
         cells = [
-            us(t2), us(t1), "{:.2f}".format(ratio) if ratio else "",
+            us(t2), us(t1), us(tf), "{:.2f}".format(ratio) if ratio else "",
             us(best(peers(key, "eager"))["us"]) if peers(key, "eager") else "n/a",
             us(best(peers(key, "graph"))["us"]) if peers(key, "graph") else "n/a",
             us(best(peers(key, "compile+graph"))["us"]) if peers(key, "compile+graph") else "n/a",
@@ -174,7 +175,7 @@ def main(argv):
     if not b32_keys:
         check(True, None, "ours faster than PyTorch's best at batch 32: no batch-32 rows were run")
     for key in b32_keys:
-        t = {f: ours_us(key, f) for f in ("two_pass", "one_pass")}
+        t = {f: ours_us(key, f) for f in ("two_pass", "one_pass", "fused")}
         have = {f: x for f, x in t.items() if x is not None}
         b = best(peers(key))
         if not have or b is None:
@@ -189,7 +190,7 @@ def main(argv):
     for key in keys:
         if info[key].get("batch") != 1:
             continue
-        t = [x for x in (ours_us(key, "two_pass"), ours_us(key, "one_pass")) if x is not None]
+        t = [x for x in (ours_us(key, f) for f in ("two_pass", "one_pass", "fused")) if x is not None]
         b = best(peers(key))
         if t and b:
             check(False, min(t) < b["us"], "{}: (info, batch 1) ours {:.1f} us vs PyTorch's best {:.1f} us ({} {}): "

@@ -11,6 +11,8 @@
 //       FlashAttention2Sm90Smem<T, D, DV, BLOCK_N, NUM_WARPGROUPS>::bytes (the launcher raises the limit).
 //   flash_attention2_backward_sm90<T, D, DV, NUM_WARPGROUPS>             grid (ceil(n_k / (64 · NUM_WARPGROUPS)), BH),
 //       128 · NUM_WARPGROUPS threads, FlashAttention2Sm90Smem<...>::backward bytes (design above the kernel).
+//   psa_attention_forward_sm90<T, KEY_DIM, BLOCK_N, NUM_WARPGROUPS>     the forward with D = KEY_DIM, DV = 2·KEY_DIM
+//       reading Q, K, V from YOLO26's NHWC qkv tensor and writing the merged NHWC output (no pack/merge copies).
 //   T ∈ {__half, __nv_bfloat16}; D ∈ {16, 32, 64, 128}; DV ∈ {16, 32, 64, 128}; BLOCK_N ∈ {64, 128}.
 //
 // Forward design. Warpgroup w owns query rows m0 + 64w .. +63. Q is staged once; K and V tiles stream through two
@@ -1276,23 +1278,25 @@ struct Swizzled {
   }
 };
 
-// Stages rows [row0, row0 + ROWS) of a [n, COLS] 16-bit matrix into a swizzled tile; rows ≥ n are zero-filled.
-// Thread i copies chunk i % (COLS/8) of rows i / (COLS/8) + p·(THREADS / (COLS/8)): the pass p moves its addresses
-// by whole 8-row groups, which the swizzle leaves alone, so both addresses are computed once.
+// Stages rows [row0, row0 + ROWS) of an [n, COLS] 16-bit matrix whose rows lie ld elements apart (ld = COLS when
+// packed; ld a multiple of 8) into a swizzled tile; rows ≥ n are zero-filled. Thread i copies chunk i % (COLS/8) of
+// rows i / (COLS/8) + p·(THREADS / (COLS/8)): the pass p moves its addresses by whole 8-row groups, which the swizzle
+// leaves alone, so both addresses are computed once.
 template <typename T, int ROWS, int COLS, int THREADS>
-__device__ __forceinline__ void load_swizzled_async(T* tile, const T* g, int row0, int n) {
+__device__ __forceinline__ void load_swizzled_async(T* tile, const T* g, int row0, int n, int ld = COLS) {
   using L = Swizzled<ROWS, COLS>;
   constexpr int kChunks = COLS / 8, kRowsPerPass = THREADS / kChunks;
   static_assert(THREADS % kChunks == 0 && kRowsPerPass % 8 == 0, "load_swizzled_async: THREADS does not fit COLS");
   const int r = static_cast<int>(threadIdx.x) / kChunks, c = static_cast<int>(threadIdx.x) % kChunks;
   unsigned char* dst = reinterpret_cast<unsigned char*>(tile) + L::chunk_offset(r, c);
-  const T* src = g + static_cast<long long>(row0 + r) * COLS + c * 8;
+  const T* src = g + static_cast<long long>(row0 + r) * ld + c * 8;
 #pragma unroll
   for (int pass = 0; pass < (ROWS + kRowsPerPass - 1) / kRowsPerPass; ++pass) {
     const int row = r + pass * kRowsPerPass;
     if (ROWS % kRowsPerPass == 0 || row < ROWS) {
       const bool valid = row0 + row < n;
-      cp_async_16(dst + pass * (kRowsPerPass / 8) * L::kGroup, valid ? src + pass * kRowsPerPass * COLS : g, valid);
+      cp_async_16(dst + pass * (kRowsPerPass / 8) * L::kGroup,
+                  valid ? src + static_cast<long long>(pass) * kRowsPerPass * ld : g, valid);
     }
   }
 }
@@ -1529,10 +1533,21 @@ struct Wgmma<128> {
 #undef FA2_WGMMA_SS
 #undef FA2_ACC4
 
+// Where one (batch, head)'s rows are: q, k, v, o point at its first row, rows ld_* elements apart (D or DV when
+// packed [BH, n, D]; the qkv conv's channel count when read straight from YOLO26's NHWC qkv), lse at its n_q values
+// (or null).
+template <typename T>
+struct AttentionRows {
+  const T* q;
+  const T* k;
+  const T* v;
+  T* o;
+  float* lse;
+  int ld_q, ld_k, ld_v, ld_o;
+};
+
 template <typename T, int D, int DV, int BN, int NWG>
-__device__ __forceinline__ void forward_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                             T* __restrict__ o, float* __restrict__ lse, int n_q, int n_k,
-                                             float scale) {
+__device__ __forceinline__ void forward_sm90(const AttentionRows<T>& rows, int n_q, int n_k, float scale) {
   static_assert(!IsF32<T>::value, "flash_attention2_forward_sm90: T must be __half or __nv_bfloat16");
   static_assert(D == 16 || D == 32 || D == 64 || D == 128, "flash_attention2_forward_sm90: HEAD_DIM 16..128");
   static_assert(DV == 16 || DV == 32 || DV == 64 || DV == 128, "flash_attention2_forward_sm90: HEAD_DIM_V 16..128");
@@ -1548,13 +1563,13 @@ __device__ __forceinline__ void forward_sm90(const T* __restrict__ q, const T* _
   const int lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
   const int m0 = static_cast<int>(blockIdx.x) * BM;
-  const long long bh = blockIdx.y;
-  const T* kb = k + bh * n_k * D;
-  const T* vb = v + bh * n_k * DV;
+  const T* kb = rows.k;
+  const T* vb = rows.v;
+  const int ldk = rows.ld_k, ldv = rows.ld_v;
 
-  load_swizzled_async<T, BM, D, kThreads>(sQ, q + bh * n_q * D, m0, n_q);
-  load_swizzled_async<T, BN, D, kThreads>(sK, kb, 0, n_k);
-  load_swizzled_async<T, BN, DV, kThreads>(sV, vb, 0, n_k);
+  load_swizzled_async<T, BM, D, kThreads>(sQ, rows.q, m0, n_q, rows.ld_q);
+  load_swizzled_async<T, BN, D, kThreads>(sK, kb, 0, n_k, ldk);
+  load_swizzled_async<T, BN, DV, kThreads>(sV, vb, 0, n_k, ldv);
   cp_async_commit();
 
   float acc_o[DV / 8][4];
@@ -1567,8 +1582,8 @@ __device__ __forceinline__ void forward_sm90(const T* __restrict__ q, const T* _
   for (int j = 0; j < n_blocks; ++j) {
     const int n0 = j * BN;
     if (j + 1 < n_blocks) {  // stage (j + 1) & 1 was released by the barrier that ended iteration j − 1
-      load_swizzled_async<T, BN, D, kThreads>(sK + ((j + 1) & 1) * BN * D, kb, n0 + BN, n_k);
-      load_swizzled_async<T, BN, DV, kThreads>(sV + ((j + 1) & 1) * BN * DV, vb, n0 + BN, n_k);
+      load_swizzled_async<T, BN, D, kThreads>(sK + ((j + 1) & 1) * BN * D, kb, n0 + BN, n_k, ldk);
+      load_swizzled_async<T, BN, DV, kThreads>(sV + ((j + 1) & 1) * BN * DV, vb, n0 + BN, n_k, ldv);
     }
     cp_async_commit();   // possibly empty: one group per iteration keeps the count uniform
     cp_async_wait<1>();  // block j (and Q) have landed
@@ -1646,7 +1661,7 @@ __device__ __forceinline__ void forward_sm90(const T* __restrict__ q, const T* _
   }
   cp_async_wait<0>();
 
-  T* ob = o + bh * n_q * DV;
+  T* ob = rows.o;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(row_sum[r]);
@@ -1655,9 +1670,9 @@ __device__ __forceinline__ void forward_sm90(const T* __restrict__ q, const T* _
     if (row < n_q) {
 #pragma unroll
       for (int dn = 0; dn < DV / 8; ++dn)
-        *reinterpret_cast<unsigned*>(ob + static_cast<long long>(row) * DV + dn * 8 + 2 * t) =
+        *reinterpret_cast<unsigned*>(ob + static_cast<long long>(row) * rows.ld_o + dn * 8 + 2 * t) =
             pack2<T>(acc_o[dn][2 * r] * inv, acc_o[dn][2 * r + 1] * inv);
-      if (lse != nullptr && t == 0) lse[bh * n_q + row] = (row_max[r] * sl2 + log2f(l)) * Constants::kLn2;
+      if (rows.lse != nullptr && t == 0) rows.lse[row] = (row_max[r] * sl2 + log2f(l)) * Constants::kLn2;
     }
   }
 }
@@ -1974,7 +1989,33 @@ __global__ void __launch_bounds__(NUM_WARPGROUPS * 128, NUM_WARPGROUPS == 1 ? 3 
     flash_attention2_forward_sm90(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                   T* __restrict__ o, float* __restrict__ lse, int n_q, int n_k, float scale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  fa2::forward_sm90<T, HEAD_DIM, HEAD_DIM_V, BLOCK_N, NUM_WARPGROUPS>(q, k, v, o, lse, n_q, n_k, scale);
+  const long long bh = blockIdx.y;
+  const fa2::AttentionRows<T> rows{q + bh * n_q * HEAD_DIM, k + bh * n_k * HEAD_DIM, v + bh * n_k * HEAD_DIM_V,
+                                   o + bh * n_q * HEAD_DIM_V, lse != nullptr ? lse + bh * n_q : nullptr,
+                                   HEAD_DIM, HEAD_DIM, HEAD_DIM_V, HEAD_DIM_V};
+  fa2::forward_sm90<T, HEAD_DIM, HEAD_DIM_V, BLOCK_N, NUM_WARPGROUPS>(rows, n_q, n_k, scale);
+#else
+  __trap();  // sm_90a only; the launcher never picks this kernel elsewhere
+#endif
+}
+
+// YOLO26's PSA attention straight from the qkv convolution's NHWC output to the merged NHWC image, with no packing:
+// qkv [B, n, heads·4·KEY_DIM] holds per pixel and head [Q | K | V] (KEY_DIM, KEY_DIM, 2·KEY_DIM wide); out [B, n,
+// heads·2·KEY_DIM] gets head h's attention output in channels [h·2·KEY_DIM, (h+1)·2·KEY_DIM) (PsaMergeAttn's
+// order). The forward above with Q, K, V rows read 4·KEY_DIM·heads elements apart. Grid (ceil(n / (64 ·
+// NUM_WARPGROUPS)), B·heads), the threads and shared memory of flash_attention2_forward_sm90<T, KEY_DIM,
+// 2·KEY_DIM, BLOCK_N, NUM_WARPGROUPS>.
+template <typename T, int KEY_DIM, int BLOCK_N, int NUM_WARPGROUPS>
+__global__ void __launch_bounds__(NUM_WARPGROUPS * 128, NUM_WARPGROUPS == 1 ? 3 : 1)
+    psa_attention_forward_sm90(const T* __restrict__ qkv, T* __restrict__ out, int n, int heads, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const int b = static_cast<int>(blockIdx.y) / heads, h = static_cast<int>(blockIdx.y) % heads;
+  const int ld_qkv = 4 * KEY_DIM * heads, ld_out = 2 * KEY_DIM * heads;
+  const T* q = qkv + static_cast<long long>(b) * n * ld_qkv + h * 4 * KEY_DIM;
+  const fa2::AttentionRows<T> rows{q, q + KEY_DIM, q + 2 * KEY_DIM,
+                                   out + static_cast<long long>(b) * n * ld_out + h * 2 * KEY_DIM, nullptr,
+                                   ld_qkv, ld_qkv, ld_qkv, ld_out};
+  fa2::forward_sm90<T, KEY_DIM, 2 * KEY_DIM, BLOCK_N, NUM_WARPGROUPS>(rows, n, n, scale);
 #else
   __trap();  // sm_90a only; the launcher never picks this kernel elsewhere
 #endif

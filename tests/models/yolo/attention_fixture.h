@@ -29,12 +29,22 @@ inline const core::Tensor& get(const std::string& name) {
   return *t;
 }
 
+// The block's variants: a PSA form, as three ops (pack → attention → merge) or fused into one PsaAttentionOp step.
+struct Variant {
+  models::yolo::kernels::attention::PsaForm form;
+  bool fused;
+  std::string name() const {
+    return std::string(form == models::yolo::kernels::attention::PsaForm::two_pass ? "two_pass" : "one_pass") +
+           (fused ? "_fused" : "");
+  }
+};
+
 // x [2, 64, 4, 5] → attention (dim 64, heads 2: key_dim 16) → y (inference output); training loss mean(y ∘ r).
-inline std::shared_ptr<graph::Graph> attention_graph(models::yolo::kernels::attention::PsaForm form) {
+inline std::shared_ptr<graph::Graph> attention_graph(Variant v) {
   auto g = std::make_shared<graph::Graph>();
   auto x = g->input("x", get("x").shape());
   auto r = g->input("r", get("r").shape());
-  auto y = models::yolo::blocks::attention(x, {.dim = 64, .heads = 2, .form = form}, "attn");
+  auto y = models::yolo::blocks::attention(x, {.dim = 64, .heads = 2, .form = v.form, .fused = v.fused}, "attn");
   g->mark_output(y, graph::kInferenceOutput);
   g->mark_output(ops::mean(ops::mul(y, r, "project"), "loss"), graph::kTrainingLoss);
   return g;

@@ -1,6 +1,6 @@
 // YOLO26's Attention block (qkv conv → pack → FlashAttention-2 → merge; extract V → depthwise pe → add → proj) on the
 // CPU against the float64 PyTorch fixture of YOLO26.md's formula: inference (BatchNorm on running statistics, folded)
-// and a training step (batch statistics; every parameter's gradient), in both PSA forms.
+// and a training step (batch statistics; every parameter's gradient), in both PSA forms, as three ops and fused.
 #include <gtest/gtest.h>
 
 #include "models/yolo/attention_fixture.h"
@@ -12,7 +12,7 @@ using models::yolo::kernels::attention::PsaForm;
 
 namespace {
 
-class AttentionBlock : public testing::TestWithParam<PsaForm> {};
+class AttentionBlock : public testing::TestWithParam<Variant> {};
 
 // f32 throughout (oneDNN convolutions, the FlashAttention-2 CPU twin): the suite's f32 bound, 1e-5 in relative norm.
 TEST_P(AttentionBlock, MatchesTheFloat64FixtureForwardAndGradients) {
@@ -27,15 +27,42 @@ TEST_P(AttentionBlock, MatchesTheFloat64FixtureForwardAndGradients) {
   expect_gradients_match(ex.state(), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(BothForms, AttentionBlock, testing::Values(PsaForm::two_pass, PsaForm::one_pass),
-                         [](const testing::TestParamInfo<PsaForm>& i) {
-                           return std::string(i.param == PsaForm::two_pass ? "two_pass" : "one_pass");
-                         });
+INSTANTIATE_TEST_SUITE_P(Variants, AttentionBlock,
+                         testing::Values(Variant{PsaForm::two_pass, false}, Variant{PsaForm::one_pass, false},
+                                         Variant{PsaForm::two_pass, true}, Variant{PsaForm::one_pass, true}),
+                         [](const testing::TestParamInfo<Variant>& i) { return i.param.name(); });
+
+// The fused step runs the three ops' RuntimeOps over rows of its own: outputs and every gradient bit for bit the
+// same as the separate ops', in both forms.
+TEST(AttentionBlock, FusedStepEqualsTheThreeOpsBitForBit) {
+  for (PsaForm form : {PsaForm::two_pass, PsaForm::one_pass}) {
+    graph::Executor a(attention_graph({form, false}), graph::cpu_backend());
+    graph::Executor b(attention_graph({form, true}), graph::cpu_backend());
+    load(a);
+    load(b);
+    EXPECT_EQ(a.forward({get("x")})[0].to_vector(), b.forward({get("x")})[0].to_vector());
+    EXPECT_EQ(a.forward_train({get("x"), get("r")})[0].to_vector(), b.forward_train({get("x"), get("r")})[0].to_vector());
+    b.state().flat_grads().fill(std::nanf(""));  // poison: backward must write every gradient
+    a.backward();
+    b.backward();
+    EXPECT_EQ(a.state().flat_grads().to_vector(), b.state().flat_grads().to_vector());
+  }
+}
+
+TEST(PsaAttentionOp, ShapesAndErrors) {
+  using models::yolo::kernels::attention::PsaAttentionOp;
+  using models::yolo::kernels::attention::PsaConfig;
+  const PsaAttentionOp op(PsaConfig{16, 2, PsaForm::one_pass}, 4, 5);
+  EXPECT_EQ(op.infer_output_shape({core::Shape{3, 128, 4, 5}}), (core::Shape{3, 64, 4, 5}));
+  EXPECT_THROW(op.infer_output_shape({core::Shape{3, 96, 4, 5}}), Error);   // not 4·key_dim·heads channels
+  EXPECT_THROW(op.infer_output_shape({core::Shape{3, 128, 5, 4}}), Error);  // another image size
+  EXPECT_THROW(PsaAttentionOp(PsaConfig{16, 2, PsaForm::one_pass}, 0, 5), Error);
+}
 
 // The two-pass op's backward adds dQ and dK over both halves: its gradients equal the one-pass op's.
 TEST(AttentionBlock, TwoPassAndOnePassGradientsAgree) {
-  graph::Executor a(attention_graph(PsaForm::two_pass), graph::cpu_backend());
-  graph::Executor b(attention_graph(PsaForm::one_pass), graph::cpu_backend());
+  graph::Executor a(attention_graph({PsaForm::two_pass, false}), graph::cpu_backend());
+  graph::Executor b(attention_graph({PsaForm::one_pass, false}), graph::cpu_backend());
   load(a);
   load(b);
   a.forward_train({get("x"), get("r")});

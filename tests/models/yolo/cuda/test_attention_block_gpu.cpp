@@ -1,6 +1,6 @@
 // YOLO26's Attention block on CUDA against the float64 PyTorch fixture: f32 NCHW (the suite's f32 bounds), and f16 /
 // bf16 in NCHW and NHWC plans (the block's convolutions, BatchNorm, PSA copies and FlashAttention-2 all in the plan's
-// format), both PSA forms; inference (BatchNorm folded, graph replay) and a training step.
+// format), both PSA forms, as three ops and fused into one step; inference (BatchNorm folded, graph replay) and a training step.
 #include <gtest/gtest.h>
 
 #include "error_bounds.h"
@@ -20,10 +20,11 @@ struct Case {
   DType dtype;
   Layout layout;
   PsaForm form;
+  bool fused = false;
 };
 std::string name(const testing::TestParamInfo<Case>& i) {
   return std::string(core::dtype_name(i.param.dtype)) + "_" + std::string(core::layout_name(i.param.layout)) + "_" +
-         (i.param.form == PsaForm::two_pass ? "two_pass" : "one_pass");
+         Variant{i.param.form, i.param.fused}.name();
 }
 
 class AttentionBlockGpu : public testing::TestWithParam<Case> {};
@@ -37,7 +38,7 @@ TEST_P(AttentionBlockGpu, MatchesTheFloat64Fixture) {
   const Case c = GetParam();
   const double u = test::unit_roundoff(c.dtype);
   const bool f32 = c.dtype == DType::f32;
-  graph::Executor ex(attention_graph(c.form), graph::cuda_backend(),
+  graph::Executor ex(attention_graph({c.form, c.fused}), graph::cuda_backend(),
                      graph::PlanOptions{.compute_dtype = c.dtype, .layout = c.layout});
   load(ex);
   for (int run = 0; run < 3; ++run) {  // eager, captured, replayed
@@ -61,7 +62,42 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{DType::f32, Layout::nhwc, PsaForm::one_pass}, Case{DType::f16, Layout::nchw, PsaForm::one_pass},
                     Case{DType::f16, Layout::nhwc, PsaForm::two_pass}, Case{DType::f16, Layout::nhwc, PsaForm::one_pass},
                     Case{DType::bf16, Layout::nchw, PsaForm::two_pass},
-                    Case{DType::bf16, Layout::nhwc, PsaForm::one_pass}),
+                    Case{DType::bf16, Layout::nhwc, PsaForm::one_pass},
+                    // fused: the direct attention kernel in f16/bf16 NHWC inference on sm_90a, the rows otherwise
+                    Case{DType::f32, Layout::nchw, PsaForm::one_pass, true},
+                    Case{DType::f16, Layout::nhwc, PsaForm::one_pass, true},
+                    Case{DType::bf16, Layout::nhwc, PsaForm::one_pass, true},
+                    Case{DType::f16, Layout::nhwc, PsaForm::two_pass, true}),
     name);
+
+// The fused step's inference in f16 and bf16 NHWC: on sm_90a its attention kernel reads Q, K, V straight from qkv and
+// writes the merged image, with the same tiles and arithmetic as FlashAttention-2's wgmma forward over packed rows:
+// the output equals the three ops' bit for bit. Its training step (rows again) equals theirs too.
+TEST(AttentionBlockGpu, FusedStepEqualsTheThreeOpsBitForBit) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const graph::PlanOptions options{.compute_dtype = dtype, .layout = Layout::nhwc};
+    graph::Executor a(attention_graph({PsaForm::one_pass, false}), graph::cuda_backend(), options);
+    graph::Executor b(attention_graph({PsaForm::one_pass, true}), graph::cuda_backend(), options);
+    load(a);
+    load(b);
+    for (int run = 0; run < 3; ++run)  // eager, captured, replayed
+      EXPECT_EQ(test::to_host(a, a.forward({get("x")})[0]), test::to_host(b, b.forward({get("x")})[0]))
+          << core::dtype_name(dtype) << " run " << run;
+    const auto& steps = b.plan(graph::Mode::inference, {get("x").shape()}).steps();
+    bool fused_step = false, direct = false;
+    for (const graph::PlanStep& s : steps) {
+      fused_step = fused_step || s.op->name() == "yolo.psa_attention";
+      for (const graph::KernelInfo& k : s.runtime->kernels()) direct = direct || k.name == "psa_attention_forward_sm90";
+    }
+    EXPECT_TRUE(fused_step);
+    EXPECT_EQ(direct, cuda::current_arch() == "sm_90a") << "the direct kernel runs exactly on sm_90a";
+    EXPECT_EQ(test::to_host(a, a.forward_train({get("x"), get("r")})[0]),
+              test::to_host(b, b.forward_train({get("x"), get("r")})[0]));
+    a.backward();
+    b.backward();
+    EXPECT_EQ(test::to_host(a, a.state().flat_grads()), test::to_host(b, b.state().flat_grads()));
+  }
+}
 
 }  // namespace

@@ -39,9 +39,14 @@ graph::SymTensor attention(graph::SymTensor x, const AttentionConfig& config, co
   const PsaConfig psa = config.psa();
   auto _ = x.graph()->scope(name);
   auto qkv = conv_bn(x, psa.qkv_channels(), 1, 1, "qkv");
-  auto packed = kernels::attention::psa_pack_qkv(qkv, psa, "pack");
-  auto attn = kernels::attention::flash_attention2_psa(packed, psa, "attention");
-  auto merged = kernels::attention::psa_merge_attn(attn, psa, h, w, "merge");
+  graph::SymTensor merged;
+  if (config.fused) {
+    merged = kernels::attention::psa_attention(qkv, psa, h, w, "attention");
+  } else {
+    auto packed = kernels::attention::psa_pack_qkv(qkv, psa, "pack");
+    auto attn = kernels::attention::flash_attention2_psa(packed, psa, "attention");
+    merged = kernels::attention::psa_merge_attn(attn, psa, h, w, "merge");
+  }
   auto v = kernels::attention::psa_extract_v(qkv, psa, "extract_v");
   auto pe = conv_bn(v, config.dim, 3, config.dim, "pe");
   auto sum = ops::add(merged, pe, "add");

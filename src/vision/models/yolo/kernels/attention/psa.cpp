@@ -204,15 +204,10 @@ class PsaRuntime final : public graph::RuntimeOp {
   std::unique_ptr<graph::RuntimeOp> twin_;  // the CPU RuntimeOp a CUDA one keeps (no state to share)
 };
 
-std::unique_ptr<graph::RuntimeOp> lower_psa(const graph::Op& op, PsaOpKind kind, const PsaConfig& config,
-                                            graph::Backend backend) {
-  if (backend == graph::Backend::cpu) return make_psa_runtime(kind, config, std::make_shared<CpuCopies>());
-#ifdef VISION_HAS_CUDA
-  if (backend == graph::Backend::cuda)
-    return make_psa_runtime(kind, config, psa_cuda_copies(),
-                            make_psa_runtime(kind, config, std::make_shared<CpuCopies>()));
-#endif
-  ops::no_backend(op, backend);
+std::unique_ptr<graph::RuntimeOp> lower_psa(PsaOpKind kind, const PsaConfig& config, graph::Backend backend) {
+  auto copies = psa_copies(backend);
+  if (backend == graph::Backend::cpu) return make_psa_runtime(kind, config, std::move(copies));
+  return make_psa_runtime(kind, config, std::move(copies), make_psa_runtime(kind, config, psa_copies(graph::Backend::cpu)));
 }
 
 int64_t times(int64_t a, int64_t b) { return a == Shape::kAny || b == Shape::kAny ? Shape::kAny : a * b; }
@@ -229,6 +224,21 @@ int64_t check_qkv(const std::vector<Shape>& in, const PsaConfig& c, std::string_
 }
 
 }  // namespace
+
+void PsaCopies::direct_attention(graph::BackendContext&, const Tensor&, const PsaConfig&, float, const Tensor&) const {
+  fail("psa: this backend has no direct attention (has_direct_attention() is false)");
+}
+
+std::shared_ptr<const PsaCopies> psa_copies(graph::Backend backend) {
+  if (backend == graph::Backend::cpu) {
+    static const auto cpu = std::make_shared<CpuCopies>();
+    return cpu;
+  }
+#ifdef VISION_HAS_CUDA
+  if (backend == graph::Backend::cuda) return psa_cuda_copies();
+#endif
+  fail("psa: no kernels for the {} backend in this build", graph::backend_name(backend));
+}
 
 std::string psa_op_name(PsaOpKind kind) {
   switch (kind) {
@@ -259,7 +269,7 @@ std::vector<Shape> PsaPackQkvOp::infer_output_shapes(const std::vector<Shape>& i
 }
 
 std::unique_ptr<graph::RuntimeOp> PsaPackQkvOp::lower(graph::Backend backend, graph::Mode) const {
-  return lower_psa(*this, PsaOpKind::pack_qkv, config_, backend);
+  return lower_psa(PsaOpKind::pack_qkv, config_, backend);
 }
 
 PsaExtractVOp::PsaExtractVOp(PsaConfig config) : config_(config) { check_psa_config(config_, "psa_extract_v"); }
@@ -270,7 +280,7 @@ Shape PsaExtractVOp::infer_output_shape(const std::vector<Shape>& in) const {
 }
 
 std::unique_ptr<graph::RuntimeOp> PsaExtractVOp::lower(graph::Backend backend, graph::Mode) const {
-  return lower_psa(*this, PsaOpKind::extract_v, config_, backend);
+  return lower_psa(PsaOpKind::extract_v, config_, backend);
 }
 
 PsaMergeAttnOp::PsaMergeAttnOp(PsaConfig config, int64_t height, int64_t width)
@@ -296,7 +306,7 @@ Shape PsaMergeAttnOp::infer_output_shape(const std::vector<Shape>& in) const {
 }
 
 std::unique_ptr<graph::RuntimeOp> PsaMergeAttnOp::lower(graph::Backend backend, graph::Mode) const {
-  return lower_psa(*this, PsaOpKind::merge_attn, config_, backend);
+  return lower_psa(PsaOpKind::merge_attn, config_, backend);
 }
 
 std::vector<graph::SymTensor> psa_pack_qkv(graph::SymTensor qkv, const PsaConfig& config, const std::string& name) {

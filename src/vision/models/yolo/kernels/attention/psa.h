@@ -88,12 +88,28 @@ class PsaCopies {
                                   const Tensor& grad_qkv) const = 0;
   // The formats these copies take (the CPU twin: f32, either layout).
   virtual bool supports(const graph::Format& f) const { return f.dtype == core::DType::f32; }
+  // Whether the backend runs PSA's one-pass attention straight from qkv to the merged image in format f (no rows in
+  // between: PsaAttentionOp's inference path), and that attention: image = merge(attention(pack(qkv))) at softmax
+  // scale `scale`. None by default.
+  virtual bool has_direct_attention(const graph::Format& f, const PsaConfig& c) const {
+    (void)f, (void)c;
+    return false;
+  }
+  virtual void direct_attention(graph::BackendContext& b, const Tensor& qkv, const PsaConfig& c, float scale,
+                                const Tensor& image) const;
+  virtual std::vector<graph::KernelInfo> direct_attention_kernels(const PsaConfig& c, const graph::Format& f) const {
+    (void)c, (void)f;
+    return {};
+  }
   // The GPU kernels these copies launch for one op in one format (empty on the CPU).
   virtual std::vector<graph::KernelInfo> kernels(PsaOpKind op, const PsaConfig& c, const graph::Format& f) const {
     (void)op, (void)c, (void)f;
     return {};
   }
 };
+
+// The copies of a backend (the CPU twin, or the CUDA kernels in a CUDA build).
+std::shared_ptr<const PsaCopies> psa_copies(graph::Backend backend);
 
 // The RuntimeOp of one of the ops on the given copies; twin (may be null) is the CPU RuntimeOp a CUDA RuntimeOp keeps.
 std::unique_ptr<graph::RuntimeOp> make_psa_runtime(PsaOpKind op, PsaConfig config,

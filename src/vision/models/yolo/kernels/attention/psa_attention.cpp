@@ -122,6 +122,143 @@ class FlashAttn2PsaRuntime final : public graph::RuntimeOp {
   graph::Mode mode_;
 };
 
+// PsaAttentionOp's runtime: the three ops' RuntimeOps in sequence over rows in the workspace (inference) or in saved
+// tensors (training, where FlashAttention-2's backward needs Q, K, V and O), or the backend's direct attention.
+class PsaAttentionRuntime final : public graph::RuntimeOp {
+ public:
+  PsaAttentionRuntime(PsaConfig config, int64_t height, int64_t width, graph::Backend backend, graph::Mode mode)
+      : config_(config),
+        copies_(psa_copies(backend)),
+        pack_(PsaPackQkvOp(config).lower(backend, mode)),
+        attention_(FlashAttn2PsaOp(config).lower(backend, mode)),
+        merge_(PsaMergeAttnOp(config, height, width).lower(backend, mode)),
+        scale_(FlashAttn2PsaOp(config).scale()) {}
+  std::string name() const override { return "yolo.psa_attention"; }
+  int n_activation_inputs() const override { return 1; }
+  bool supports(const graph::Format& f) const override {
+    return pack_->supports(f) && attention_->supports(f) && merge_->supports(f);
+  }
+  bool has_backward() const override { return true; }
+  std::vector<graph::KernelInfo> kernels() const override {
+    std::vector<graph::KernelInfo> out = copies_->direct_attention_kernels(config_, format());
+    if (direct()) return out;
+    for (graph::RuntimeOp* op : {&inner(*pack_), &inner(*attention_), &inner(*merge_)}) {
+      const auto k = op->kernels();
+      out.insert(out.end(), k.begin(), k.end());
+    }
+    return out;
+  }
+
+  // Training keeps the rows (Q, K, V parts, O parts) and the attention's own saved tensors.
+  std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape& out) const override {
+    std::vector<graph::TensorSpec> specs;
+    for (const Shape& s : row_shapes(in.at(0))) specs.push_back({s, format().dtype});
+    const auto a = inner(*attention_).saved_specs(packed_shapes(in.at(0)), out);
+    specs.insert(specs.end(), a.begin(), a.end());
+    return specs;
+  }
+  // Inference: the rows (unless direct) and the attention's workspace. Training: the attention's workspace and the
+  // rows' gradients.
+  size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape& out) const override {
+    if (plan.mode == graph::Mode::inference && direct()) return 0;
+    attention_bytes_ = inner(*attention_).workspace_bytes(plan, packed_shapes(in.at(0)), out);
+    return aligned(attention_bytes_) + rows_bytes(in.at(0));
+  }
+
+  void forward(graph::ForwardCtx& ctx) override {
+    const Tensor& qkv = ctx.inputs.at(0);
+    if (!ctx.training && direct()) return copies_->direct_attention(*ctx.backend, qkv, config_, scale_, ctx.output);
+    const size_t n_rows = row_shapes(qkv.shape()).size();
+    const std::vector<Tensor> rows = ctx.training ? std::vector<Tensor>(ctx.saved.begin(), ctx.saved.begin() +
+                                                                        static_cast<std::ptrdiff_t>(n_rows))
+                                                  : carve_rows(ctx.workspace, qkv);
+    const auto [packed, attended] = split_rows(rows);
+    graph::ForwardCtx f = ctx;
+    f.saved.clear();
+    f.inputs = {qkv}, f.outputs = packed, f.output = packed[0];
+    inner(*pack_).forward(f);
+    f.inputs = packed, f.outputs = attended, f.output = attended[0], f.workspace = attention_workspace(ctx.workspace);
+    if (ctx.training)
+      f.saved.assign(ctx.saved.begin() + static_cast<std::ptrdiff_t>(n_rows), ctx.saved.end());
+    inner(*attention_).forward(f);
+    f.inputs = attended, f.outputs = {ctx.output}, f.output = ctx.output, f.saved.clear(), f.workspace = Tensor();
+    inner(*merge_).forward(f);
+  }
+
+  void backward(graph::BackwardCtx& ctx) override {
+    const Tensor& qkv = ctx.inputs.at(0);
+    const size_t n_rows = row_shapes(qkv.shape()).size();
+    const std::vector<Tensor> rows(ctx.saved.begin(), ctx.saved.begin() + static_cast<std::ptrdiff_t>(n_rows));
+    const auto [packed, attended] = split_rows(rows);
+    const auto [d_packed, d_attended] = split_rows(carve_rows(ctx.workspace, qkv));
+    graph::BackwardCtx b = ctx;
+    b.saved.clear();
+    b.workspace = Tensor();
+    b.inputs = attended, b.grad_inputs = d_attended;  // merge: d_image → dO
+    inner(*merge_).backward(b);
+    b.inputs = packed, b.outputs = attended, b.output = attended[0], b.grad_outputs = d_attended,
+    b.grad_output = d_attended[0], b.grad_inputs = d_packed, b.workspace = attention_workspace(ctx.workspace);
+    b.saved.assign(ctx.saved.begin() + static_cast<std::ptrdiff_t>(n_rows), ctx.saved.end());
+    inner(*attention_).backward(b);
+    b.inputs = {qkv}, b.outputs = packed, b.output = packed[0], b.grad_outputs = d_packed,
+    b.grad_output = d_packed[0], b.grad_inputs = ctx.grad_inputs, b.saved.clear(), b.workspace = Tensor();
+    inner(*pack_).backward(b);
+  }
+
+ private:
+  bool direct() const { return config_.form == PsaForm::one_pass && copies_->has_direct_attention(format(), config_); }
+  graph::RuntimeOp& inner(graph::RuntimeOp& op) const {
+    op.set_format(format());
+    return op;
+  }
+  // Pack's outputs (Q, K, V parts) then the attention's (O parts), for qkv's shape.
+  std::vector<Shape> packed_shapes(const Shape& qkv) const {
+    return PsaPackQkvOp(config_).infer_output_shapes({qkv});
+  }
+  std::vector<Shape> row_shapes(const Shape& qkv) const {
+    std::vector<Shape> shapes = packed_shapes(qkv);
+    const Shape o{qkv[0] * config_.heads, qkv[2] * qkv[3], config_.v_part_width()};
+    for (int64_t part = 0; part < config_.v_parts(); ++part) shapes.push_back(o);
+    return shapes;
+  }
+  size_t rows_bytes(const Shape& qkv) const {
+    size_t bytes = 0;
+    for (const Shape& s : row_shapes(qkv)) bytes += aligned(static_cast<size_t>(s.numel()) * 4);  // ≥ any dtype
+    return bytes;
+  }
+  // The rows laid out after the attention's workspace.
+  std::vector<Tensor> carve_rows(const Tensor& ws, const Tensor& qkv) const {
+    const size_t skip = aligned(attention_bytes_);
+    VISION_CHECK(ws.defined() && ws.nbytes() >= skip + rows_bytes(qkv.shape()),
+                 "psa_attention: the workspace ({} bytes) is smaller than the {} its rows need",
+                 ws.defined() ? ws.nbytes() : 0, skip + rows_bytes(qkv.shape()));
+    auto* p = static_cast<std::byte*>(ws.raw()) + skip;
+    std::vector<Tensor> rows;
+    for (const Shape& s : row_shapes(qkv.shape())) {
+      rows.push_back(Tensor::view(p, s, format().dtype, ws.device()));
+      p += aligned(static_cast<size_t>(s.numel()) * 4);
+    }
+    return rows;
+  }
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> split_rows(const std::vector<Tensor>& rows) const {
+    const auto n_packed = static_cast<std::ptrdiff_t>(2 + config_.v_parts());
+    return {std::vector<Tensor>(rows.begin(), rows.begin() + n_packed),
+            std::vector<Tensor>(rows.begin() + n_packed, rows.end())};
+  }
+  // The attention's part of the workspace: its front, as much as it asked for when the plan was built.
+  Tensor attention_workspace(const Tensor& ws) const {
+    if (!ws.defined() || attention_bytes_ == 0) return Tensor();
+    return Tensor::view(ws.raw(), Shape{static_cast<int64_t>(attention_bytes_)}, DType::u8, ws.device());
+  }
+
+  PsaConfig config_;
+  std::shared_ptr<const PsaCopies> copies_;
+  std::unique_ptr<graph::RuntimeOp> pack_, attention_, merge_;
+  float scale_;
+  // What the attention asked for in workspace_bytes() (which the plan calls once, before any run; const there).
+  mutable size_t attention_bytes_ = 0;
+};
+
 }  // namespace
 
 FlashAttn2PsaOp::FlashAttn2PsaOp(PsaConfig config) : config_(config) { check_psa_config(config_, "flash_attention2_psa"); }
@@ -154,6 +291,28 @@ std::vector<DType> FlashAttn2PsaOp::infer_output_dtypes(const std::vector<DType>
 
 std::unique_ptr<graph::RuntimeOp> FlashAttn2PsaOp::lower(graph::Backend backend, graph::Mode mode) const {
   return std::make_unique<FlashAttn2PsaRuntime>(config_, FlashAttention2Op(scale()).lower(backend, mode), mode);
+}
+
+PsaAttentionOp::PsaAttentionOp(PsaConfig config, int64_t height, int64_t width)
+    : config_(config), height_(height), width_(width) {
+  check_psa_config(config_, "psa_attention");
+  VISION_CHECK(height > 0 && width > 0, "psa_attention: the image size must be positive, got {}×{}", height, width);
+}
+
+Shape PsaAttentionOp::infer_output_shape(const std::vector<Shape>& in) const {
+  VISION_CHECK(in.size() == 1 && in[0].rank() == 4 && in[0][2] == height_ && in[0][3] == width_,
+               "psa_attention takes one qkv tensor [B, {}, {}, {}], got {}", config_.qkv_channels(), height_, width_,
+               in.empty() ? std::string("none") : in[0].str());
+  return PsaExtractVOp(config_).infer_output_shape(in);  // checks the channels; V's shape is the image's
+}
+
+std::unique_ptr<graph::RuntimeOp> PsaAttentionOp::lower(graph::Backend backend, graph::Mode mode) const {
+  return std::make_unique<PsaAttentionRuntime>(config_, height_, width_, backend, mode);
+}
+
+graph::SymTensor psa_attention(graph::SymTensor qkv, const PsaConfig& config, int64_t height, int64_t width,
+                               const std::string& name) {
+  return ops::record<PsaAttentionOp>({qkv}, name, config, height, width);
 }
 
 std::vector<graph::SymTensor> flash_attention2_psa(const std::vector<graph::SymTensor>& packed, const PsaConfig& config,

@@ -5,6 +5,7 @@
 #include "vision/core/error.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/kernel_info_cuda.h"
+#include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
 
 namespace vision::models::yolo::kernels::attention {
 namespace {
@@ -36,7 +37,36 @@ cuda::KernelSpec psa_spec(const char* name, core::DType dtype, const char* const
   return s;
 }
 
+// The FlashAttention-2 wgmma forward instance the direct PSA attention shares its tiles and shared memory with.
+FlashAttention2Instance direct_instance(core::DType dtype, int key_dim) {
+  return flash_attention2_instance(FlashAttention2Kernel::forward_sm90, dtype, key_dim, 2 * key_dim);
+}
+
+bool direct_exists(core::DType dtype, int64_t key_dim) {
+  return (key_dim == 16 || key_dim == 32 || key_dim == 64) &&
+         flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, dtype, static_cast<int>(key_dim),
+                                        static_cast<int>(2 * key_dim));
+}
+
+cuda::KernelSpec direct_spec(core::DType dtype, int key_dim) {
+  VISION_CHECK(direct_exists(dtype, key_dim), "psa_attention_forward_sm90: no kernel for {} with key_dim {} (f16 or "
+               "bf16, key_dim 16, 32 or 64)", core::dtype_name(dtype), key_dim);
+  const FlashAttention2Instance in = direct_instance(dtype, key_dim);
+  cuda::KernelSpec s;
+  s.name = "psa_attention_forward_sm90";
+  s.file = "vision/models/yolo/kernels/attention/flash_attn2_sm90.cuh";
+  s.dtype = dtype;
+  s.constants = {{"kd", key_dim}, {"bn", in.tiles.block_n}, {"wg", in.tiles.warps / 4}};
+  s.id_constants = 1;
+  s.params = "const {T}*, {T}*, int, int, float";
+  s.scope = kScope;
+  return s;
+}
+
 void register_psa_kernels(cuda::KernelRegistry& r) {
+  for (core::DType t : {core::DType::f16, core::DType::bf16})
+    for (int kd : {16, 32, 64})
+      if (direct_exists(t, kd)) r.add<PsaAttentionForwardSm90>(t, kd);
   for (core::DType t : {core::DType::f32, core::DType::f16, core::DType::bf16})
     for (core::Layout l : {core::Layout::nchw, core::Layout::nhwc}) {
       for (int w : {16, 32, 64}) {
@@ -79,6 +109,31 @@ PsaExtractVForward::PsaExtractVForward(core::DType t, int key_dim, core::Layout 
     : KernelDescriptor(psa_spec("psa_extract_v_forward", t, "kd", key_dim, l, kExtractParams)) {}
 PsaExtractVBackward::PsaExtractVBackward(core::DType t, int key_dim, core::Layout l)
     : KernelDescriptor(psa_spec("psa_extract_v_backward", t, "kd", key_dim, l, kExtractParams)) {}
+
+PsaAttentionForwardSm90::PsaAttentionForwardSm90(core::DType t, int key_dim) : KernelDescriptor(direct_spec(t, key_dim)) {}
+
+bool psa_attention_direct_usable(core::DType dtype, int64_t key_dim) {
+  return direct_exists(dtype, key_dim) &&
+         flash_attention2_sm90_usable(dtype, static_cast<int>(key_dim), static_cast<int>(2 * key_dim));
+}
+
+void launch_psa_attention_direct(cudaStream_t stream, core::DType dtype, const void* qkv, void* image, int64_t batch,
+                                 int64_t n, int64_t key_dim, int64_t heads, float scale) {
+  VISION_CHECK(psa_attention_direct_usable(dtype, key_dim), "psa_attention_forward_sm90: needs an sm_90a GPU, f16 or "
+               "bf16 and key_dim 16, 32 or 64 (got {}, key_dim {})", core::dtype_name(dtype), key_dim);
+  VISION_CHECK(scale > 0, "psa_attention_forward_sm90: the softmax scale must be positive (got {})", scale);
+  VISION_CHECK(n <= INT32_MAX && heads <= INT32_MAX, "psa_attention_forward_sm90: n = {} or heads = {} too large", n,
+               heads);
+  VISION_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(image) % 16 == 0,
+               "psa_attention_forward_sm90: qkv and the image must be 16-byte aligned");
+  if (batch == 0 || n == 0) return;
+  const auto& kernel = cuda::kernel_instance<PsaAttentionForwardSm90>(dtype, static_cast<int>(key_dim));
+  const FlashAttention2Instance in = direct_instance(dtype, static_cast<int>(key_dim));
+  const FlashAttention2Launch l = flash_attention2_launch(
+      FlashAttention2Kernel::forward_sm90, dtype, AttentionSizes{batch * heads, n, n, key_dim, 2 * key_dim}, in.tiles);
+  kernel.launch(stream, dim3(l.grid[0], l.grid[1], l.grid[2]), dim3(l.threads), l.smem_bytes, qkv, image,
+                static_cast<int32_t>(n), static_cast<int32_t>(heads), scale);
+}
 
 void launch_psa_channels_to_rows(cudaStream_t stream, core::DType dtype, const void* channels, void* rows,
                                  const PsaRowsBlock& block) {
@@ -136,6 +191,13 @@ class CudaCopies final : public PsaCopies {
     check(image, qkv.numel() / 2, qkv.dtype(), "the V image");
     VISION_CHECK(qkv.layout() == image.layout(), "psa_extract_v (CUDA): qkv is {}, the image {}", qkv.str(),
                  image.str());
+    if (qkv.layout() == core::Layout::nhwc) {
+      // Per pixel and head a run of 2·key_dim V channels: one pitched copy (the backend's vectorised copy kernel).
+      const size_t e = core::dtype_size(qkv.dtype()), run = static_cast<size_t>(2 * c.key_dim) * e;
+      b.copy_2d(image.raw(), run, static_cast<const std::byte*>(qkv.raw()) + run, 2 * run, run,
+                static_cast<size_t>(qkv.dim(0) * qkv.dim(2) * qkv.dim(3) * c.heads));
+      return;
+    }
     launch_psa_extract_v(stream(b), qkv.dtype(), qkv.layout(), qkv.raw(), image.raw(), qkv.dim(0), c.key_dim, c.heads,
                          qkv.dim(2) * qkv.dim(3));
   }
@@ -149,6 +211,23 @@ class CudaCopies final : public PsaCopies {
                                   grad_qkv.dim(0), c.key_dim, c.heads, grad_qkv.dim(2) * grad_qkv.dim(3));
   }
   bool supports(const graph::Format& f) const override { return core::is_floating(f.dtype); }
+  bool has_direct_attention(const graph::Format& f, const PsaConfig& c) const override {
+    return f.layout == core::Layout::nhwc && psa_attention_direct_usable(f.dtype, c.key_dim);
+  }
+  void direct_attention(graph::BackendContext& b, const Tensor& qkv, const PsaConfig& c, float scale,
+                        const Tensor& image) const override {
+    check(qkv, qkv.numel(), qkv.dtype(), "qkv");
+    check(image, qkv.numel() / 2, qkv.dtype(), "the attention image");
+    VISION_CHECK(qkv.layout() == core::Layout::nhwc && image.layout() == core::Layout::nhwc,
+                 "psa_attention (CUDA): the direct path takes NHWC qkv and image, got {} and {}", qkv.str(),
+                 image.str());
+    launch_psa_attention_direct(stream(b), qkv.dtype(), qkv.raw(), image.raw(), qkv.dim(0), qkv.dim(2) * qkv.dim(3),
+                                c.key_dim, c.heads, scale);
+  }
+  std::vector<graph::KernelInfo> direct_attention_kernels(const PsaConfig& c, const graph::Format& f) const override {
+    if (!direct_exists(f.dtype, c.key_dim)) return {};
+    return {graph::kernel_info(cuda::kernel_instance<PsaAttentionForwardSm90>(f.dtype, static_cast<int>(c.key_dim)))};
+  }
   std::vector<graph::KernelInfo> kernels(PsaOpKind op, const PsaConfig& c, const graph::Format& f) const override {
     std::vector<graph::KernelInfo> out;
     for (const cuda::Kernel* k : psa_kernels(op, c, f)) out.push_back(graph::kernel_info(*k));

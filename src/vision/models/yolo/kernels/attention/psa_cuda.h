@@ -38,6 +38,20 @@ struct PsaExtractVBackward
   PsaExtractVBackward(core::DType dtype, int key_dim, core::Layout layout);
 };
 
+// PSA's one-pass attention straight from the NHWC qkv tensor to the merged NHWC image on Hopper (sm_90a; f16, bf16;
+// key_dim 16, 32 or 64): FlashAttention-2's wgmma forward reading Q, K, V rows 4·key_dim·heads apart
+// (psa_attention_forward_sm90 in flash_attn2_sm90.cuh). Id psa_attention_forward_sm90__f16__kd32 (the tile
+// constants follow flash_attention2_forward_sm90's for d = key_dim, d_v = 2·key_dim).
+struct PsaAttentionForwardSm90
+    : cuda::KernelDescriptor<const void* /*qkv*/, void* /*image*/, int32_t /*n*/, int32_t /*heads*/, float /*scale*/> {
+  PsaAttentionForwardSm90(core::DType dtype, int key_dim);
+};
+// Whether this GPU and build run it for (dtype, key_dim).
+bool psa_attention_direct_usable(core::DType dtype, int64_t key_dim);
+// qkv [batch, n, 4·key_dim·heads] → image [batch, n, 2·key_dim·heads] (NHWC, dtype), softmax scale > 0.
+void launch_psa_attention_direct(cudaStream_t stream, core::DType dtype, const void* qkv, void* image, int64_t batch,
+                                 int64_t n, int64_t key_dim, int64_t heads, float scale);
+
 // Launch helpers on stream; device memory of dtype (f32, f16, bf16); block.width and key_dim powers of two ≤ 128.
 // channels is [block.batch, block.channels, block.n] (NCHW) or [block.batch, block.n, block.channels] (NHWC, per
 // block.layout), rows [block.batch·block.heads, block.n, block.width].
