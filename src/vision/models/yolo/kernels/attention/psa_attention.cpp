@@ -136,13 +136,13 @@ class PsaAttentionRuntime final : public graph::RuntimeOp {
   std::string name() const override { return "yolo.psa_attention"; }
   int n_activation_inputs() const override { return 1; }
   bool supports(const graph::Format& f) const override {
-    return pack_->supports(f) && attention_->supports(f) && merge_->supports(f);
+    return pack_->supports(f) && attention_->supports(rows_format(f)) && merge_->supports(f);
   }
   bool has_backward() const override { return true; }
   std::vector<graph::KernelInfo> kernels() const override {
     std::vector<graph::KernelInfo> out = copies_->direct_attention_kernels(config_, format());
     if (direct()) return out;
-    for (graph::RuntimeOp* op : {&inner(*pack_), &inner(*attention_), &inner(*merge_)}) {
+    for (graph::RuntimeOp* op : {&inner(*pack_), &attention(), &inner(*merge_)}) {
       const auto k = op->kernels();
       out.insert(out.end(), k.begin(), k.end());
     }
@@ -153,7 +153,7 @@ class PsaAttentionRuntime final : public graph::RuntimeOp {
   std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape& out) const override {
     std::vector<graph::TensorSpec> specs;
     for (const Shape& s : row_shapes(in.at(0))) specs.push_back({s, format().dtype});
-    const auto a = inner(*attention_).saved_specs(packed_shapes(in.at(0)), out);
+    const auto a = attention().saved_specs(packed_shapes(in.at(0)), out);
     specs.insert(specs.end(), a.begin(), a.end());
     return specs;
   }
@@ -161,7 +161,7 @@ class PsaAttentionRuntime final : public graph::RuntimeOp {
   // rows' gradients.
   size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape& out) const override {
     if (plan.mode == graph::Mode::inference && direct()) return 0;
-    attention_bytes_ = inner(*attention_).workspace_bytes(plan, packed_shapes(in.at(0)), out);
+    attention_bytes_ = attention().workspace_bytes(plan, packed_shapes(in.at(0)), out);
     return aligned(attention_bytes_) + rows_bytes(in.at(0));
   }
 
@@ -180,7 +180,7 @@ class PsaAttentionRuntime final : public graph::RuntimeOp {
     f.inputs = packed, f.outputs = attended, f.output = attended[0], f.workspace = attention_workspace(ctx.workspace);
     if (ctx.training)
       f.saved.assign(ctx.saved.begin() + static_cast<std::ptrdiff_t>(n_rows), ctx.saved.end());
-    inner(*attention_).forward(f);
+    attention().forward(f);
     f.inputs = attended, f.outputs = {ctx.output}, f.output = ctx.output, f.saved.clear(), f.workspace = Tensor();
     inner(*merge_).forward(f);
   }
@@ -199,7 +199,7 @@ class PsaAttentionRuntime final : public graph::RuntimeOp {
     b.inputs = packed, b.outputs = attended, b.output = attended[0], b.grad_outputs = d_attended,
     b.grad_output = d_attended[0], b.grad_inputs = d_packed, b.workspace = attention_workspace(ctx.workspace);
     b.saved.assign(ctx.saved.begin() + static_cast<std::ptrdiff_t>(n_rows), ctx.saved.end());
-    inner(*attention_).backward(b);
+    attention().backward(b);
     b.inputs = {qkv}, b.outputs = packed, b.output = packed[0], b.grad_outputs = d_packed,
     b.grad_output = d_packed[0], b.grad_inputs = ctx.grad_inputs, b.saved.clear(), b.workspace = Tensor();
     inner(*pack_).backward(b);
@@ -210,6 +210,12 @@ class PsaAttentionRuntime final : public graph::RuntimeOp {
   graph::RuntimeOp& inner(graph::RuntimeOp& op) const {
     op.set_format(format());
     return op;
+  }
+  // The attention sees rows, no rank-4 tensor: it is asked in NCHW, as a plan would ask it.
+  static graph::Format rows_format(const graph::Format& f) { return {f.dtype, core::Layout::nchw}; }
+  graph::RuntimeOp& attention() const {
+    attention_->set_format(rows_format(format()));
+    return *attention_;
   }
   // Pack's outputs (Q, K, V parts) then the attention's (O parts), for qkv's shape.
   std::vector<Shape> packed_shapes(const Shape& qkv) const {
