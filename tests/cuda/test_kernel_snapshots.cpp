@@ -77,6 +77,7 @@ const std::vector<std::string> kSnapshotIds = {
     "psa_extract_v_forward__f16__kd32_nhwc1",
     "psa_attention_forward_sm90__f16__kd32",  // FlashAttention-2's wgmma forward reading NHWC qkv directly
     "copy_rows__u8__vec16",                   // concat / split in NHWC
+    "depthwise_conv2d_nhwc__f16__k3_s1_silu0_vec8",
     "psa_extract_v_backward__f32__kd32_nhwc0",
     // YOLO26's postprocess (postprocess.cuh): the end-to-end selection (radix select, bitonic sort) and the NMS
     // suppression, the two kernels that hold each op's logic.

@@ -13,6 +13,7 @@
 #include "vision/ops/cuda/factories.h"
 #include "vision/ops/kernels/batchnorm_cuda.h"
 #include "vision/ops/kernels/bias_cuda.h"
+#include "vision/ops/kernels/depthwise_cuda.h"
 #include "vision/ops/kernels/elementwise_cuda.h"
 #include "vision/ops/kernels/maxpool_cuda.h"
 #include "vision/ops/kernels/permute_cuda.h"
@@ -216,11 +217,18 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
     return specs;
   }
   size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape&) const override {
+    if (depthwise()) return 0;
     return convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic, format()).workspace_bytes();
   }
   std::vector<KernelInfo> kernels() const override {
     std::vector<const cuda::Kernel*> launched;
     if (f_.batchnorm) launched.push_back(kernel_of<kernels::BatchNormFold>(DType::f32));
+    if (depthwise()) {
+      launched.push_back(kernel_of<kernels::DepthwiseConv2dNhwc>(dtype(), static_cast<int>(a_.kernel),
+                                                                 static_cast<int>(a_.stride), f_.silu,
+                                                                 kernels::depthwise_vec(dtype(), a_.in_channels)));
+      return infos(launched);
+    }
     for (const cuda::Kernel* k : epilogue_kernels(format(), f_.batchnorm || a_.bias, f_.silu)) launched.push_back(k);
     return infos(launched);
   }
@@ -256,6 +264,13 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
   }
   void forward(ForwardCtx& ctx) override {
     expect_format(ctx.inputs[0], "input");
+    if (depthwise()) {  // our kernel, from the folded f32 weight and bias
+      check_derived(ctx, "forward (run refresh first)");
+      return kernels::launch_depthwise_conv2d_nhwc(
+          stream_of(ctx.backend), dtype(), ctx.inputs[0].shape(), ctx.inputs[0].raw(),
+          static_cast<const float*>(ctx.derived[0].raw()), static_cast<const float*>(ctx.derived[1].raw()),
+          ctx.output.shape(), ctx.output.raw(), a_.kernel, a_.stride, a_.pad(), f_.silu);
+    }
     const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, format());
     const void* w = ctx.params[0].raw();
     const void* b = a_.bias ? ctx.params[1].raw() : nullptr;
@@ -273,8 +288,14 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
     a.bias = true;
     return a;
   }
-  bool weight_copy() const { return format() != Format{}; }
-  bool bias_copy() const { return dtype() != DType::f32; }
+  // A depthwise convolution with BatchNorm in NHWC runs on our kernel (depthwise.cuh), which reads the folded weight
+  // and bias in f32: cuDNN's grouped convolutions are slow in NHWC. Everything else goes to cuDNN.
+  bool depthwise() const {
+    return f_.batchnorm && layout() == Layout::nhwc && a_.groups == a_.in_channels && a_.out_channels == a_.in_channels &&
+           a_.dilation == 1 && kernels::depthwise_conv2d_supported(a_.kernel, a_.stride);
+  }
+  bool weight_copy() const { return format() != Format{} && !depthwise(); }
+  bool bias_copy() const { return dtype() != DType::f32 && !depthwise(); }
   void check_derived(const ForwardCtx& ctx, const char* when) const {
     const size_t want = 2 + (weight_copy() ? 1 : 0) + (bias_copy() ? 1 : 0);
     VISION_CHECK(ctx.derived.size() == want,
