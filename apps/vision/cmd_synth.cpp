@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "commands.h"
-#include "vision/data/synth.h"
+#include "vision/data/synth/shapes.h"
 
 namespace vision::cli {
 

@@ -1,4 +1,4 @@
-#include "vision/data/synth.h"
+#include "vision/data/synth/shapes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +19,8 @@ namespace {
 struct Vec {
   double x = 0, y = 0;
 };
+
+double square(double x) { return x * x; }
 
 // A convex polygon as half-planes n·p ≥ offset (n a unit inward normal). A pixel (a unit square) is wholly inside a
 // half-plane when n·centre − offset ≥ reach and wholly outside when ≤ −reach, reach = (|n.x| + |n.y|) / 2.
@@ -49,7 +51,7 @@ Polygon make_polygon(std::vector<Vec> vertices) {
   const double inward = area2 > 0 ? 1.0 : -1.0;  // left of each edge when the vertices turn positively
   for (size_t i = 0; i < n; ++i) {
     const Vec a = vertices[i], b = vertices[(i + 1) % n];
-    const double len = std::hypot(b.x - a.x, b.y - a.y);
+    const double len = std::sqrt(square(b.x - a.x) + square(b.y - a.y));
     const double nx = -(b.y - a.y) / len * inward, ny = (b.x - a.x) / len * inward;
     p.edges.push_back({nx, ny, nx * a.x + ny * a.y, (std::abs(nx) + std::abs(ny)) / 2});
   }
@@ -144,14 +146,15 @@ float pixel_coverage(const Geometry& g, double px, double py) {
   const double cx = px + 0.5, cy = py + 0.5;
   if (g.round) {
     constexpr double kHalfDiagonal = std::numbers::sqrt2 / 2;
-    const double r = std::hypot(cx - g.centre.x, cy - g.centre.y);
+    const double r = std::sqrt(square(cx - g.centre.x) + square(cy - g.centre.y));
     if (r - g.outer >= kHalfDiagonal || (g.inner > 0 && g.inner - r >= kHalfDiagonal)) return 0.0f;
     if (g.outer - r >= kHalfDiagonal && (g.inner == 0 || r - g.inner >= kHalfDiagonal)) return 1.0f;
+    const double outer2 = square(g.outer), inner2 = square(g.inner);
     int hits = 0;
     for (int i = 0; i < n; ++i) {
       for (int j = 0; j < n; ++j) {
-        const double d = std::hypot(px + (j + 0.5) / n - g.centre.x, py + (i + 0.5) / n - g.centre.y);
-        hits += d <= g.outer && d >= g.inner;
+        const double d2 = square(px + (j + 0.5) / n - g.centre.x) + square(py + (i + 0.5) / n - g.centre.y);
+        hits += d2 <= outer2 && d2 >= inner2;
       }
     }
     return static_cast<float>(hits) / (n * n);
