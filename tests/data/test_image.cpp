@@ -150,7 +150,7 @@ TEST(ImagePng, EncodeDecodeRoundTripIsExact) {
 // The RGB value the reader must give for pixel i of a PNG spec, as YOLO26.md says OpenCV reads it in colour mode.
 std::array<uint8_t, 3> expected_rgb(const PngSpec& s, size_t i) {
   auto to8 = [&](uint16_t v) -> uint8_t {
-    if (s.depth == 16) return static_cast<uint8_t>(v >> 8);  // the high byte, not rounded
+    if (s.depth == 16) return static_cast<uint8_t>(v >> 8);        // the high byte, not rounded
     return static_cast<uint8_t>(v * 255 / ((1u << s.depth) - 1));  // 1/2/4-bit grey scaled to 0–255
   };
   switch (s.colour_type) {
@@ -246,11 +246,11 @@ Bytes tiff_with_orientation(int orientation, bool little) {
   };
   auto u32 = [&](uint32_t v) { little ? (u16(v & 0xFFFF), u16(v >> 16)) : (u16(v >> 16), u16(v & 0xFFFF)); };
   t.insert(t.end(), little ? std::initializer_list<uint8_t>{'I', 'I'} : std::initializer_list<uint8_t>{'M', 'M'});
-  u16(42), u32(8);           // header, IFD 0 at 8
-  u16(2);                    // two entries: a width tag first, then the orientation
+  u16(42), u32(8);  // header, IFD 0 at 8
+  u16(2);           // two entries: a width tag first, then the orientation
   u16(0x0100), u16(3), u32(1), u16(640), u16(0);
   u16(0x0112), u16(3), u32(1), u16(static_cast<uint32_t>(orientation)), u16(0);
-  u32(0);                    // no next IFD
+  u32(0);  // no next IFD
   return t;
 }
 
@@ -375,6 +375,20 @@ TEST(ImageErrors, TruncatedFilesNameTheFile) {
                       "truncated PNG", "half a PNG");
 }
 
+TEST(ImageErrors, StrayBytesBeforeTheEndOfAJpegAreHarmless) {
+  // Some cameras pad the entropy-coded data before the end-of-image marker: libjpeg warns, the image is whole.
+  const Bytes jpeg = encode_jpeg(smooth_image(40, 24));
+  ASSERT_EQ(jpeg[jpeg.size() - 2], 0xFF);
+  ASSERT_EQ(jpeg[jpeg.size() - 1], 0xD9);
+  Bytes padded(jpeg.begin(), jpeg.end() - 2);
+  padded.insert(padded.end(), {0x00, 0x11, 0x22, 0xFF, 0xD9});
+  EXPECT_EQ(decode(padded, "padded.jpg"), decode(jpeg, "plain.jpg"));
+  // The same bytes anywhere else in the data are corruption.
+  Bytes inside = jpeg;
+  inside.insert(inside.end() - 40, {0xFF, 0xD8, 0x00, 0x11});
+  expect_error_naming(inside, "inside.jpg", "corrupt JPEG", "bytes in the data");
+}
+
 TEST(ImageErrors, CorruptFilesNeverCrash) {
   const Bytes png = encode_png(random_image(24, 16));
   // Every byte of a PNG's chunks is under a CRC: any change is an error.
@@ -389,7 +403,8 @@ TEST(ImageErrors, CorruptFilesNeverCrash) {
   const Bytes jpeg = encode_jpeg(smooth_image(24, 16));
   for (int trial = 0; trial < 300; ++trial) {
     Bytes bad = jpeg;
-    for (int k = 0; k < 1 + trial % 4; ++k) bad[2 + test::rng()() % (bad.size() - 2)] ^= uint8_t(1 + test::rng()() % 255);
+    for (int k = 0; k < 1 + trial % 4; ++k)
+      bad[2 + test::rng()() % (bad.size() - 2)] ^= uint8_t(1 + test::rng()() % 255);
     try {
       const Image im = decode_image(bad, "bad.jpg");
       EXPECT_EQ(im.pixels.size(), static_cast<size_t>(im.width * im.height * 3));
@@ -521,8 +536,7 @@ TEST(ImageTensor, NormalisedNchwAndNhwc) {
           EXPECT_EQ(nchw.data<float>()[((n * 3 + c) * 3 + y) * 5 + x], want);
           EXPECT_EQ(nhwc.data<float>()[((n * 3 + y) * 5 + x) * 3 + c], want);
         }
-  EXPECT_NE(error_of([&] { write_normalized(random_image(4, 3), nchw, 0); }).find("does not fit"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { write_normalized(random_image(4, 3), nchw, 0); }).find("does not fit"), std::string::npos);
   EXPECT_NE(error_of([&] { write_normalized(images[0], nchw, 2); }).find("outside"), std::string::npos);
 }
 

@@ -53,8 +53,7 @@ TEST(LetterboxGeometry, MinimalStrideAlignedPadding) {
   expect_transform(letterbox_transform(333, 500, 640, 640, true, 32), {640, 426, 640, 448, 0, 11}, "333x500");
   // 500×333 with stride 64: width 426, dw = 214 mod 64 = 22 → 448 wide, 11 left.
   expect_transform(letterbox_transform(500, 333, 640, 640, true, 64), {426, 640, 448, 640, 11, 0}, "500x333/64");
-  EXPECT_NE(error_of([] { (void)letterbox_transform(10, 10, 640, 640, true, -1); }).find("stride"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { (void)letterbox_transform(10, 10, 640, 640, true, -1); }).find("stride"), std::string::npos);
 }
 
 TEST(LetterboxGeometry, BatchRuleOfPredict) {

@@ -134,18 +134,28 @@ class TurboJpeg {
 
 Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name) {
   constexpr auto kind = TurboJpeg::Kind::decompress;
-  tjhandle tj = TurboJpeg::get(kind);
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
-  if (tjDecompressHeader3(tj, bytes.data(), bytes.size(), &width, &height, &subsampling, &colorspace) != 0)
+  if (tjDecompressHeader3(TurboJpeg::get(kind), bytes.data(), bytes.size(), &width, &height, &subsampling,
+                          &colorspace) != 0)
     unreadable(name, "truncated or corrupt JPEG header ({})", TurboJpeg::take_error(kind));
   if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
     unreadable(name, "a CMYK JPEG, which is not supported; convert it to RGB");
   check_pixel_count(name, width, height);
   Image image(width, height, 3);
   // Warnings (a premature end of the data, corrupt entropy-coded data) stop decoding: the image would be partly grey.
-  if (tjDecompress2(tj, bytes.data(), bytes.size(), image.pixels.data(), width, 0, height, TJPF_RGB,
-                    TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0)
-    unreadable(name, "truncated or corrupt JPEG data ({})", TurboJpeg::take_error(kind));
+  // All but one: stray bytes right before the end-of-image marker, after all of the image data (some cameras write
+  // them). Such a file is decoded again without stopping: that warning comes first again, and nothing follows it.
+  auto decompress = [&](int flags) {
+    return tjDecompress2(TurboJpeg::get(kind), bytes.data(), bytes.size(), image.pixels.data(), width, 0, height,
+                         TJPF_RGB, flags | TJFLAG_LIMITSCANS) == 0;
+  };
+  if (!decompress(TJFLAG_STOPONWARNING)) {
+    const std::string problem = TurboJpeg::take_error(kind);
+    if (problem.find("extraneous bytes before marker 0xd9") == std::string::npos)
+      unreadable(name, "truncated or corrupt JPEG data ({})", problem);
+    if (!decompress(0) && tjGetErrorCode(TurboJpeg::get(kind)) != TJERR_WARNING)
+      unreadable(name, "corrupt JPEG data ({})", TurboJpeg::take_error(kind));
+  }
   return apply_exif_orientation(image, jpeg_orientation(bytes));
 }
 
@@ -190,8 +200,8 @@ Image decode_png(std::span<const uint8_t> bytes, const std::string& name) {
 // What a file that is neither JPEG nor PNG looks like, for the error.
 std::string describe_other_format(std::span<const uint8_t> b) {
   auto starts = [&](std::string_view magic, size_t at = 0) {
-    return b.size() >= at + magic.size() && std::equal(magic.begin(), magic.end(), b.begin() + at,
-                                                       [](char m, uint8_t c) { return uint8_t(m) == c; });
+    return b.size() >= at + magic.size() &&
+           std::equal(magic.begin(), magic.end(), b.begin() + at, [](char m, uint8_t c) { return uint8_t(m) == c; });
   };
   if (starts("BM")) return "a BMP image";
   if (starts("GIF8")) return "a GIF image";
@@ -283,7 +293,9 @@ std::vector<uint8_t> encode_jpeg(const Image& image, const JpegOptions& options)
   unsigned long size = 0;
   const int status = tjCompress2(tj, image.pixels.data(), static_cast<int>(image.width), 0,
                                  static_cast<int>(image.height), grey ? TJPF_GRAY : TJPF_RGB, &buffer, &size,
-                                 grey ? TJSAMP_GRAY : options.subsample_chroma ? TJSAMP_420 : TJSAMP_444,
+                                 grey                       ? TJSAMP_GRAY
+                                 : options.subsample_chroma ? TJSAMP_420
+                                                            : TJSAMP_444,
                                  options.quality, 0);
   std::unique_ptr<unsigned char, decltype(&tjFree)> owned(buffer, tjFree);
   if (status != 0) fail("encode JPEG: {}", TurboJpeg::take_error(kind));
@@ -303,8 +315,7 @@ std::vector<uint8_t> encode_png(const Image& image) {
   ihdr.color_type = image.channels == 1 ? SPNG_COLOR_TYPE_GRAYSCALE : SPNG_COLOR_TYPE_TRUECOLOR;
   int status = spng_set_ihdr(ctx.get(), &ihdr);
   if (status == SPNG_OK)
-    status = spng_encode_image(ctx.get(), image.pixels.data(), image.pixels.size(), SPNG_FMT_PNG,
-                               SPNG_ENCODE_FINALIZE);
+    status = spng_encode_image(ctx.get(), image.pixels.data(), image.pixels.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
   VISION_CHECK(status == SPNG_OK, "encode PNG: {}", spng_strerror(status));
   size_t size = 0;
   std::unique_ptr<void, decltype(&std::free)> buffer(spng_get_png_buffer(ctx.get(), &size, &status), std::free);
@@ -354,7 +365,7 @@ Taps bilinear_taps(int64_t src, int64_t dst) {
     const double pos = (static_cast<double>(i) + 0.5) * scale - 0.5;
     int64_t lo = static_cast<int64_t>(std::floor(pos));
     double frac = pos - static_cast<double>(lo);
-    if (lo < 0) lo = 0, frac = 0;  // before the first centre: the edge pixel
+    if (lo < 0) lo = 0, frac = 0;               // before the first centre: the edge pixel
     if (lo >= src - 1) lo = src - 1, frac = 0;  // past the last centre: the edge pixel
     const auto k = static_cast<size_t>(i);
     t.first[k] = lo;
@@ -367,8 +378,8 @@ Taps bilinear_taps(int64_t src, int64_t dst) {
 }  // namespace
 
 Image resize_bilinear(const Image& image, int64_t width, int64_t height) {
-  VISION_CHECK(width > 0 && height > 0 && !image.empty(), "resize: cannot resize a {}×{} image to {}×{}",
-               image.width, image.height, width, height);
+  VISION_CHECK(width > 0 && height > 0 && !image.empty(), "resize: cannot resize a {}×{} image to {}×{}", image.width,
+               image.height, width, height);
   if (width == image.width && height == image.height) return image;
   const int64_t c = image.channels;
   const Taps tx = bilinear_taps(image.width, width), ty = bilinear_taps(image.height, height);

@@ -56,7 +56,7 @@ Image apply_exif_orientation(const Image& image, int orientation);
 // Encoding (1- or 3-channel images)
 
 struct JpegOptions {
-  int quality = 95;             // 1–100
+  int quality = 95;              // 1–100
   bool subsample_chroma = true;  // 4:2:0 (what cameras and OpenCV write); false: 4:4:4
 };
 std::vector<uint8_t> encode_jpeg(const Image& image, const JpegOptions& options = {});

@@ -16,11 +16,11 @@ std::array<float, 4> LetterboxTransform::to_original(const std::array<float, 4>&
           map(b[3], pad_y, scale, orig_h)};
 }
 
-LetterboxTransform letterbox_transform(int64_t orig_h, int64_t orig_w, int64_t target_h, int64_t target_w,
-                                       bool scaleup, int64_t stride) {
+LetterboxTransform letterbox_transform(int64_t orig_h, int64_t orig_w, int64_t target_h, int64_t target_w, bool scaleup,
+                                       int64_t stride) {
   VISION_CHECK(orig_h > 0 && orig_w > 0 && target_h > 0 && target_w > 0,
-               "letterbox: image sizes must be positive, got an original of {}×{} and an input of {}×{} (H×W)",
-               orig_h, orig_w, target_h, target_w);
+               "letterbox: image sizes must be positive, got an original of {}×{} and an input of {}×{} (H×W)", orig_h,
+               orig_w, target_h, target_w);
   VISION_CHECK(stride >= 0, "letterbox: stride {} is negative; give 0 (pad to the target) or the model's stride",
                stride);
   double r = std::min(static_cast<double>(target_h) / static_cast<double>(orig_h),
@@ -48,24 +48,23 @@ std::vector<LetterboxTransform> letterbox_batch(std::span<const std::pair<int64_
   const bool same = std::all_of(sizes.begin(), sizes.end(), [&](const auto& s) { return s == sizes.front(); });
   std::vector<LetterboxTransform> out;
   out.reserve(sizes.size());
-  for (const auto& [h, w] : sizes) out.push_back(letterbox_transform(h, w, target_h, target_w, true, same ? stride : 0));
+  for (const auto& [h, w] : sizes)
+    out.push_back(letterbox_transform(h, w, target_h, target_w, true, same ? stride : 0));
   return out;
 }
 
 Image letterbox(const Image& image, const LetterboxTransform& t, uint8_t fill) {
-  VISION_CHECK(image.width == t.orig_w && image.height == t.orig_h && t.resized_w > 0 && t.resized_h > 0 &&
-                   t.pad_x >= 0 && t.pad_y >= 0 && t.pad_x + t.resized_w <= t.input_w &&
-                   t.pad_y + t.resized_h <= t.input_h,
-               "letterbox: the transform (for a {}×{} image, resized to {}×{} at ({}, {}) in {}×{}) does not fit a "
-               "{}×{} image; make it with letterbox_transform",
-               t.orig_w, t.orig_h, t.resized_w, t.resized_h, t.pad_x, t.pad_y, t.input_w, t.input_h, image.width,
-               image.height);
+  VISION_CHECK(
+      image.width == t.orig_w && image.height == t.orig_h && t.resized_w > 0 && t.resized_h > 0 && t.pad_x >= 0 &&
+          t.pad_y >= 0 && t.pad_x + t.resized_w <= t.input_w && t.pad_y + t.resized_h <= t.input_h,
+      "letterbox: the transform (for a {}×{} image, resized to {}×{} at ({}, {}) in {}×{}) does not fit a "
+      "{}×{} image; make it with letterbox_transform",
+      t.orig_w, t.orig_h, t.resized_w, t.resized_h, t.pad_x, t.pad_y, t.input_w, t.input_h, image.width, image.height);
   const Image resized = resize_bilinear(image, t.resized_w, t.resized_h);
   Image out(t.input_w, t.input_h, image.channels, fill);
   const auto left = static_cast<int64_t>(t.pad_x), top = static_cast<int64_t>(t.pad_y);
   const auto row_bytes = static_cast<size_t>(resized.width * resized.channels);
-  for (int64_t y = 0; y < resized.height; ++y)
-    std::copy_n(resized.row(y), row_bytes, out.at(left, top + y));
+  for (int64_t y = 0; y < resized.height; ++y) std::copy_n(resized.row(y), row_bytes, out.at(left, top + y));
   return out;
 }
 

@@ -33,7 +33,7 @@ class Random {
   // Uniform integer in [lo, hi] (inclusive), unbiased (rejection of the last partial range).
   int64_t integer(int64_t lo, int64_t hi) {
     const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
-    if (span == 0) return static_cast<int64_t>(engine_());  // the whole 64-bit range
+    if (span == 0) return static_cast<int64_t>(engine_());                   // the whole 64-bit range
     const uint64_t limit = ~uint64_t{0} - (~uint64_t{0} % span + 1) % span;  // largest multiple of span, minus 1
     uint64_t x = engine_();
     while (x > limit) x = engine_();

@@ -179,16 +179,16 @@ TEST(Synth, RotatedBoxesAreTightAndAreasExact) {
   // The rasterised area (the sum of the coverage) against each shape's exact area, at any rotation; and every box is
   // tight: the pixels next to each side of it are touched.
   const double star = 5 * 0.5 * 0.21 * std::sin(pi / 5);  // ten triangles centre–inner–outer
-  const std::map<ShapeClass, double> unit_area = {{ShapeClass::circle, pi / 4},
-                                                  {ShapeClass::square, 1.0},
-                                                  {ShapeClass::triangle, std::sqrt(3.0) / 4},
-                                                  {ShapeClass::star, star},
-                                                  {ShapeClass::cross, 5.0 / 9},
-                                                  {ShapeClass::ring, pi / 4 * (1 - 0.55 * 0.55)}};
+  const std::map<ShapeClass, double> unit_area = {
+      {ShapeClass::circle, pi / 4}, {ShapeClass::square, 1.0},    {ShapeClass::triangle, std::sqrt(3.0) / 4},
+      {ShapeClass::star, star},     {ShapeClass::cross, 5.0 / 9}, {ShapeClass::ring, pi / 4 * (1 - 0.55 * 0.55)}};
   Random rng(11);
   for (const auto& [shape, area] : unit_area) {
     for (int k = 0; k < 4; ++k) {
-      const Object o{.shape = shape, .cx = rng.uniform(80, 120), .cy = rng.uniform(80, 120), .size = s,
+      const Object o{.shape = shape,
+                     .cx = rng.uniform(80, 120),
+                     .cy = rng.uniform(80, 120),
+                     .size = s,
                      .angle = rng.uniform(0, 2 * pi)};
       const Coverage c = coverage(o);
       EXPECT_NEAR(c.total() / (area * s * s), 1.0, 0.01) << kClassNames[static_cast<size_t>(shape)] << " " << k;

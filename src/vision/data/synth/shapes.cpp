@@ -260,8 +260,7 @@ double visible_under(const Placed& below, const Coverage& above) {
   double sum = 0;
   const Coverage& c = below.cover;
   for (int64_t y = c.y0; y < c.y0 + c.height; ++y)
-    for (int64_t x = c.x0; x < c.x0 + c.width; ++x)
-      sum += below.visible[c.index(x, y)] * (1.0 - above.at(x, y));
+    for (int64_t x = c.x0; x < c.x0 + c.width; ++x) sum += below.visible[c.index(x, y)] * (1.0 - above.at(x, y));
   return sum;
 }
 

@@ -28,7 +28,8 @@
 namespace vision::data::synth {
 
 enum class ShapeClass : int { circle, square, triangle, star, cross, ring };
-inline constexpr std::array<std::string_view, 6> kClassNames = {"circle", "square", "triangle", "star", "cross", "ring"};
+inline constexpr std::array<std::string_view, 6> kClassNames = {"circle", "square", "triangle",
+                                                                "star",   "cross",  "ring"};
 
 inline constexpr int64_t kMinObjects = 1, kMaxObjects = 12;
 inline constexpr double kMinSize = 0.04, kMaxSize = 0.5;  // of the image side
@@ -85,10 +86,10 @@ Sample make_sample(uint64_t seed, int64_t imgsz);
 struct DatasetOptions {
   std::filesystem::path out;
   int64_t train = 0, val = 0;  // images per split
-  int64_t imgsz = 320;          // 32–4096
+  int64_t imgsz = 320;         // 32–4096
   uint64_t seed = 0;
-  std::string format = "jpg";   // "jpg" or "png"
-  bool overwrite = false;       // replace the images/, labels/ and data.yaml of an earlier run in `out`
+  std::string format = "jpg";  // "jpg" or "png"
+  bool overwrite = false;      // replace the images/, labels/ and data.yaml of an earlier run in `out`
 };
 struct DatasetSummary {
   int64_t images = 0, objects = 0;
