@@ -358,21 +358,19 @@ void expect_error_naming(const Bytes& bytes, const std::string& name, const std:
   EXPECT_NE(e.find(problem), std::string::npos) << what << ": " << e;
 }
 
+// Every proper prefix of a file fails with an error naming it; half of the file with `problem`.
+void expect_truncations_fail(const Bytes& file, const std::string& name, const std::string& problem) {
+  for (size_t n = 0; n < file.size(); ++n) {
+    const std::string e = error_of([&] { (void)decode_image({file.data(), n}, name); });
+    ASSERT_NE(e.find("cannot read image '" + name + "'"), std::string::npos) << n << " bytes: " << e;
+  }
+  expect_error_naming({file.begin(), file.begin() + static_cast<std::ptrdiff_t>(file.size() / 2)}, name, problem,
+                      "half the file");
+}
+
 TEST(ImageErrors, TruncatedFilesNameTheFile) {
-  const Bytes jpeg = encode_jpeg(smooth_image(24, 16));
-  for (size_t n = 0; n < jpeg.size(); ++n) {
-    const std::string e = error_of([&] { (void)decode_image({jpeg.data(), n}, "dir/cut.jpg"); });
-    ASSERT_NE(e.find("cannot read image 'dir/cut.jpg'"), std::string::npos) << n << " bytes: " << e;
-  }
-  expect_error_naming({jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(jpeg.size() / 2)}, "half.jpg",
-                      "truncated or corrupt JPEG", "half a JPEG");
-  const Bytes png = encode_png(random_image(24, 16));
-  for (size_t n = 0; n < png.size(); ++n) {
-    const std::string e = error_of([&] { (void)decode_image({png.data(), n}, "dir/cut.png"); });
-    ASSERT_NE(e.find("cannot read image 'dir/cut.png'"), std::string::npos) << n << " bytes: " << e;
-  }
-  expect_error_naming({png.begin(), png.begin() + static_cast<std::ptrdiff_t>(png.size() / 2)}, "half.png",
-                      "truncated PNG", "half a PNG");
+  expect_truncations_fail(encode_jpeg(smooth_image(24, 16)), "dir/cut.jpg", "truncated or corrupt JPEG");
+  expect_truncations_fail(encode_png(random_image(24, 16)), "dir/cut.png", "truncated PNG");
 }
 
 TEST(ImageErrors, StrayBytesBeforeTheEndOfAJpegAreHarmless) {

@@ -239,7 +239,7 @@ TEST(Synth, EveryObjectAtLeast70PercentVisibleAndDrawnInLabelOrder) {
             for (size_t c = 0; c < 3; ++c) ASSERT_NEAR(s.image.at(x, y)[c], o.colour[c], 12) << seed << " " << i;
         }
       }
-      EXPECT_GE(visible, kMinVisible * m.total() - 1e-6) << "seed " << seed << " object " << i;
+      EXPECT_GE(visible, kMinVisible * m.total()) << "seed " << seed << " object " << i;
       ++total;
       occluded += hidden_anywhere;
     }

@@ -251,7 +251,7 @@ bool overlaps(const Coverage& a, const Coverage& b) {
 struct Placed {
   Object object;
   Coverage cover;
-  std::vector<float> visible;
+  std::vector<double> visible;  // in double: the test recomputes it in the same order, to the same bits
   double total = 0;
 };
 
@@ -270,7 +270,7 @@ std::optional<Placed> try_place(const Object& candidate, std::vector<Placed>& pl
   Placed p{candidate, coverage(candidate), {}, 0};
   const Coverage& c = p.cover;
   p.total = c.total();
-  p.visible.assign(c.values.size(), 0.0f);
+  p.visible.assign(c.values.size(), 0.0);
   double in_image = 0;
   for (int64_t y = std::max<int64_t>(c.y0, 0); y < std::min(c.y0 + c.height, n); ++y) {
     for (int64_t x = std::max<int64_t>(c.x0, 0); x < std::min(c.x0 + c.width, n); ++x) {
@@ -289,7 +289,7 @@ std::optional<Placed> try_place(const Object& candidate, std::vector<Placed>& pl
     Placed& b = placed[i];
     for (int64_t y = b.cover.y0; y < b.cover.y0 + b.cover.height; ++y)
       for (int64_t x = b.cover.x0; x < b.cover.x0 + b.cover.width; ++x)
-        b.visible[b.cover.index(x, y)] *= 1.0f - c.at(x, y);
+        b.visible[b.cover.index(x, y)] *= 1.0 - c.at(x, y);
   }
   return p;
 }
