@@ -15,9 +15,13 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--out", opts->out, "output folder (gets images/, labels/ and data.yaml)")->required();
   cmd->add_option("--train", opts->train, "training images")->required()->check(CLI::NonNegativeNumber);
   cmd->add_option("--val", opts->val, "validation images")->required()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--imgsz", opts->imgsz, "image side in pixels (square images)")->check(CLI::Range(32, 4096));
-  cmd->add_option("--seed", opts->seed, "random seed: the same seed gives byte-identical files");
-  cmd->add_option("--format", opts->format, "image format")->check(CLI::IsMember({"jpg", "png"}));
+  cmd->add_option("--imgsz", opts->imgsz, "image side in pixels (square images)")
+      ->check(CLI::Range(32, 4096))
+      ->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "random seed: the same seed gives byte-identical files")->capture_default_str();
+  cmd->add_option("--format", opts->format, "image format")
+      ->check(CLI::IsMember({"jpg", "png"}))
+      ->capture_default_str();
   cmd->add_flag("--overwrite", opts->overwrite, "replace the dataset an earlier run wrote to --out");
   cmd->callback([opts] {
     const auto t0 = std::chrono::steady_clock::now();
