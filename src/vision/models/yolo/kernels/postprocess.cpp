@@ -246,36 +246,6 @@ void postprocess_nms_cpu(const Tensor& boxes, const Tensor& logits, const Postpr
 // ---------------------------------------------------------------------------------------------------------------
 // Letterbox inverse
 
-std::array<float, 4> LetterboxTransform::to_original(const std::array<float, 4>& b) const {
-  auto map = [](float v, double pad, double scale, int64_t limit) {
-    const double x = (static_cast<double>(v) - pad) / scale;
-    return static_cast<float>(std::clamp(x, 0.0, static_cast<double>(limit)));
-  };
-  return {map(b[0], pad_x, scale, orig_w), map(b[1], pad_y, scale, orig_h), map(b[2], pad_x, scale, orig_w),
-          map(b[3], pad_y, scale, orig_h)};
-}
-
-LetterboxTransform letterbox_transform(int64_t orig_h, int64_t orig_w, int64_t input_h, int64_t input_w,
-                                       bool scaleup) {
-  VISION_CHECK(orig_h > 0 && orig_w > 0 && input_h > 0 && input_w > 0,
-               "letterbox: image sizes must be positive, got an original of {}×{} and an input of {}×{} (H×W)",
-               orig_h, orig_w, input_h, input_w);
-  double r = std::min(static_cast<double>(input_h) / static_cast<double>(orig_h),
-                      static_cast<double>(input_w) / static_cast<double>(orig_w));
-  if (!scaleup) r = std::min(r, 1.0);
-  // Python's round: half to even, which nearbyint does in the default rounding mode.
-  const double new_w = std::nearbyint(static_cast<double>(orig_w) * r);
-  const double new_h = std::nearbyint(static_cast<double>(orig_h) * r);
-  const double dw = (static_cast<double>(input_w) - new_w) / 2, dh = (static_cast<double>(input_h) - new_h) / 2;
-  LetterboxTransform t;
-  t.scale = r;
-  t.pad_x = std::nearbyint(dw - 0.1);
-  t.pad_y = std::nearbyint(dh - 0.1);
-  t.orig_w = orig_w;
-  t.orig_h = orig_h;
-  return t;
-}
-
 void letterbox_inverse_cpu(const Tensor& detections, const Tensor& count,
                            std::span<const LetterboxTransform> transforms) {
   VISION_CHECK(detections.defined() && detections.dtype() == DType::f32 &&

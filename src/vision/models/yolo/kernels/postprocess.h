@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "vision/data/letterbox.h"
 #include "vision/graph/graph.h"
 
 namespace vision::models::yolo::kernels {
@@ -73,23 +74,9 @@ float box_iou(const std::array<float, 4>& a, const std::array<float, 4>& b);
 // ---------------------------------------------------------------------------------------------------------------
 // Letterbox inverse
 
-// What a letterbox did to an image of orig_w × orig_h: scaled by `scale`, then padded by pad_x on the left and pad_y
-// on top (ultralytics' LetterBox with center = True, auto = False). An input-pixel point x maps back to
-// (x − pad_x) / scale.
-struct LetterboxTransform {
-  double scale = 1.0;
-  double pad_x = 0.0, pad_y = 0.0;
-  int64_t orig_w = 0, orig_h = 0;
-
-  // An xyxy box in input pixels → original-image pixels, clipped to [0, orig_w] × [0, orig_h].
-  std::array<float, 4> to_original(const std::array<float, 4>& xyxy) const;
-};
-
-// The transform ultralytics' LetterBox applies to an orig_h × orig_w image for an input_h × input_w input: scale
-// r = min(input_h / orig_h, input_w / orig_w) (at most 1 without scaleup), resized to round(orig · r) (half to even,
-// as Python rounds), the padding split with left = round(dw / 2 − 0.1), top = round(dh / 2 − 0.1).
-LetterboxTransform letterbox_transform(int64_t orig_h, int64_t orig_w, int64_t input_h, int64_t input_w,
-                                       bool scaleup = true);
+// LetterboxTransform and letterbox_transform live with the letterbox itself (vision/data/letterbox.h).
+using data::LetterboxTransform;
+using data::letterbox_transform;
 
 // Maps the first count[b] rows of detections [B, max_det, 6] (f32 host) back to image b's original pixels, clipped,
 // in place, with transforms[b]; scores, classes and the zero rows are left as they are.
