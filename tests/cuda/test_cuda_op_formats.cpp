@@ -295,15 +295,17 @@ TEST_P(CudaOpFormats, Conv2d) {
 
 // Inference fusions: BatchNorm folded into the weights (random statistics) with and without SiLU, and SiLU after a
 // convolution with and without its own bias; depthwise convolutions with BatchNorm (our kernel in NHWC, 8 or 16
-// bytes of channels per thread or one channel, strides 1 and 2).
+// bytes of channels per thread or one channel, strides 1 and 2); 1×1 convolutions (a cuBLAS GEMM in f16/bf16 NHWC).
 TEST_P(CudaOpFormats, FusedConvBatchNormSilu) {
   struct Case {
     bool bn, silu, bias;
     int64_t depthwise_channels = 0, stride = 1;  // 0: a 6 → 10 convolution (grouped without BatchNorm)
+    int64_t kernel = 3;                          // 1: a pointwise convolution (cuBLAS in f16/bf16 NHWC)
   };
   for (const Case c : {Case{true, true, false}, Case{true, false, false}, Case{true, true, true},
                        Case{false, true, false}, Case{false, true, true}, Case{true, true, false, 16, 1},
-                       Case{true, false, false, 16, 2}, Case{true, true, false, 6, 2}, Case{true, false, true, 6, 1}}) {
+                       Case{true, false, false, 16, 2}, Case{true, true, false, 6, 2}, Case{true, false, true, 6, 1},
+                       Case{true, true, false, 0, 1, 1}, Case{false, true, true, 0, 1, 1}, Case{true, false, true, 0, 1, 1}}) {
     ops::ConvFusion f;
     f.batchnorm = c.bn;
     f.silu = c.silu;
@@ -311,10 +313,12 @@ TEST_P(CudaOpFormats, FusedConvBatchNormSilu) {
     f.conv_prefix = "conv.";
     f.bn_prefix = "bn.";
     const int64_t dw = c.depthwise_channels;
-    const ops::Conv2dAttrs a = dw ? conv(dw, dw, 3, c.stride, dw, c.bias) : conv(6, 10, 3, 1, c.bn ? 1 : 2, c.bias);
+    const ops::Conv2dAttrs a = dw ? conv(dw, dw, 3, c.stride, dw, c.bias)
+                                  : conv(6, 10, c.kernel, 1, c.bn || c.kernel == 1 ? 1 : 2, c.bias);
     const ops::FusedConv2dOp op(a, f);
     SCOPED_TRACE(op.name() + (c.bias ? " (conv bias)" : "") +
-                 (dw ? fmt::format(" depthwise {} channels, stride {}", dw, c.stride) : std::string()));
+                 (dw ? fmt::format(" depthwise {} channels, stride {}", dw, c.stride) : std::string()) +
+                 (c.kernel == 1 ? " 1x1" : ""));
     const Shape xs{2, dw ? dw : 6, 9, 8};
     OpHarness cpu(op, {input(xs)}, Mode::inference);
     if (c.bn) randomize_batchnorm(cpu, "bn.");

@@ -1,5 +1,7 @@
 #include "vision/cuda/libraries.h"
 
+#include "vision/cuda/memory.h"
+
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -34,6 +36,8 @@ CublasHandle::CublasHandle(cudaStream_t stream) {
   VISION_CUBLAS_CHECK(cublasCreate(&h_));
   VISION_CUBLAS_CHECK(cublasSetStream(h_, stream));
   VISION_CUBLAS_CHECK(cublasSetMathMode(h_, CUBLAS_DEFAULT_MATH));
+  workspace_ = device_alloc(kWorkspaceBytes);
+  VISION_CUBLAS_CHECK(cublasSetWorkspace(h_, workspace_.get(), kWorkspaceBytes));
 }
 CublasHandle::~CublasHandle() {
   if (h_) cublasDestroy(h_);

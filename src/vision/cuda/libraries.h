@@ -1,6 +1,8 @@
 // cuDNN and cuBLAS: status checks naming the failing call, and RAII handles bound to a stream.
 #pragma once
 
+#include <memory>
+
 #include <cublas_v2.h>
 #include <cudnn.h>
 
@@ -25,14 +27,18 @@ class CudnnHandle {
 
 class CublasHandle {
  public:
-  explicit CublasHandle(cudaStream_t stream);  // f32 math stays IEEE f32 (no TF32)
+  // f32 math stays IEEE f32 (no TF32). The handle gets a workspace of its own (kWorkspaceBytes), so that its calls
+  // allocate nothing and can be captured into CUDA graphs.
+  explicit CublasHandle(cudaStream_t stream);
   ~CublasHandle();
   CublasHandle(const CublasHandle&) = delete;
   CublasHandle& operator=(const CublasHandle&) = delete;
   cublasHandle_t get() const { return h_; }
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
  private:
   cublasHandle_t h_ = nullptr;
+  std::shared_ptr<void> workspace_;
 };
 
 }  // namespace vision::cuda

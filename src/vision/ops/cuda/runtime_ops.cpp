@@ -126,12 +126,25 @@ void* conv_workspace(const CudnnConv& c, const Tensor& ws, size_t offset = 0) {
   return ws.defined() ? static_cast<std::byte*>(ws.raw()) + offset : nullptr;
 }
 
-// After the convolution: y = act(y + bias) (either optional). In f32 cuDNN adds the bias and the SiLU kernel runs in
-// place; in f16 and bf16 one epilogue kernel does both in f32 and rounds once.
-void conv_epilogue(cudaStream_t stream, const CudnnConv& c, const Format& f, const Tensor& y, const void* bias,
+// A 1×1 convolution in NHWC as one GEMM: y [M = B·H·W, K] = x [M, C] · wᵀ with w [K, C] (the K,R,S,C weight of a 1×1
+// kernel), f16/bf16 operands and f32 accumulation. Column-major for cuBLAS: yᵀ [K, M] = w [K, C] · xᵀ [C, M].
+void pointwise_conv_gemm(cublasHandle_t handle, DType dtype, const Tensor& x, const void* w, const Tensor& y) {
+  const int64_t m = x.dim(0) * x.dim(2) * x.dim(3), c = x.dim(1), k = y.dim(1);
+  VISION_CHECK(m <= INT32_MAX && c <= INT32_MAX && k <= INT32_MAX, "conv2d 1×1 (cuBLAS): {} is too large", x.str());
+  const cudaDataType_t t = dtype == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+  const float alpha = 1.0f, beta = 0.0f;
+  const int M = static_cast<int>(m), C = static_cast<int>(c), K = static_cast<int>(k);
+  VISION_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, K, M, C, &alpha, w, t, C, x.raw(), t, C, &beta,
+                                   y.raw(), t, K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// After the convolution: y = act(y + bias) (either optional). In f32 cuDNN adds the bias (c: the convolution) and the
+// SiLU kernel runs in place; in f16 and bf16 one epilogue kernel does both in f32 and rounds once (c unused).
+void conv_epilogue(cudaStream_t stream, const CudnnConv* c, const Format& f, const Tensor& y, const void* bias,
                    bool silu) {
   if (f.dtype == DType::f32) {
-    if (bias) c.add_bias(bias, y.raw());
+    VISION_CHECK(c != nullptr || !bias, "conv epilogue: an f32 bias is added by cuDNN, and no convolution was given");
+    if (bias) c->add_bias(bias, y.raw());
     if (silu) kernels::launch_silu_forward(stream, DType::f32, y.raw(), y.raw(), y.numel());
   } else if (bias) {
     kernels::launch_bias_act(stream, f.dtype, f.layout, silu, y.shape(), y.raw(), bias);
@@ -175,7 +188,7 @@ class Conv2dCuda final : public CudaRuntimeOp {
     expect_format(ctx.inputs[0], "input");
     const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, format());
     c.forward(ctx.inputs[0].raw(), ctx.params[0].raw(), ctx.output.raw(), conv_workspace(c, ctx.workspace));
-    conv_epilogue(stream_of(ctx.backend), c, format(), ctx.output, a_.bias ? ctx.params[1].raw() : nullptr, false);
+    conv_epilogue(stream_of(ctx.backend), &c, format(), ctx.output, a_.bias ? ctx.params[1].raw() : nullptr, false);
   }
   void backward(BackwardCtx& ctx) override {
     expect_format(ctx.grad_output, "output gradient");
@@ -217,7 +230,7 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
     return specs;
   }
   size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape&) const override {
-    if (depthwise()) return 0;
+    if (depthwise() || pointwise_gemm()) return 0;
     return convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic, format()).workspace_bytes();
   }
   std::vector<KernelInfo> kernels() const override {
@@ -237,6 +250,7 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
   std::vector<TensorSpec> derived_specs(const std::vector<Shape>&, const Shape&) const override {
     if (!f_.batchnorm) return {};
     std::vector<TensorSpec> specs{{a_.weight_shape(), DType::f32}, {Shape{a_.out_channels}, DType::f32}};
+    if (depthwise()) specs.push_back({tap_major_shape(), DType::f32});  // the depthwise kernel's [K, K, C] weight
     if (weight_copy()) specs.push_back({a_.weight_shape(), dtype()});
     if (bias_copy()) specs.push_back({Shape{a_.out_channels}, dtype()});
     return specs;
@@ -255,6 +269,9 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
                                    static_cast<float*>(ctx.derived[0].raw()), static_cast<float*>(ctx.derived[1].raw()),
                                    a_.out_channels, a_.weight_shape().numel() / a_.out_channels, f_.bn_eps);
     const core::Device dev = core::Device::cuda;
+    if (depthwise())  // [C, 1, K, K] read as an NCHW [1, C, K, K] tensor, written NHWC: [K, K, C]
+      ctx.backend->convert(Tensor::view(ctx.derived[2].raw(), tap_major_shape(), DType::f32, dev, Layout::nhwc),
+                           Tensor::view(ctx.derived[0].raw(), tap_major_shape(), DType::f32, dev, Layout::nchw));
     if (weight_copy())
       ctx.backend->convert(Tensor::view(ctx.derived[2].raw(), a_.weight_shape(), dtype(), dev, layout()),
                            Tensor::view(ctx.derived[0].raw(), a_.weight_shape(), DType::f32, dev, Layout::nchw));
@@ -268,10 +285,9 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
       check_derived(ctx, "forward (run refresh first)");
       return kernels::launch_depthwise_conv2d_nhwc(
           stream_of(ctx.backend), dtype(), ctx.inputs[0].shape(), ctx.inputs[0].raw(),
-          static_cast<const float*>(ctx.derived[0].raw()), static_cast<const float*>(ctx.derived[1].raw()),
+          static_cast<const float*>(ctx.derived[2].raw()), static_cast<const float*>(ctx.derived[1].raw()),
           ctx.output.shape(), ctx.output.raw(), a_.kernel, a_.stride, a_.pad(), f_.silu);
     }
-    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, format());
     const void* w = ctx.params[0].raw();
     const void* b = a_.bias ? ctx.params[1].raw() : nullptr;
     if (f_.batchnorm) {
@@ -279,8 +295,13 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
       w = ctx.derived[weight_copy() ? 2 : 0].raw();
       b = ctx.derived[bias_copy() ? 3 : 1].raw();
     }
+    if (pointwise_gemm()) {
+      pointwise_conv_gemm(CudaBackendContext::of(ctx.backend).cublas(), dtype(), ctx.inputs[0], w, ctx.output);
+      return conv_epilogue(stream_of(ctx.backend), nullptr, format(), ctx.output, b, f_.silu);
+    }
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, format());
     c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), conv_workspace(c, ctx.workspace));
-    conv_epilogue(stream_of(ctx.backend), c, format(), ctx.output, b, f_.silu);
+    conv_epilogue(stream_of(ctx.backend), &c, format(), ctx.output, b, f_.silu);
   }
 
  private:
@@ -294,10 +315,22 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
     return f_.batchnorm && layout() == Layout::nhwc && a_.groups == a_.in_channels && a_.out_channels == a_.in_channels &&
            a_.dilation == 1 && kernels::depthwise_conv2d_supported(a_.kernel, a_.stride);
   }
+  // A 1×1 convolution (stride 1, no padding, one group) in f16/bf16 NHWC is a matrix product, y [B·H·W, K] = x
+  // [B·H·W, C] · wᵀ: cuBLAS's GEMMs beat cuDNN's convolutions there (f32 stays on cuDNN, IEEE without TF32).
+  // VISION_CONV1X1=cudnn keeps them on cuDNN (for comparisons).
+  bool pointwise_gemm() const {
+    static const bool cudnn_only = [] {
+      const char* v = std::getenv("VISION_CONV1X1");
+      return v != nullptr && std::string_view(v) == "cudnn";
+    }();
+    return !cudnn_only && dtype() != DType::f32 && layout() == Layout::nhwc && a_.kernel == 1 && a_.stride == 1 &&
+           a_.pad() == 0 && a_.groups == 1 && a_.dilation == 1;
+  }
+  Shape tap_major_shape() const { return {1, a_.out_channels, a_.kernel, a_.kernel}; }
   bool weight_copy() const { return format() != Format{} && !depthwise(); }
   bool bias_copy() const { return dtype() != DType::f32 && !depthwise(); }
   void check_derived(const ForwardCtx& ctx, const char* when) const {
-    const size_t want = 2 + (weight_copy() ? 1 : 0) + (bias_copy() ? 1 : 0);
+    const size_t want = 2 + (depthwise() ? 1 : 0) + (weight_copy() ? 1 : 0) + (bias_copy() ? 1 : 0);
     VISION_CHECK(ctx.derived.size() == want,
                  "{}: {} needs the {} folded weight and bias tensors of derived_specs(), got {}", name(), when, want,
                  ctx.derived.size());

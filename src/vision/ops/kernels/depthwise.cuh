@@ -1,7 +1,8 @@
-// Depthwise convolution for inference in NHWC: y[b, oy, ox, c] = act(bias[c] + Σ_{ky, kx} w[c, ky, kx] ·
+// Depthwise convolution for inference in NHWC: y[b, oy, ox, c] = act(bias[c] + Σ_{ky, kx} w[ky, kx, c] ·
 // x[b, oy·STRIDE − pad + ky, ox·STRIDE − pad + kx, c]) (zero outside the image), act the identity or SiLU; the
-// weights [C, K, K] and bias in f32 (BatchNorm folded into them), arithmetic in f32, one rounding to T. cuDNN's
-// grouped convolution is slow in NHWC at YOLO26's depthwise shapes (the PSA's pe, the detect head's DWConv).
+// weights [K, K, C] (tap-major, so a thread's VEC channels of a tap are one load) and bias in f32 (BatchNorm folded
+// into them), arithmetic in f32, one rounding to T. cuDNN's grouped convolution is slow in NHWC at YOLO26's
+// depthwise shapes (the PSA's pe, the detect head's DWConv).
 #pragma once
 
 #include "vision/cuda/kernel_common.cuh"
@@ -39,8 +40,15 @@ __global__ void depthwise_conv2d_nhwc(const T* __restrict__ x, const float* __re
         const int ix = ox * STRIDE - pad + kx;
         if (ix < 0 || ix >= width) continue;
         const P p = *reinterpret_cast<const P*>(x + ((b * height + iy) * width + ix) * channels + c0);
+        constexpr int WV = VEC % 4 == 0 ? 4 : 1;  // weights in float4 where VEC allows (channels % 4 == 0 then)
+        using W = vk::Pack<float, WV>;
+        const float* tap = weight + (ky * K + kx) * channels + c0;
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[v] = fmaf(vk::to_float(p.v[v]), weight[(c0 + v) * K * K + ky * K + kx], acc[v]);
+        for (int v0 = 0; v0 < VEC; v0 += WV) {
+          const W w = *reinterpret_cast<const W*>(tap + v0);
+#pragma unroll
+          for (int v = 0; v < WV; ++v) acc[v0 + v] = fmaf(vk::to_float(p.v[v0 + v]), w.v[v], acc[v0 + v]);
+        }
       }
     }
     P out;

@@ -21,7 +21,8 @@ bool depthwise_conv2d_supported(int64_t kernel, int64_t stride);
 // The widest unit of channels one thread handles for this dtype and channel count (16 bytes where they divide).
 int depthwise_vec(core::DType dtype, int64_t channels);
 
-// x [B, C, H, W] in NHWC (dtype) → y [B, C, out_h, out_w] NHWC; weight [C, 1, K, K] and bias [C] (may be null) f32.
+// x [B, C, H, W] in NHWC (dtype) → y [B, C, out_h, out_w] NHWC; weight [K, K, C] (tap-major) and bias [C] (may be
+// null) f32.
 void launch_depthwise_conv2d_nhwc(cudaStream_t stream, core::DType dtype, const core::Shape& x, const void* x_data,
                                   const float* weight, const float* bias, const core::Shape& y, void* y_data,
                                   int64_t kernel, int64_t stride, int64_t pad, bool silu);
