@@ -3,7 +3,9 @@
 // cuDNN 9 but present; PyTorch's semantics match it.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
+#include <cstdlib>
 #include <map>
+#include <string_view>
 #include <tuple>
 
 #include "vision/cuda/libraries.h"
