@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"vision — YOLO26 object detection engine (inference and training, CPU and CUDA)"};
   app.require_subcommand(1);
   vision::cli::add_demo_command(app);
+  vision::cli::add_init_command(app);
 #ifdef VISION_HAS_CUDA
   vision::cli::add_kernels_command(app);
 #endif
