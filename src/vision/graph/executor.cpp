@@ -77,7 +77,8 @@ std::vector<Tensor> Executor::forward_train(const std::vector<Tensor>& inputs) {
 }
 
 void Executor::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed) {
-  VISION_CHECK(last_train_ != nullptr, "backward called before forward_train");
+  VISION_CHECK(last_train_ != nullptr,
+               "backward called before forward_train, or its plan was dropped from the cache since (see max_plans)");
   last_train_->backward(grad_outputs, accumulate, seed);
 }
 

@@ -27,7 +27,7 @@ TEST(Yolo26Reference, InferenceRawOutputsAndDetectionsMatchOnTheCpu) {
   const char* names[] = {"eval.one2one.ltrb", "eval.one2one.logits", "eval.one2many.ltrb", "eval.one2many.logits"};
   for (int64_t b = 0; b < 2; ++b) {
     for (size_t k = 0; k < 4; ++k) expect_matches_reference(out[2 + k].to_vector(), names[k], true, b);
-    expect_same_detections(out[0], out[1], output("e2e.detections"), output("e2e.count"), b, score_tolerance(),
+    expect_same_detections({out[0], out[1], b}, {output("e2e.detections"), output("e2e.count")}, score_tolerance(),
                            box_tolerance(), "end-to-end image " + std::to_string(b));
   }
 }
@@ -37,7 +37,7 @@ TEST(Yolo26Reference, NmsDetectionsOfTheOneToManyHeadMatch) {
   load(ex);
   const auto out = ex.forward({image("image_320")});
   expect_matches_reference(out[4].to_vector(), "eval.one2many.ltrb");
-  expect_same_detections(out[0], out[1], output("nms.detections"), output("nms.count"), 0, score_tolerance(),
+  expect_same_detections({out[0], out[1]}, {output("nms.detections"), output("nms.count")}, score_tolerance(),
                          box_tolerance(), "NMS");
 }
 
@@ -76,7 +76,7 @@ TEST(Yolo26Reference, ExportedModelMatches) {
   ASSERT_EQ(out.size(), 4u);
   expect_matches_reference(out[2].to_vector(), "eval.one2one.ltrb");
   expect_matches_reference(out[3].to_vector(), "eval.one2one.logits");
-  expect_same_detections(out[0], out[1], output("e2e.detections"), output("e2e.count"), 0, score_tolerance(),
+  expect_same_detections({out[0], out[1]}, {output("e2e.detections"), output("e2e.count")}, score_tolerance(),
                          box_tolerance(), "exported model");
 }
 

@@ -59,10 +59,10 @@ inline std::shared_ptr<graph::Graph> inference_graph(yolo::Yolo26Spec spec = kSp
 }
 
 // The training forward with its raw outputs as (logged) training outputs: one2one ltrb/logits, one2many ltrb/logits.
-inline std::shared_ptr<graph::Graph> training_graph() {
+inline std::shared_ptr<graph::Graph> training_graph(yolo::Yolo26Spec spec = kSpec) {
   auto g = std::make_shared<graph::Graph>();
   constexpr int64_t any = core::Shape::kAny;
-  const yolo::Yolo26Outputs out = yolo::record_yolo26_training(g->input("images", core::Shape{any, 3, any, any}), kSpec);
+  const yolo::Yolo26Outputs out = yolo::record_yolo26_training(g->input("images", core::Shape{any, 3, any, any}), spec);
   for (const auto& h : {out.one2one, out.one2many}) {
     g->mark_output(h->ltrb, graph::kTrainingLogged);
     g->mark_output(h->logits, graph::kTrainingLogged);
@@ -104,28 +104,35 @@ inline void expect_matches_reference(const std::vector<float>& ours, const std::
   EXPECT_GT(max_abs(ref), 1.0) << name;
 }
 
-// Detections [B, max_det, 6] and counts [B] (host) against reference rows of image b as sets, near-ties allowed: the same
-// count; each reference row matched by a distinct row of ours of the same class, score within score_tol and box
-// within box_tol; rows left unmatched on either side only at the selection's edge (a score within score_tol of the
-// lowest kept reference score) and as many on both sides.
-inline void expect_same_detections(const core::Tensor& dets, const core::Tensor& count, const core::Tensor& ref_dets,
-                                   const core::Tensor& ref_count, int64_t b, double score_tol, double box_tol,
+// Detections [B, max_det, 6] and counts [B] (host tensors), image b of ours against image ref_b of the reference's, as
+// sets with near-ties allowed: the same count; each reference row matched by a distinct row of ours of the same class,
+// score within score_tol and box within box_tol; rows left unmatched on either side only at the selection's edge (a
+// score within score_tol of the lowest kept reference score) and as many on both sides.
+struct Detections {
+  const core::Tensor& dets;
+  const core::Tensor& count;
+  int64_t image = 0;
+};
+inline void expect_same_detections(const Detections& ours, const Detections& ref, double score_tol, double box_tol,
                                    const std::string& what) {
-  const int64_t n = count.data<int32_t>()[b], ref_n = ref_count.data<int32_t>()[0];
+  const int64_t b = ours.image, ref_b = ref.image;
+  const int64_t n = ours.count.data<int32_t>()[b], ref_n = ref.count.data<int32_t>()[ref_b];
   ASSERT_EQ(n, ref_n) << what;
   ASSERT_GT(ref_n, 0) << what << ": the fixture has no detections to compare";
-  const int64_t rows = dets.dim(1);
-  const std::vector<float> d = dets.to_vector(), r = ref_dets.to_vector();
-  auto row = [&](const std::vector<float>& v, int64_t image, int64_t i) { return &v[static_cast<size_t>((image * rows + i) * 6)]; };
+  const int64_t rows = ours.dets.dim(1), ref_rows = ref.dets.dim(1);
+  const std::vector<float> d = ours.dets.to_vector(), r = ref.dets.to_vector();
+  auto row = [](const std::vector<float>& v, int64_t stride, int64_t image, int64_t i) {
+    return &v[static_cast<size_t>((image * stride + i) * 6)];
+  };
   double lowest = INFINITY;
-  for (int64_t i = 0; i < ref_n; ++i) lowest = std::min(lowest, static_cast<double>(row(r, 0, i)[4]));
+  for (int64_t i = 0; i < ref_n; ++i) lowest = std::min(lowest, static_cast<double>(row(r, ref_rows, ref_b, i)[4]));
   std::vector<bool> used(static_cast<size_t>(n), false);
   int64_t ref_unmatched = 0;
   for (int64_t i = 0; i < ref_n; ++i) {
-    const float* want = row(r, 0, i);
+    const float* want = row(r, ref_rows, ref_b, i);
     bool found = false;
     for (int64_t j = 0; j < n && !found; ++j) {
-      const float* got = row(d, b, j);
+      const float* got = row(d, rows, b, j);
       if (used[static_cast<size_t>(j)] || got[5] != want[5] || std::abs(got[4] - want[4]) > score_tol) continue;
       bool same_box = true;
       for (int k = 0; k < 4; ++k) same_box = same_box && std::abs(got[k] - want[k]) <= box_tol;
@@ -141,7 +148,7 @@ inline void expect_same_detections(const core::Tensor& dets, const core::Tensor&
   for (int64_t j = 0; j < n; ++j)
     if (!used[static_cast<size_t>(j)]) {
       ++unmatched;
-      EXPECT_LE(row(d, b, j)[4], lowest + score_tol) << what << ": our row " << j << " matches no reference row";
+      EXPECT_LE(row(d, rows, b, j)[4], lowest + score_tol) << what << ": our row " << j << " matches no reference row";
     }
   EXPECT_EQ(unmatched, ref_unmatched) << what;
   EXPECT_LE(unmatched, n / 20) << what << ": too many near-ties";
