@@ -14,6 +14,7 @@
 #include "cli_util.h"
 #include "models/yolo/yolo26_fixture.h"
 #include "vision/models/yolo/model.h"
+#include "vision/ops/reduce.h"
 
 using namespace vision;
 using namespace vision::test::yolo26_fixture;
@@ -173,6 +174,32 @@ TEST(Yolo26, ScaleRules) {
   EXPECT_NE(test::error_of([] { yolo::yolo26_inference_graph({.nc = 0}); }).find("at least 1"), std::string::npos);
 }
 
+// The training forward: the one-to-one head sees the features detached (its loss reaches its own head only), the
+// one-to-many head does not (its loss reaches the backbone).
+TEST(Yolo26, TrainingForwardDetachesTheOneToOneHead) {
+  for (const bool one2one : {true, false}) {
+    auto g = std::make_shared<graph::Graph>();
+    constexpr int64_t any = core::Shape::kAny;
+    const auto out = yolo::record_yolo26_training(g->input("images", core::Shape{any, 3, any, any}), kSpec);
+    const yolo::HeadOutputs& head = one2one ? *out.one2one : *out.one2many;
+    g->mark_output(ops::sum_squares(head.logits, "loss"), graph::kTrainingLoss);
+    graph::Executor ex(g, graph::cpu_backend());
+    load(ex, weights(), kSpec, graph::Mode::train);
+    ex.forward_train({test::random_tensor(core::Shape{2, 3, 64, 64}, 0.0f, 1.0f)});
+    ex.backward();
+    auto grad_norm = [&](const std::string& key) { return test::max_abs(ex.state().grad(key).to_vector()); };
+    const std::string own = one2one ? "model.23.one2one_cv3.0.1.1.conv.weight" : "model.23.cv3.0.1.1.conv.weight";
+    const std::string other = one2one ? "model.23.cv3.0.1.1.conv.weight" : "model.23.one2one_cv3.0.1.1.conv.weight";
+    EXPECT_GT(grad_norm(own), 0.0) << own;
+    EXPECT_EQ(grad_norm(other), 0.0) << other;
+    for (const char* backbone : {"model.0.conv.weight", "model.10.m.0.attn.qkv.conv.weight", "model.22.cv2.bn.weight"})
+      if (one2one)
+        EXPECT_EQ(grad_norm(backbone), 0.0) << backbone << ": the one-to-one loss must not reach the backbone";
+      else
+        EXPECT_GT(grad_norm(backbone), 0.0) << backbone;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Weights files
 
@@ -240,10 +267,17 @@ TEST(Yolo26Weights, FullCheckpointLoadsIntoEveryInferenceModel) {
   const auto path = fixture_path("yolo26n_random.safetensors");
   auto e2e = yolo::Yolo26Model::load(path, graph::cpu_backend(), {});
   EXPECT_EQ(e2e.executor().state().find("model.23.cv2.0.2.bias"), nullptr);
-  const auto out = e2e.forward(test::random_tensor(core::Shape{2, 3, 64, 96}, 0.0f, 1.0f));
+  const core::Shape shape{2, 3, 64, 96};
+  const auto out = e2e.forward(test::random_tensor(shape, 0.0f, 1.0f));
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].shape(), (core::Shape{2, 300, 6}));
   EXPECT_EQ(out[1].shape(), (core::Shape{2}));
+  // BatchNorm folded into the convolutions, SiLU fused: no BatchNorm or SiLU step is left.
+  std::map<std::string, int> ops;
+  for (const graph::PlanStep& step : e2e.executor().plan(graph::Mode::inference, {shape}).steps()) ++ops[step.op->name()];
+  EXPECT_EQ(ops.count("ops.batchnorm2d") + ops.count("ops.silu"), 0u);
+  EXPECT_EQ(ops["ops.conv2d_bn_silu"] + ops["ops.conv2d_bn"], 96);  // every Conv block of the one-to-one model
+  EXPECT_EQ(ops["ops.conv2d"], 6);                                   // the head's plain 1×1 convolutions
   // The loaded values, not the initialisation.
   const auto bias = e2e.executor().state().tensor("model.23.one2one_cv3.1.2.bias").to_vector();
   EXPECT_EQ(bias, weights().at("model.23.one2one_cv3.1.2.bias").to_vector());

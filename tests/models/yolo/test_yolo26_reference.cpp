@@ -12,11 +12,6 @@ using namespace vision::test::yolo26_fixture;
 
 namespace {
 
-// The detections' tolerances from the reference's own f32 errors: a score moves by at most a quarter of its logit's
-// error, a box side by its LTRB error times the stride (32 at most).
-double score_tolerance() { return 2 * peer_error("eval.one2one.logits").max_abs; }
-double box_tolerance() { return 2 * 32 * peer_error("eval.one2one.ltrb").max_abs; }
-
 // Batch 2 of the same image: both images must match the reference (a batch indexing bug cannot pass).
 TEST(Yolo26Reference, InferenceRawOutputsAndDetectionsMatchOnTheCpu) {
   graph::Executor ex(inference_graph(kSpec, false, metadata_float("e2e_conf")), graph::cpu_backend());

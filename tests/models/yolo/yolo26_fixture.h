@@ -104,6 +104,11 @@ inline void expect_matches_reference(const std::vector<float>& ours, const std::
   EXPECT_GT(max_abs(ref), 1.0) << name;
 }
 
+// The detections' tolerances from the reference's own f32 errors: a score moves by at most a quarter of its logit's
+// error (taken whole here), a box side by its LTRB error times the stride (32 at most).
+inline double score_tolerance() { return 2 * peer_error("eval.one2one.logits").max_abs; }
+inline double box_tolerance() { return 2 * 32 * peer_error("eval.one2one.ltrb").max_abs; }
+
 // Detections [B, max_det, 6] and counts [B] (host tensors), image b of ours against image ref_b of the reference's, as
 // sets with near-ties allowed: the same count; each reference row matched by a distinct row of ours of the same class,
 // score within score_tol and box within box_tol; rows left unmatched on either side only at the selection's edge (a

@@ -49,10 +49,6 @@ std::pair<core::Tensor, core::Tensor> cpu_detections(const core::Tensor& ltrb, c
   return {dets, count};
 }
 
-// The reference's f32 tolerances for detections (as on the CPU).
-double score_tolerance() { return 2 * peer_error("eval.one2one.logits").max_abs; }
-double box_tolerance() { return 2 * 32 * peer_error("eval.one2one.ltrb").max_abs; }
-
 TEST_P(Yolo26ReferenceGpu, InferenceMatchesTheReference) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   const Case c = GetParam();
