@@ -48,13 +48,12 @@ class Executor {
 
  private:
   static std::vector<Shape> shapes_of(const std::vector<Tensor>& t);
+  void drop_least_recent(size_t keep);  // until `keep` plans are left
 
   std::shared_ptr<const Graph> graph_;
   std::shared_ptr<BackendContext> backend_;
   PlanOptions options_;
   std::unique_ptr<StateStore> state_;
-  void drop_least_recent(size_t keep);
-
   struct CachedPlan {
     std::unique_ptr<Plan> plan;
     uint64_t last_use = 0;

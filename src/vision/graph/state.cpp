@@ -52,10 +52,10 @@ void for_each_state(const Graph& graph, const std::vector<int>& input_ids, const
 std::vector<StateEntry> state_entries(const Graph& graph, const std::vector<int>& input_ids,
                                       const std::vector<Shape>& input_shapes) {
   std::vector<StateEntry> entries;
-  for_each_state(graph, input_ids, input_shapes,
-                 [&](const Node& n, RuntimeOp&, const std::vector<Shape>&, const Shape&, size_t, const ParamSpec& spec) {
-                   entries.push_back(StateEntry{state_key(n.name, spec.name), spec.shape, spec.dtype, spec.kind, 0});
-                 });
+  auto add = [&](const Node& n, RuntimeOp&, const std::vector<Shape>&, const Shape&, size_t, const ParamSpec& spec) {
+    entries.push_back(StateEntry{state_key(n.name, spec.name), spec.shape, spec.dtype, spec.kind, 0});
+  };
+  for_each_state(graph, input_ids, input_shapes, add);
   return entries;
 }
 
@@ -68,32 +68,31 @@ StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backe
   };
   std::vector<Init> inits;
   size_t param_bytes = 0, buffer_bytes = 0;
-  for_each_state(graph, input_ids, input_shapes,
-                 [&](const Node& n, RuntimeOp& rt, const std::vector<Shape>& in, const Shape& out, size_t k,
-                     const ParamSpec& spec) {
-                   const std::string key = state_key(n.name, spec.name);
-                   VISION_CHECK(!index_.count(key), "two ops declare the state '{}': give the nodes distinct names", key);
-                   VISION_CHECK(spec.kind == StateKind::buffer || spec.dtype == DType::f32,
-                                "op '{}': trainable parameter '{}' must be f32 (master weights), not {}", n.name, key,
-                                core::dtype_name(spec.dtype));
-                   StateEntry e{key, spec.shape, spec.dtype, spec.kind, 0};
-                   const size_t bytes = static_cast<size_t>(spec.shape.numel()) * core::dtype_size(spec.dtype);
-                   if (spec.kind == StateKind::parameter) {
-                     e.offset = param_bytes;
-                     param_bytes += bytes;  // parameters are packed: the flat buffer is one f32 vector
-                     n_params_ += spec.shape.numel();
-                   } else {
-                     e.offset = buffer_bytes;
-                     buffer_bytes += align_up(bytes, 64);
-                   }
-                   std::vector<std::byte> data = rt.param_init_data(k, in, out, name_seed(key));
-                   VISION_CHECK(data.size() == bytes,
-                                "op '{}' ({}): initial data of '{}' is {} bytes, its shape {} needs {}", n.name,
-                                n.op->name(), key, data.size(), spec.shape.str(), bytes);
-                   index_[key] = entries_.size();
-                   entries_.push_back(std::move(e));
-                   inits.push_back({entries_.size() - 1, std::move(data)});
-                 });
+  auto add = [&](const Node& n, RuntimeOp& rt, const std::vector<Shape>& in, const Shape& out, size_t k,
+                 const ParamSpec& spec) {
+    const std::string key = state_key(n.name, spec.name);
+    VISION_CHECK(!index_.count(key), "two ops declare the state '{}': give the nodes distinct names", key);
+    VISION_CHECK(spec.kind == StateKind::buffer || spec.dtype == DType::f32,
+                 "op '{}': trainable parameter '{}' must be f32 (master weights), not {}", n.name, key,
+                 core::dtype_name(spec.dtype));
+    StateEntry e{key, spec.shape, spec.dtype, spec.kind, 0};
+    const size_t bytes = static_cast<size_t>(spec.shape.numel()) * core::dtype_size(spec.dtype);
+    if (spec.kind == StateKind::parameter) {
+      e.offset = param_bytes;
+      param_bytes += bytes;  // parameters are packed: the flat buffer is one f32 vector
+      n_params_ += spec.shape.numel();
+    } else {
+      e.offset = buffer_bytes;
+      buffer_bytes += align_up(bytes, 64);
+    }
+    std::vector<std::byte> data = rt.param_init_data(k, in, out, name_seed(key));
+    VISION_CHECK(data.size() == bytes, "op '{}' ({}): initial data of '{}' is {} bytes, its shape {} needs {}",
+                 n.name, n.op->name(), key, data.size(), spec.shape.str(), bytes);
+    index_[key] = entries_.size();
+    entries_.push_back(std::move(e));
+    inits.push_back({entries_.size() - 1, std::move(data)});
+  };
+  for_each_state(graph, input_ids, input_shapes, add);
   param_mem_ = backend_->allocate(std::max<size_t>(param_bytes, 4));
   grad_mem_ = backend_->allocate(std::max<size_t>(param_bytes, 4));
   buffer_mem_ = backend_->allocate(std::max<size_t>(buffer_bytes, 64));
