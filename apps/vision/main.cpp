@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   vision::cli::add_demo_command(app);
   vision::cli::add_synth_command(app);
+  vision::cli::add_init_command(app);
 #ifdef VISION_HAS_CUDA
   vision::cli::add_kernels_command(app);
 #endif

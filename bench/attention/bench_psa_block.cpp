@@ -49,11 +49,9 @@
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/executor.h"
 #include "vision/models/yolo/blocks/attention.h"
+#include "vision/models/yolo/blocks/conv.h"
 #include "vision/models/yolo/kernels/attention/psa.h"
 #include "vision/models/yolo/kernels/attention/psa_attention.h"
-#include "vision/ops/batchnorm.h"
-#include "vision/ops/conv2d.h"
-#include "vision/ops/elementwise.h"
 
 using namespace vision;
 using namespace vision::bench;
@@ -153,17 +151,11 @@ std::shared_ptr<graph::Graph> block_graph(const RowSpec& s) {
   return g;
 }
 
-// Conv2d (no bias) → BatchNorm, no activation, under scope `name` (blocks/attention.cpp's conv_bn; the same node
-// names, so the plan fuses the same way).
+// Conv2d (no bias) → BatchNorm, no activation, under scope `name`: the Conv block blocks::attention records (the
+// same node names, so the plan fuses the same way).
 SymTensor conv_bn(SymTensor x, int64_t c2, int64_t k, int64_t groups, const std::string& name) {
-  auto _ = x.graph()->scope(name);
-  ops::Conv2dAttrs a;
-  a.in_channels = x.dim(1);
-  a.out_channels = c2;
-  a.kernel = k;
-  a.groups = groups;
-  x = ops::conv2d(x, a, "conv");
-  return ops::batchnorm2d(x, 1e-3f, 0.03f, "bn");
+  return models::yolo::blocks::conv(x, {.c2 = c2, .k = k, .g = groups, .act = false},
+                                    models::yolo::blocks::ConvNorm::batchnorm, name);
 }
 
 // The block's first steps, as blocks::attention records them, up to `stage` (one of stages()); the values the last

@@ -76,6 +76,31 @@ TEST(Plan, CachedPerShapeAndStateShared) {
   EXPECT_THROW(ex.forward({}), Error);
 }
 
+// At most max_plans() plans (8 by default): one more drops the least recently used, never the one just used.
+TEST(Plan, CacheDropsTheLeastRecentlyUsedPlan) {
+  Executor ex(residual_graph(), cpu_backend());
+  EXPECT_EQ(ex.max_plans(), Executor::kDefaultMaxPlans);
+  EXPECT_EQ(Executor::kDefaultMaxPlans, 8u);
+  for (int64_t batch = 1; batch <= 8; ++batch) ex.forward({random_tensor(Shape{batch, 3, 4, 5})});
+  EXPECT_EQ(ex.cached_plans(), 8u);
+  const Plan* first = &ex.plan(Mode::inference, {Shape{1, 3, 4, 5}});  // batch 1 is now the most recent
+  ex.forward({random_tensor(Shape{9, 3, 4, 5})});                        // drops batch 2
+  EXPECT_EQ(ex.cached_plans(), 8u);
+  EXPECT_EQ(&ex.plan(Mode::inference, {Shape{1, 3, 4, 5}}), first);
+  ex.set_max_plans(3);
+  EXPECT_EQ(ex.cached_plans(), 3u);
+  EXPECT_EQ(&ex.plan(Mode::inference, {Shape{1, 3, 4, 5}}), first);
+  // The training plan of the last forward_train stays usable for backward while it is cached, and says so if not.
+  ex.forward_train({random_tensor(Shape{2, 3, 4, 5})});
+  ex.backward();
+  ex.set_max_plans(1);
+  ex.forward({random_tensor(Shape{1, 3, 4, 5})});
+  EXPECT_THROW(ex.backward(), Error);
+  ex.set_max_plans(0);  // no bound
+  for (int64_t batch = 1; batch <= 10; ++batch) ex.forward({random_tensor(Shape{batch, 3, 4, 5})});
+  EXPECT_EQ(ex.cached_plans(), 10u);
+}
+
 TEST(Plan, ForwardMatchesDirectComputation) {
   auto g = residual_graph();
   Executor ex(g, cpu_backend());

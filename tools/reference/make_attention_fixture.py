@@ -14,11 +14,13 @@ loss mean(y * r) and the gradients of the loss with respect to x and every param
 
     /usr/bin/python3 tools/reference/make_attention_fixture.py tests/fixtures/attention_dim64_h2.safetensors
 """
-import json
-import struct
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import safetensors_io  # noqa: E402
 
 DIM, HEADS, B, H, W = 64, 2, 2, 4, 5
 EPS = 1e-3
@@ -67,23 +69,6 @@ def params(gen):
     return {k: v.float() for k, v in p.items()}
 
 
-def write_safetensors(path, tensors, metadata):
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().to(torch.float32).contiguous()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
-
-
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/attention_dim64_h2.safetensors"
     gen = torch.Generator().manual_seed(2026)
@@ -102,8 +87,9 @@ def main():
     tensors.update({"x": x32, "r": r32, "y_eval": y_eval, "y_train": y_train, "loss": loss.reshape(1),
                     "grad.x": grads[0]})
     tensors.update({"grad." + k: g for k, g in zip(trainable, grads[1:])})
-    write_safetensors(out, tensors, {"dim": str(DIM), "heads": str(HEADS), "maker": "tools/reference/"
-                                     "make_attention_fixture.py", "torch": torch.__version__})
+    tensors = {k: v.detach().to(torch.float32) for k, v in tensors.items()}
+    safetensors_io.write(out, tensors, {"dim": str(DIM), "heads": str(HEADS), "maker": "tools/reference/"
+                                        "make_attention_fixture.py", "torch": torch.__version__})
     print(f"wrote {out}: loss {loss.item():.6f}, |y_eval| {y_eval.norm().item():.4f}")
 
 

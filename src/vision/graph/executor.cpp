@@ -27,12 +27,31 @@ Plan& Executor::plan(Mode mode, const std::vector<Shape>& input_shapes) {
   for (auto& s : input_shapes) dims.push_back(s.dims());
   auto key = std::make_pair(mode, dims);
   auto it = plans_.find(key);
-  if (it != plans_.end()) return *it->second;
+  if (it != plans_.end()) {
+    it->second.last_use = ++uses_;
+    return *it->second.plan;
+  }
   StateStore& st = state(mode, input_shapes);
   auto plan = std::make_unique<Plan>(*graph_, backend_, mode, input_shapes, st, options_);
+  if (max_plans_) drop_least_recent(max_plans_ - 1);
   Plan& ref = *plan;
-  plans_.emplace(std::move(key), std::move(plan));
+  plans_.emplace(std::move(key), CachedPlan{std::move(plan), ++uses_});
   return ref;
+}
+
+void Executor::set_max_plans(size_t n) {
+  max_plans_ = n;
+  if (n) drop_least_recent(n);
+}
+
+void Executor::drop_least_recent(size_t keep) {
+  while (plans_.size() > keep) {
+    auto oldest = plans_.begin();
+    for (auto it = plans_.begin(); it != plans_.end(); ++it)
+      if (it->second.last_use < oldest->second.last_use) oldest = it;
+    if (oldest->second.plan.get() == last_train_) last_train_ = nullptr;
+    plans_.erase(oldest);
+  }
 }
 
 std::vector<Shape> Executor::shapes_of(const std::vector<Tensor>& t) {
@@ -58,7 +77,8 @@ std::vector<Tensor> Executor::forward_train(const std::vector<Tensor>& inputs) {
 }
 
 void Executor::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed) {
-  VISION_CHECK(last_train_ != nullptr, "backward called before forward_train");
+  VISION_CHECK(last_train_ != nullptr,
+               "backward called before forward_train, or its plan was dropped from the cache since (see max_plans)");
   last_train_->backward(grad_outputs, accumulate, seed);
 }
 

@@ -1,4 +1,5 @@
-// Executor — runs a graph on a backend: plans cached per (mode, input shapes), the model's state, backward.
+// Executor — runs a graph on a backend: plans cached per (mode, input shapes), least recently used dropped beyond a
+// bound; the model's state; backward.
 #pragma once
 
 #include <map>
@@ -25,9 +26,15 @@ class Executor {
   // The state, which must exist already (after a forward or state(mode, shapes)).
   StateStore& state();
 
-  // The plan for a mode and concrete shapes of the inputs it takes, built on first use and cached.
+  // The plan for a mode and concrete shapes of the inputs it takes, built on first use and cached. At most
+  // max_plans() plans are kept: building one more drops the least recently used (a reference to a plan is valid until
+  // it is dropped).
   Plan& plan(Mode mode, const std::vector<Shape>& input_shapes);
   size_t cached_plans() const { return plans_.size(); }
+  static constexpr size_t kDefaultMaxPlans = 8;
+  size_t max_plans() const { return max_plans_; }
+  // 0: no bound. Drops the least recently used plans beyond the new bound.
+  void set_max_plans(size_t n);
 
   // Inference: takes the graph inputs inference outputs depend on; outputs are views into the plan's arena
   // on the backend, valid until its next run.
@@ -41,12 +48,19 @@ class Executor {
 
  private:
   static std::vector<Shape> shapes_of(const std::vector<Tensor>& t);
+  void drop_least_recent(size_t keep);  // until `keep` plans are left
 
   std::shared_ptr<const Graph> graph_;
   std::shared_ptr<BackendContext> backend_;
   PlanOptions options_;
   std::unique_ptr<StateStore> state_;
-  std::map<std::pair<Mode, std::vector<std::vector<int64_t>>>, std::unique_ptr<Plan>> plans_;
+  struct CachedPlan {
+    std::unique_ptr<Plan> plan;
+    uint64_t last_use = 0;
+  };
+  std::map<std::pair<Mode, std::vector<std::vector<int64_t>>>, CachedPlan> plans_;
+  size_t max_plans_ = kDefaultMaxPlans;
+  uint64_t uses_ = 0;
   Plan* last_train_ = nullptr;
 };
 

@@ -27,17 +27,15 @@ StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backe
                        const std::vector<Shape>& input_shapes)
     : StateStore(graph, std::move(backend), graph.inputs(), input_shapes) {}
 
-StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backend, const std::vector<int>& input_ids,
-                       const std::vector<Shape>& input_shapes)
-    : backend_(std::move(backend)) {
+namespace {
+// Calls fn(node, runtime op, input shapes, output shape, spec index, spec) for every parameter and buffer the graph's
+// nodes declare (constants excluded), in node order, for the given shapes of some of its inputs; nodes that depend on
+// another input must declare none.
+template <typename F>
+void for_each_state(const Graph& graph, const std::vector<int>& input_ids, const std::vector<Shape>& input_shapes,
+                    F&& fn) {
   std::vector<bool> bound;
   const std::vector<Shape> shapes = bind_shapes(graph, input_ids, input_shapes, &bound);
-  struct Init {
-    size_t entry;
-    std::vector<std::byte> data;
-  };
-  std::vector<Init> inits;
-  size_t param_bytes = 0, buffer_bytes = 0;
   for (const Node& n : graph.nodes()) {
     if (!bound[static_cast<size_t>(n.outputs.front())]) continue;
     auto rt = n.op->lower(Backend::cpu, Mode::inference);
@@ -45,32 +43,56 @@ StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backe
     for (int id : n.inputs) in.push_back(shapes[static_cast<size_t>(id)]);
     const Shape& out = shapes[static_cast<size_t>(n.outputs.front())];
     const auto specs = rt->param_specs(in, out);
-    for (size_t k = 0; k < specs.size(); ++k) {
-      const ParamSpec& spec = specs[k];
-      if (spec.kind == StateKind::constant) continue;
-      const std::string key = state_key(n.name, spec.name);
-      VISION_CHECK(!index_.count(key), "two ops declare the state '{}': give the nodes distinct names", key);
-      VISION_CHECK(spec.kind == StateKind::buffer || spec.dtype == DType::f32,
-                   "op '{}': trainable parameter '{}' must be f32 (master weights), not {}", n.name, key,
-                   core::dtype_name(spec.dtype));
-      StateEntry e{key, spec.shape, spec.dtype, spec.kind, 0};
-      const size_t bytes = static_cast<size_t>(spec.shape.numel()) * core::dtype_size(spec.dtype);
-      if (spec.kind == StateKind::parameter) {
-        e.offset = param_bytes;
-        param_bytes += bytes;  // parameters are packed: the flat buffer is one f32 vector
-        n_params_ += spec.shape.numel();
-      } else {
-        e.offset = buffer_bytes;
-        buffer_bytes += align_up(bytes, 64);
-      }
-      std::vector<std::byte> data = rt->param_init_data(k, in, out, name_seed(key));
-      VISION_CHECK(data.size() == bytes, "op '{}' ({}): initial data of '{}' is {} bytes, its shape {} needs {}",
-                   n.name, n.op->name(), key, data.size(), spec.shape.str(), bytes);
-      index_[key] = entries_.size();
-      entries_.push_back(std::move(e));
-      inits.push_back({entries_.size() - 1, std::move(data)});
-    }
+    for (size_t k = 0; k < specs.size(); ++k)
+      if (specs[k].kind != StateKind::constant) fn(n, *rt, in, out, k, specs[k]);
   }
+}
+}  // namespace
+
+std::vector<StateEntry> state_entries(const Graph& graph, const std::vector<int>& input_ids,
+                                      const std::vector<Shape>& input_shapes) {
+  std::vector<StateEntry> entries;
+  auto add = [&](const Node& n, RuntimeOp&, const std::vector<Shape>&, const Shape&, size_t, const ParamSpec& spec) {
+    entries.push_back(StateEntry{state_key(n.name, spec.name), spec.shape, spec.dtype, spec.kind, 0});
+  };
+  for_each_state(graph, input_ids, input_shapes, add);
+  return entries;
+}
+
+StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backend, const std::vector<int>& input_ids,
+                       const std::vector<Shape>& input_shapes)
+    : backend_(std::move(backend)) {
+  struct Init {
+    size_t entry;
+    std::vector<std::byte> data;
+  };
+  std::vector<Init> inits;
+  size_t param_bytes = 0, buffer_bytes = 0;
+  auto add = [&](const Node& n, RuntimeOp& rt, const std::vector<Shape>& in, const Shape& out, size_t k,
+                 const ParamSpec& spec) {
+    const std::string key = state_key(n.name, spec.name);
+    VISION_CHECK(!index_.count(key), "two ops declare the state '{}': give the nodes distinct names", key);
+    VISION_CHECK(spec.kind == StateKind::buffer || spec.dtype == DType::f32,
+                 "op '{}': trainable parameter '{}' must be f32 (master weights), not {}", n.name, key,
+                 core::dtype_name(spec.dtype));
+    StateEntry e{key, spec.shape, spec.dtype, spec.kind, 0};
+    const size_t bytes = static_cast<size_t>(spec.shape.numel()) * core::dtype_size(spec.dtype);
+    if (spec.kind == StateKind::parameter) {
+      e.offset = param_bytes;
+      param_bytes += bytes;  // parameters are packed: the flat buffer is one f32 vector
+      n_params_ += spec.shape.numel();
+    } else {
+      e.offset = buffer_bytes;
+      buffer_bytes += align_up(bytes, 64);
+    }
+    std::vector<std::byte> data = rt.param_init_data(k, in, out, name_seed(key));
+    VISION_CHECK(data.size() == bytes, "op '{}' ({}): initial data of '{}' is {} bytes, its shape {} needs {}",
+                 n.name, n.op->name(), key, data.size(), spec.shape.str(), bytes);
+    index_[key] = entries_.size();
+    entries_.push_back(std::move(e));
+    inits.push_back({entries_.size() - 1, std::move(data)});
+  };
+  for_each_state(graph, input_ids, input_shapes, add);
   param_mem_ = backend_->allocate(std::max<size_t>(param_bytes, 4));
   grad_mem_ = backend_->allocate(std::max<size_t>(param_bytes, 4));
   buffer_mem_ = backend_->allocate(std::max<size_t>(buffer_bytes, 64));
@@ -141,13 +163,15 @@ std::vector<std::pair<std::string, Tensor>> StateStore::to_host() const {
   return out;
 }
 
-void StateStore::load_safetensors(const std::filesystem::path& path) {
-  const core::SafetensorsFile file = core::read_safetensors(path);
+void StateStore::load_safetensors(const std::filesystem::path& path) { load(core::read_safetensors(path)); }
+
+void StateStore::load(const core::SafetensorsFile& file, const std::function<bool(const std::string&)>& ignore) {
+  const std::filesystem::path& path = file.path;
   std::vector<std::string> unexpected, missing, mismatched;
   for (const auto& [name, t] : file.tensors) {
     const StateEntry* e = find(name);
     if (!e) {
-      unexpected.push_back(name);
+      if (!ignore || !ignore(name)) unexpected.push_back(name);
     } else if (t.shape() != e->shape && !(t.numel() == 1 && e->shape.numel() == 1)) {
       mismatched.push_back(fmt::format("{} (file {}, model {})", name, t.shape().str(), e->shape.str()));
     } else if (!(t.dtype() == e->dtype || (core::is_floating(t.dtype()) && e->dtype == DType::f32))) {
@@ -157,19 +181,20 @@ void StateStore::load_safetensors(const std::filesystem::path& path) {
   }
   for (const auto& e : entries_)
     if (!file.find(e.key)) missing.push_back(e.key);
-  auto list = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
-    if (v.size() > 8) s += fmt::format(", … ({} in all)", v.size());
+  // One error listing every problem (the first 20 of each kind).
+  auto list = [](const std::vector<std::string>& v, std::string_view what) {
+    if (v.empty()) return std::string();
+    std::string s = fmt::format("\n  {} {}: ", v.size(), what);
+    for (size_t i = 0; i < v.size() && i < 20; ++i) s += (i ? ", " : "") + v[i];
+    if (v.size() > 20) s += ", …";
     return s;
   };
-  VISION_CHECK(mismatched.empty(), "{}: tensors with the wrong shape or dtype for this model: {}", path.string(),
-               list(mismatched));
-  VISION_CHECK(missing.empty(), "{}: missing tensors the model needs: {} (is this a checkpoint of another model or scale?)",
-               path.string(), list(missing));
-  VISION_CHECK(unexpected.empty(), "{}: tensors this model does not have: {} (is this a checkpoint of another model or scale?)",
-               path.string(), list(unexpected));
-  for (const auto& [name, t] : file.tensors) set_from_host(name, t.reshape(find(name)->shape));
+  VISION_CHECK(mismatched.empty() && missing.empty() && unexpected.empty(),
+               "{} does not fit the model (is it a checkpoint of another model, scale or number of classes?):{}{}{}",
+               path.string(), list(mismatched, "tensors with the wrong shape or dtype"),
+               list(missing, "missing tensors the model needs"), list(unexpected, "tensors the model does not have"));
+  for (const auto& [name, t] : file.tensors)
+    if (const StateEntry* e = find(name)) set_from_host(name, t.reshape(e->shape));
 }
 
 void StateStore::save_safetensors(const std::filesystem::path& path,

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "vision/core/safetensors.h"
 #include "vision/graph/backend.h"
 #include "vision/graph/graph.h"
 
@@ -45,6 +47,9 @@ class StateStore {
   // Replaces parameters and buffers with the tensors of a safetensors file. Strict: a missing, unexpected
   // or mis-shaped tensor is an error naming it; f16/bf16 files are converted to the store's dtype.
   void load_safetensors(const std::filesystem::path& path);
+  // The same from a file already read. Tensors the store lacks for which ignore(name) is true are skipped rather than
+  // unexpected (the one-to-many head of a checkpoint loaded into an inference model).
+  void load(const core::SafetensorsFile& file, const std::function<bool(const std::string&)>& ignore = {});
   // Writes every parameter and buffer (atomically: nothing at path is lost if writing fails).
   void save_safetensors(const std::filesystem::path& path, const std::map<std::string, std::string>& metadata = {}) const;
   // Host copies of every parameter and buffer, by key.
@@ -84,6 +89,11 @@ class StateStore {
   std::map<std::tuple<std::string, DType, core::Layout>, ComputeCopy> copies_;
   uint64_t copies_version_ = 0;
 };
+
+// The parameters and buffers a StateStore of the graph holds for these shapes of some of its inputs (value ids), in
+// its order, without allocating or initialising anything (offsets are 0): a model's state listed, counted, checked.
+std::vector<StateEntry> state_entries(const Graph& graph, const std::vector<int>& input_ids,
+                                      const std::vector<Shape>& input_shapes);
 
 // Checkpoint key of state `local` of node `node_name` ("model.0.bn" + "weight").
 std::string state_key(const std::string& node_name, const std::string& local);

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "vision/cpu/dnnl_context.h"
+#include "vision/cpu/parallel.h"
 #include "vision/ops/op_util.h"
 
 namespace vision::ops {
@@ -101,7 +102,9 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     cpu::execute(inference(), args, "batch normalization forward (inference)");
   }
 
-  // Normalises with the batch statistics (kept in `saved` for backward) and updates the running ones.
+  // Normalises with the batch statistics (kept in `saved` for backward) and updates the running ones. The statistics
+  // are computed here in float64 (two passes), then oneDNN normalises with them: its own f32 accumulation over the
+  // N·H·W values of a channel loses several digits at large batches and feature maps.
   void forward_training(ForwardCtx& ctx, std::unordered_map<int, memory>& args) {
     const Tensor& x = ctx.inputs[0];
     const int64_t c = x.dim(1), n = x.numel() / c;  // n values per channel
@@ -109,9 +112,10 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     const bool keep = !ctx.saved.empty();
     F32Scratch mean(keep ? ctx.saved[kBatchMean] : Tensor(), static_cast<size_t>(c));
     F32Scratch var(keep ? ctx.saved[kBatchVar] : Tensor(), static_cast<size_t>(c));
+    batch_statistics(x, mean.data(), var.data());
     args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, mean.data()));
     args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, var.data()));
-    cpu::execute(training(), args, "batch normalization forward (training)");
+    cpu::execute(inference(), args, "batch normalization forward (training)");
 
     float* rm = ctx.params[kRunningMean].data<float>();
     float* rv = ctx.params[kRunningVar].data<float>();
@@ -123,6 +127,31 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     ctx.params[kNumBatches].data<int64_t>()[0] += 1;
   }
 
+  // Per channel of x (f32 NCHW): the mean and the biased variance, each summed in float64 in a fixed order.
+  static void batch_statistics(const Tensor& x, float* mean, float* var) {
+    const int64_t batch = x.dim(0), c = x.dim(1), plane = x.numel() / batch / c;
+    const float* p = x.data<float>();
+    const double count = static_cast<double>(batch * plane);
+    cpu::parallel_for(
+        c,
+        [&](int64_t ch) {
+          auto plane_of = [&](int64_t b) { return p + (b * c + ch) * plane; };
+          double sum = 0;
+          for (int64_t b = 0; b < batch; ++b)
+            for (int64_t i = 0; i < plane; ++i) sum += plane_of(b)[i];
+          const double mu = sum / count;
+          double sq = 0;
+          for (int64_t b = 0; b < batch; ++b)
+            for (int64_t i = 0; i < plane; ++i) {
+              const double d = plane_of(b)[i] - mu;
+              sq += d * d;
+            }
+          mean[ch] = static_cast<float>(mu);
+          var[ch] = static_cast<float>(sq / count);
+        },
+        x.numel());
+  }
+
   void prepare(const Shape& x) {
     if (x == x_shape_) return;
     x_shape_ = x;
@@ -130,7 +159,6 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     stat_ = cpu::f32_desc({x[1]});
     inference_.reset();
     training_pd_.reset();
-    training_.reset();
     backward_.reset();
   }
 
@@ -141,10 +169,6 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
         return dnnl::batch_normalization_forward::primitive_desc(d, cpu::dnnl_engine());
       });
     return *training_pd_;
-  }
-  const dnnl::batch_normalization_forward& training() {
-    if (!training_) training_.emplace(training_pd());
-    return *training_;
   }
   const dnnl::batch_normalization_forward& inference() {
     if (!inference_)
@@ -162,7 +186,6 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
   memory::desc data_, stat_;
   std::optional<dnnl::batch_normalization_forward> inference_;
   std::optional<dnnl::batch_normalization_forward::primitive_desc> training_pd_;
-  std::optional<dnnl::batch_normalization_forward> training_;
   std::optional<dnnl::batch_normalization_backward> backward_;
 };
 

@@ -52,11 +52,12 @@ TEST(AttentionBlock, FusedStepEqualsTheThreeOpsBitForBit) {
 TEST(PsaAttentionOp, ShapesAndErrors) {
   using models::yolo::kernels::attention::PsaAttentionOp;
   using models::yolo::kernels::attention::PsaConfig;
-  const PsaAttentionOp op(PsaConfig{16, 2, PsaForm::one_pass}, 4, 5);
+  const PsaAttentionOp op(PsaConfig{16, 2, PsaForm::one_pass});
   EXPECT_EQ(op.infer_output_shape({core::Shape{3, 128, 4, 5}}), (core::Shape{3, 64, 4, 5}));
-  EXPECT_THROW(op.infer_output_shape({core::Shape{3, 96, 4, 5}}), Error);   // not 4·key_dim·heads channels
-  EXPECT_THROW(op.infer_output_shape({core::Shape{3, 128, 5, 4}}), Error);  // another image size
-  EXPECT_THROW(PsaAttentionOp(PsaConfig{16, 2, PsaForm::one_pass}, 0, 5), Error);
+  EXPECT_EQ(op.infer_output_shape({core::Shape{3, 128, 8, 2}}), (core::Shape{3, 64, 8, 2}));  // any size
+  EXPECT_THROW(op.infer_output_shape({core::Shape{3, 96, 4, 5}}), Error);  // not 4·key_dim·heads channels
+  EXPECT_THROW(op.infer_output_shape({core::Shape{3, 128, 20}}), Error);   // not an image
+  EXPECT_THROW(PsaAttentionOp(PsaConfig{0, 2, PsaForm::one_pass}), Error);
 }
 
 // The two-pass op's backward adds dQ and dK over both halves: its gradients equal the one-pass op's.

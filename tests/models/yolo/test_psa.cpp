@@ -292,4 +292,22 @@ TEST(PsaOps, ShapeErrorsAreClear) {
   EXPECT_THROW(psa_merge_attn({odd, odd}, cfg, 5, 7, "odd"), Error);  // B·heads = 3 with 2 heads
 }
 
+// The size-input form takes H and W from one more input, whose values it never reads: one graph for every size.
+TEST(PsaOps, MergeTakesItsSizeFromAnInput) {
+  const PsaConfig cfg{32, 2, PsaForm::two_pass};
+  const PsaMergeAttnOp op(cfg);
+  EXPECT_TRUE(op.size_input());
+  EXPECT_EQ(op.infer_output_shape({Shape{4, 35, 32}, Shape{4, 35, 32}, Shape{2, 9, 5, 7}}), (Shape{2, 128, 5, 7}));
+  constexpr int64_t any = Shape::kAny;
+  EXPECT_EQ(op.infer_output_shape({Shape{any, any, 32}, Shape{any, any, 32}, Shape{any, 3, any, any}}).str(),
+            "[?, 128, ?, ?]");
+  EXPECT_THROW(op.infer_output_shape({Shape{4, 35, 32}, Shape{4, 35, 32}}), Error);                    // no size
+  EXPECT_THROW(op.infer_output_shape({Shape{4, 36, 32}, Shape{4, 36, 32}, Shape{2, 9, 5, 7}}), Error);  // N ≠ H·W
+  EXPECT_THROW(op.infer_output_shape({Shape{4, 35, 32}, Shape{4, 35, 32}, Shape{3, 9, 5, 7}}), Error);  // batch
+  const auto rt = op.lower(graph::Backend::cpu, graph::Mode::train);
+  EXPECT_EQ(rt->n_activation_inputs(), 3);
+  EXPECT_TRUE(rt->reads_input(0) && rt->reads_input(1));
+  EXPECT_FALSE(rt->reads_input(2));
+}
+
 }  // namespace

@@ -2,9 +2,8 @@
 
 #include "vision/core/error.h"
 #include "vision/models/yolo/kernels/attention/psa_attention.h"
-#include "vision/ops/batchnorm.h"
-#include "vision/ops/conv2d.h"
 #include "vision/ops/elementwise.h"
+#include "vision/ops/shape_ops.h"
 
 namespace vision::models::yolo::blocks {
 
@@ -16,41 +15,26 @@ PsaConfig AttentionConfig::psa() const {
   return PsaConfig{dim / heads / 2, heads, form};
 }
 
-namespace {
-// Conv2d (no bias) → BatchNorm, no activation (ultralytics' Conv with act=False), under scope `name`.
-graph::SymTensor conv_bn(graph::SymTensor x, int64_t c2, int64_t k, int64_t groups, const std::string& name) {
-  auto _ = x.graph()->scope(name);
-  ops::Conv2dAttrs a;
-  a.in_channels = x.dim(1);
-  a.out_channels = c2;
-  a.kernel = k;
-  a.groups = groups;
-  x = ops::conv2d(x, a, "conv");
-  return ops::batchnorm2d(x, 1e-3f, 0.03f, "bn");
-}
-}  // namespace
-
 graph::SymTensor attention(graph::SymTensor x, const AttentionConfig& config, const std::string& name) {
   VISION_CHECK(x.valid() && x.shape().rank() == 4 && x.dim(1) == config.dim,
                "attention: x must be [B, {}, H, W], got {}", config.dim, x.valid() ? x.shape().str() : "nothing");
-  const int64_t h = x.dim(2), w = x.dim(3);
-  VISION_CHECK(h != core::Shape::kAny && w != core::Shape::kAny,
-               "attention: the feature map size must be known when the graph is recorded, got {}", x.shape().str());
   const PsaConfig psa = config.psa();
+  const ConvNorm norm = config.norm;
   auto _ = x.graph()->scope(name);
-  auto qkv = conv_bn(x, psa.qkv_channels(), 1, 1, "qkv");
+  auto qkv = conv(x, {.c2 = psa.qkv_channels(), .act = false}, norm, "qkv");
   graph::SymTensor merged;
-  if (config.fused) {
-    merged = kernels::attention::psa_attention(qkv, psa, h, w, "attention");
+  if (config.fused) {  // the image size comes from qkv's shape
+    merged = kernels::attention::psa_attention(qkv, psa, "attention");
   } else {
     auto packed = kernels::attention::psa_pack_qkv(qkv, psa, "pack");
     auto attn = kernels::attention::flash_attention2_psa(packed, psa, "attention");
-    merged = kernels::attention::psa_merge_attn(attn, psa, h, w, "merge");
+    // The feature-map size comes from x's shape (detached: only its shape is read), so the graph fits any input size.
+    merged = kernels::attention::psa_merge_attn(attn, psa, ops::detach(x, "size"), "merge");
   }
   auto v = kernels::attention::psa_extract_v(qkv, psa, "extract_v");
-  auto pe = conv_bn(v, config.dim, 3, config.dim, "pe");
+  auto pe = conv(v, {.c2 = config.dim, .k = 3, .g = config.dim, .act = false}, norm, "pe");
   auto sum = ops::add(merged, pe, "add");
-  return conv_bn(sum, config.dim, 1, 1, "proj");
+  return conv(sum, {.c2 = config.dim, .act = false}, norm, "proj");
 }
 
 }  // namespace vision::models::yolo::blocks

@@ -146,13 +146,16 @@ class CpuCopies final : public PsaCopies {
 class PsaRuntime final : public graph::RuntimeOp {
  public:
   PsaRuntime(PsaOpKind op, PsaConfig config, std::shared_ptr<const PsaCopies> copies,
-             std::unique_ptr<graph::RuntimeOp> twin)
-      : op_(op), config_(config), copies_(std::move(copies)), twin_(std::move(twin)) {
+             std::unique_ptr<graph::RuntimeOp> twin, bool size_input)
+      : op_(op), config_(config), copies_(std::move(copies)), twin_(std::move(twin)), size_input_(size_input) {
     VISION_CHECK(copies_ != nullptr, "make_psa_runtime: no copies for {}", psa_op_name(op_));
   }
   std::string name() const override { return psa_op_name(op_); }
   int n_activation_inputs() const override {
-    return op_ == PsaOpKind::merge_attn ? static_cast<int>(config_.v_parts()) : 1;
+    return op_ == PsaOpKind::merge_attn ? static_cast<int>(config_.v_parts() + size_input_) : 1;
+  }
+  bool reads_input(size_t input) const override {
+    return !(size_input_ && input == static_cast<size_t>(config_.v_parts()));
   }
   bool has_backward() const override { return true; }
   bool supports(const graph::Format& f) const override { return copies_->supports(f); }
@@ -183,6 +186,8 @@ class PsaRuntime final : public graph::RuntimeOp {
       for (size_t k = 0; k < blocks.size(); ++k)
         if (ctx.grad_inputs.at(k).defined())
           copies_->channels_to_rows(b, grad_image, blocks[k], ctx.grad_inputs[k]);
+      if (size_input_ && ctx.grad_inputs.back().defined())  // only its shape was read
+        b.fill_zero(ctx.grad_inputs.back().raw(), ctx.grad_inputs.back().nbytes());
       return;
     }
     const Tensor& grad_qkv = ctx.grad_inputs.at(0);
@@ -202,12 +207,16 @@ class PsaRuntime final : public graph::RuntimeOp {
   PsaConfig config_;
   std::shared_ptr<const PsaCopies> copies_;
   std::unique_ptr<graph::RuntimeOp> twin_;  // the CPU RuntimeOp a CUDA one keeps (no state to share)
+  bool size_input_;                         // merge_attn's size-input form
 };
 
-std::unique_ptr<graph::RuntimeOp> lower_psa(PsaOpKind kind, const PsaConfig& config, graph::Backend backend) {
+std::unique_ptr<graph::RuntimeOp> lower_psa(PsaOpKind kind, const PsaConfig& config, graph::Backend backend,
+                                            bool size_input = false) {
   auto copies = psa_copies(backend);
-  if (backend == graph::Backend::cpu) return make_psa_runtime(kind, config, std::move(copies));
-  return make_psa_runtime(kind, config, std::move(copies), make_psa_runtime(kind, config, psa_copies(graph::Backend::cpu)));
+  if (backend == graph::Backend::cpu) return make_psa_runtime(kind, config, std::move(copies), nullptr, size_input);
+  return make_psa_runtime(kind, config, std::move(copies),
+                          make_psa_runtime(kind, config, psa_copies(graph::Backend::cpu), nullptr, size_input),
+                          size_input);
 }
 
 int64_t times(int64_t a, int64_t b) { return a == Shape::kAny || b == Shape::kAny ? Shape::kAny : a * b; }
@@ -251,8 +260,8 @@ std::string psa_op_name(PsaOpKind kind) {
 
 std::unique_ptr<graph::RuntimeOp> make_psa_runtime(PsaOpKind op, PsaConfig config,
                                                    std::shared_ptr<const PsaCopies> copies,
-                                                   std::unique_ptr<graph::RuntimeOp> twin) {
-  return std::make_unique<PsaRuntime>(op, config, std::move(copies), std::move(twin));
+                                                   std::unique_ptr<graph::RuntimeOp> twin, bool size_input) {
+  return std::make_unique<PsaRuntime>(op, config, std::move(copies), std::move(twin), size_input);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -289,24 +298,38 @@ PsaMergeAttnOp::PsaMergeAttnOp(PsaConfig config, int64_t height, int64_t width)
   VISION_CHECK(height > 0 && width > 0, "psa_merge_attn: the image size must be positive, got {}×{}", height, width);
 }
 
+PsaMergeAttnOp::PsaMergeAttnOp(PsaConfig config) : config_(config) { check_psa_config(config_, "psa_merge_attn"); }
+
 Shape PsaMergeAttnOp::infer_output_shape(const std::vector<Shape>& in) const {
   const auto parts = static_cast<size_t>(config_.v_parts());
-  VISION_CHECK(in.size() == parts, "psa_merge_attn ({}) takes {} attention output(s), got {}",
-               config_.form == PsaForm::two_pass ? "two_pass" : "one_pass", parts, in.size());
+  VISION_CHECK(in.size() == parts + size_input(), "psa_merge_attn ({}) takes {} attention output(s){}, got {} inputs",
+               config_.form == PsaForm::two_pass ? "two_pass" : "one_pass", parts,
+               size_input() ? " and a tensor [B, any, H, W] giving the size" : "", in.size());
+  int64_t height = height_, width = width_, batch = Shape::kAny;
+  if (size_input()) {
+    const Shape& like = in.back();
+    VISION_CHECK(like.rank() == 4, "psa_merge_attn: the size input must be [B, any, H, W], got {}", like.str());
+    height = like[2], width = like[3], batch = like[0];
+  }
+  const int64_t n = times(height, width);
   int64_t bh = Shape::kAny;
-  for (const Shape& s : in) {
-    VISION_CHECK(s.rank() == 3 && s[1] == height_ * width_ && s[2] == config_.v_part_width(),
-                 "psa_merge_attn: each attention output must be [B·heads, H·W = {}, {}], got {}", height_ * width_,
-                 config_.v_part_width(), s.str());
+  for (size_t k = 0; k < parts; ++k) {
+    const Shape& s = in[k];
+    VISION_CHECK(s.rank() == 3 && (n == Shape::kAny || s[1] == Shape::kAny || s[1] == n) &&
+                     s[2] == config_.v_part_width(),
+                 "psa_merge_attn: each attention output must be [B·heads, H·W = {}, {}], got {}",
+                 n == Shape::kAny ? std::string("?") : std::to_string(n), config_.v_part_width(), s.str());
     bh = ops::merge_dim(bh, s[0], "psa_merge_attn: the attention outputs' B·heads");
   }
   VISION_CHECK(bh == Shape::kAny || bh % config_.heads == 0,
                "psa_merge_attn: B·heads = {} is not a multiple of heads = {}", bh, config_.heads);
-  return Shape{bh == Shape::kAny ? Shape::kAny : bh / config_.heads, config_.v_channels(), height_, width_};
+  batch = ops::merge_dim(batch, bh == Shape::kAny ? Shape::kAny : bh / config_.heads,
+                         "psa_merge_attn: the batch of the size input and B·heads / heads");
+  return Shape{batch, config_.v_channels(), height, width};
 }
 
 std::unique_ptr<graph::RuntimeOp> PsaMergeAttnOp::lower(graph::Backend backend, graph::Mode) const {
-  return lower_psa(PsaOpKind::merge_attn, config_, backend);
+  return lower_psa(PsaOpKind::merge_attn, config_, backend, size_input());
 }
 
 std::vector<graph::SymTensor> psa_pack_qkv(graph::SymTensor qkv, const PsaConfig& config, const std::string& name) {
@@ -321,6 +344,13 @@ graph::SymTensor psa_extract_v(graph::SymTensor qkv, const PsaConfig& config, co
 graph::SymTensor psa_merge_attn(const std::vector<graph::SymTensor>& parts, const PsaConfig& config, int64_t height,
                                 int64_t width, const std::string& name) {
   return ops::record<PsaMergeAttnOp>(parts, name, config, height, width);
+}
+
+graph::SymTensor psa_merge_attn(const std::vector<graph::SymTensor>& parts, const PsaConfig& config,
+                                graph::SymTensor like, const std::string& name) {
+  std::vector<graph::SymTensor> inputs = parts;
+  inputs.push_back(like);
+  return ops::record<PsaMergeAttnOp>(inputs, name, config);
 }
 
 }  // namespace vision::models::yolo::kernels::attention

@@ -112,9 +112,11 @@ class PsaCopies {
 std::shared_ptr<const PsaCopies> psa_copies(graph::Backend backend);
 
 // The RuntimeOp of one of the ops on the given copies; twin (may be null) is the CPU RuntimeOp a CUDA RuntimeOp keeps.
+// size_input: merge_attn's size-input form (one more input, whose values are never read).
 std::unique_ptr<graph::RuntimeOp> make_psa_runtime(PsaOpKind op, PsaConfig config,
                                                    std::shared_ptr<const PsaCopies> copies,
-                                                   std::unique_ptr<graph::RuntimeOp> twin = nullptr);
+                                                   std::unique_ptr<graph::RuntimeOp> twin = nullptr,
+                                                   bool size_input = false);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Graph ops (any floating dtype the backend has; qkv and image in the plan's layout). The batch may be symbolic.
@@ -148,16 +150,21 @@ class PsaExtractVOp final : public graph::Op {
 
 // "yolo.psa_merge_attn": two_pass O_lo, O_hi [B·heads, N, KEY_DIM] (or one_pass O [B·heads, N, 2·KEY_DIM]) →
 // [B, 2·KEY_DIM·heads, H, W], head h dim d at channel h·2·KEY_DIM + d. N must equal H·W.
+// H and W are fixed when the op is made, or (the size-input form) taken from one more input [B, any, H, W] of which
+// only the shape is read: then one graph serves every feature-map size (a model's graph for any input size). That
+// input gets a zero gradient; pass it detached (ops::detach) so that no gradient buffer is spent on it.
 class PsaMergeAttnOp final : public graph::Op {
  public:
   PsaMergeAttnOp(PsaConfig config, int64_t height, int64_t width);
+  explicit PsaMergeAttnOp(PsaConfig config);  // the size-input form
   std::string name() const override { return psa_op_name(PsaOpKind::merge_attn); }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
+  bool size_input() const { return height_ == 0; }
 
  private:
   PsaConfig config_;
-  int64_t height_, width_;
+  int64_t height_ = 0, width_ = 0;  // 0: from the size input
 };
 
 // Recording helpers. psa_pack_qkv returns the op's outputs in order (Q, K, V_lo, V_hi or Q, K, V).
@@ -166,5 +173,8 @@ std::vector<graph::SymTensor> psa_pack_qkv(graph::SymTensor qkv, const PsaConfig
 graph::SymTensor psa_extract_v(graph::SymTensor qkv, const PsaConfig& config, const std::string& name = "extract_v");
 graph::SymTensor psa_merge_attn(const std::vector<graph::SymTensor>& parts, const PsaConfig& config, int64_t height,
                                 int64_t width, const std::string& name = "merge_attn");
+// The size-input form: H and W are those of `like` [B, any, H, W] (only its shape is read).
+graph::SymTensor psa_merge_attn(const std::vector<graph::SymTensor>& parts, const PsaConfig& config,
+                                graph::SymTensor like, const std::string& name = "merge_attn");
 
 }  // namespace vision::models::yolo::kernels::attention

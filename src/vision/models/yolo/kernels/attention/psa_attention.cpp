@@ -126,12 +126,12 @@ class FlashAttn2PsaRuntime final : public graph::RuntimeOp {
 // tensors (training, where FlashAttention-2's backward needs Q, K, V and O), or the backend's direct attention.
 class PsaAttentionRuntime final : public graph::RuntimeOp {
  public:
-  PsaAttentionRuntime(PsaConfig config, int64_t height, int64_t width, graph::Backend backend, graph::Mode mode)
+  PsaAttentionRuntime(PsaConfig config, graph::Backend backend, graph::Mode mode)
       : config_(config),
         copies_(psa_copies(backend)),
         pack_(PsaPackQkvOp(config).lower(backend, mode)),
         attention_(FlashAttn2PsaOp(config).lower(backend, mode)),
-        merge_(PsaMergeAttnOp(config, height, width).lower(backend, mode)),
+        merge_(make_psa_runtime(PsaOpKind::merge_attn, config, copies_)),  // reads the size from its output
         scale_(FlashAttn2PsaOp(config).scale()) {}
   std::string name() const override { return "yolo.psa_attention"; }
   int n_activation_inputs() const override { return 1; }
@@ -299,26 +299,18 @@ std::unique_ptr<graph::RuntimeOp> FlashAttn2PsaOp::lower(graph::Backend backend,
   return std::make_unique<FlashAttn2PsaRuntime>(config_, FlashAttention2Op(scale()).lower(backend, mode), mode);
 }
 
-PsaAttentionOp::PsaAttentionOp(PsaConfig config, int64_t height, int64_t width)
-    : config_(config), height_(height), width_(width) {
-  check_psa_config(config_, "psa_attention");
-  VISION_CHECK(height > 0 && width > 0, "psa_attention: the image size must be positive, got {}×{}", height, width);
-}
+PsaAttentionOp::PsaAttentionOp(PsaConfig config) : config_(config) { check_psa_config(config_, "psa_attention"); }
 
 Shape PsaAttentionOp::infer_output_shape(const std::vector<Shape>& in) const {
-  VISION_CHECK(in.size() == 1 && in[0].rank() == 4 && in[0][2] == height_ && in[0][3] == width_,
-               "psa_attention takes one qkv tensor [B, {}, {}, {}], got {}", config_.qkv_channels(), height_, width_,
-               in.empty() ? std::string("none") : in[0].str());
-  return PsaExtractVOp(config_).infer_output_shape(in);  // checks the channels; V's shape is the image's
+  return PsaExtractVOp(config_).infer_output_shape(in);  // checks qkv; V's shape is the image's
 }
 
 std::unique_ptr<graph::RuntimeOp> PsaAttentionOp::lower(graph::Backend backend, graph::Mode mode) const {
-  return std::make_unique<PsaAttentionRuntime>(config_, height_, width_, backend, mode);
+  return std::make_unique<PsaAttentionRuntime>(config_, backend, mode);
 }
 
-graph::SymTensor psa_attention(graph::SymTensor qkv, const PsaConfig& config, int64_t height, int64_t width,
-                               const std::string& name) {
-  return ops::record<PsaAttentionOp>({qkv}, name, config, height, width);
+graph::SymTensor psa_attention(graph::SymTensor qkv, const PsaConfig& config, const std::string& name) {
+  return ops::record<PsaAttentionOp>({qkv}, name, config);
 }
 
 std::vector<graph::SymTensor> flash_attention2_psa(const std::vector<graph::SymTensor>& packed, const PsaConfig& config,

@@ -41,9 +41,10 @@ class FlashAttn2PsaOp final : public graph::Op {
 // has_direct_attention: CUDA on sm_90a in f16/bf16 NHWC, one_pass) inference reads Q, K and V straight from qkv
 // and writes the image from inside the attention kernel: no rows, no pack or merge launches. Forward and backward
 // equal the three ops' (the separate ops stay for inspection and as the reference).
+// The image size is qkv's, so one graph serves every input size.
 class PsaAttentionOp final : public graph::Op {
  public:
-  PsaAttentionOp(PsaConfig config, int64_t height, int64_t width);
+  explicit PsaAttentionOp(PsaConfig config);
   std::string name() const override { return "yolo.psa_attention"; }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
@@ -51,12 +52,10 @@ class PsaAttentionOp final : public graph::Op {
 
  private:
   PsaConfig config_;
-  int64_t height_, width_;
 };
 
 // Records PsaAttentionOp on qkv.
-graph::SymTensor psa_attention(graph::SymTensor qkv, const PsaConfig& config, int64_t height, int64_t width,
-                               const std::string& name = "attention");
+graph::SymTensor psa_attention(graph::SymTensor qkv, const PsaConfig& config, const std::string& name = "attention");
 
 // Records the attention of pack's outputs (Q, K, V_lo, V_hi or Q, K, V); returns O_lo, O_hi or O.
 std::vector<graph::SymTensor> flash_attention2_psa(const std::vector<graph::SymTensor>& packed, const PsaConfig& config,

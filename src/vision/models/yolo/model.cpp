@@ -1,0 +1,40 @@
+#include "vision/models/yolo/model.h"
+
+#include "vision/core/error.h"
+
+namespace vision::models::yolo {
+
+graph::PlanOptions default_plan_options(graph::Backend backend) {
+  if (backend == graph::Backend::cuda) return {.compute_dtype = core::DType::f16, .layout = core::Layout::nhwc};
+  return {.compute_dtype = core::DType::f32, .layout = core::Layout::nchw};
+}
+
+Yolo26Model::Yolo26Model(const core::SafetensorsFile& weights, std::shared_ptr<graph::BackendContext> backend,
+                         const Options& options)
+    : info_(read_model_info(weights)), options_(options) {
+  VISION_CHECK(backend != nullptr, "Yolo26Model needs a backend");
+  graph::PlanOptions plan = default_plan_options(backend->backend());
+  plan.compute_dtype = options.compute_dtype.value_or(plan.compute_dtype);
+  plan.layout = options.layout.value_or(plan.layout);
+  executor_ = std::make_unique<graph::Executor>(yolo26_inference_graph(info_.spec, options.inference),
+                                                std::move(backend), plan);
+  executor_->set_max_plans(options.max_plans);
+  // The state's shapes do not depend on the image size: any valid one creates it.
+  graph::StateStore& state =
+      executor_->state(graph::Mode::inference, {core::Shape{1, 3, kSizeMultiple, kSizeMultiple}});
+  load_weights(state, info_.spec, weights);
+}
+
+Yolo26Model Yolo26Model::load(const std::filesystem::path& path, std::shared_ptr<graph::BackendContext> backend,
+                              const Options& options) {
+  return Yolo26Model(core::read_safetensors(path), std::move(backend), options);
+}
+
+std::vector<core::Tensor> Yolo26Model::forward(const core::Tensor& images) {
+  VISION_CHECK(images.defined() && images.rank() == 4 && images.dim(1) == 3,
+               "YOLO26 takes RGB images [B, 3, H, W], got {}", images.defined() ? images.str() : "an undefined tensor");
+  check_image_size(images.dim(2), images.dim(3));
+  return executor_->forward({images});
+}
+
+}  // namespace vision::models::yolo

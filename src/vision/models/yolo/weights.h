@@ -1,0 +1,70 @@
+// YOLO26 weights in safetensors files, by ultralytics state_dict names: what a file holds (metadata), the loading
+// rules, the export with BatchNorm folded, and initial weights (`vision init`).
+//
+// Two formats. A full checkpoint ("format": "full", or no format: tools/convert_ultralytics.py, `vision init`) has
+// both Detect heads and every BatchNorm (weight, bias, running_mean, running_var, num_batches_tracked); it loads into
+// a training model and into an inference model, whose missing head's tensors are ignored. An exported model
+// ("format": "fused") has BatchNorm folded into each convolution's weight and a bias ("model.0.conv.bias") and the
+// one-to-one head only, in f16 or f32; it loads into an inference model built with ConvNorm::folded.
+//
+// Metadata (strings): "scale" (n, s, m, l or x), "nc", "names" (a JSON list of nc class names), "imgsz" (JSON: a side
+// or [height, width]), "stride" (JSON list, [8, 16, 32]), "format".
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vision/core/safetensors.h"
+#include "vision/graph/state.h"
+#include "vision/models/yolo/yolo26.h"
+
+namespace vision::models::yolo {
+
+// What a weights file holds.
+struct ModelInfo {
+  Yolo26Spec spec;                          // scale, nc; norm folded for an exported model
+  std::vector<std::string> names;           // nc class names
+  std::array<int64_t, 2> imgsz = {640, 640};  // height, width it was trained at
+  std::vector<int64_t> stride = {8, 16, 32};
+
+  bool fused() const { return spec.norm == ConvNorm::folded; }
+};
+
+// ModelInfo for a spec: names "class0", "class1", …, imgsz 640.
+ModelInfo default_model_info(const Yolo26Spec& spec);
+std::map<std::string, std::string> weights_metadata(const ModelInfo& info);
+
+// The model a file holds, from its metadata. Without "scale" or "nc", they are read from its tensors (the width of
+// model.0, the depth of model.2, the one-to-one head's class convolution); without "names", default names. Throws
+// vision::Error naming the file and the field for anything malformed or inconsistent.
+ModelInfo read_model_info(const core::SafetensorsFile& file);
+
+// Loads the file into the state of a YOLO26 graph recorded with `spec` (any heads). First the file's model must be
+// that one (its scale, nc and format: clear errors otherwise); then every state tensor must be in the file with its
+// shape (floating tensors of any dtype are converted to f32); tensors of a Detect head the graph did not record are
+// ignored; any other missing, unexpected or mis-shaped tensor is an error listing them all.
+void load_weights(graph::StateStore& state, const Yolo26Spec& spec, const core::SafetensorsFile& file);
+
+// An exported model from a full checkpoint: each Conv's BatchNorm folded into its convolution in float64 (weight·γ/σ,
+// bias β − μ·γ/σ, σ = sqrt(running_var + 1e-3)), the one-to-many head dropped, tensors in dtype (f32 or f16),
+// metadata with format "fused". Throws for a file that is not a full checkpoint.
+struct ExportedWeights {
+  std::vector<std::pair<std::string, core::Tensor>> tensors;
+  std::map<std::string, std::string> metadata;
+};
+ExportedWeights fold_batchnorm(const core::SafetensorsFile& full, core::DType dtype = core::DType::f32);
+
+// Sets the biases YOLO26 initialises in the last convolution of every Detect branch the state has: box 2.0, class
+// log(5 / nc / (640 / stride)²).
+void init_detect_biases(graph::StateStore& state, const Yolo26Spec& spec);
+
+// A full checkpoint of initial weights: the ops' default initialisation (deterministic, seeded by each tensor's name:
+// convolutions uniform ±1/sqrt(fan_in), BatchNorm γ 1, β 0, statistics 0 and 1) and YOLO26's Detect biases.
+void write_initial_weights(const std::filesystem::path& path, const ModelInfo& info);
+
+}  // namespace vision::models::yolo
