@@ -14,11 +14,13 @@ loss mean(y * r) and the gradients of the loss with respect to x and every param
 
     /usr/bin/python3 tools/reference/make_attention_fixture.py tests/fixtures/attention_dim64_h2.safetensors
 """
-import json
-import struct
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_io import write_safetensors  # noqa: E402
 
 DIM, HEADS, B, H, W = 64, 2, 2, 4, 5
 EPS = 1e-3
@@ -65,23 +67,6 @@ def params(gen):
         p[name + ".bn.running_mean"] = (torch.rand(c, generator=gen) * 2 - 1) * 0.5
         p[name + ".bn.running_var"] = torch.rand(c, generator=gen) * 1.8 + 0.2
     return {k: v.float() for k, v in p.items()}
-
-
-def write_safetensors(path, tensors, metadata):
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().to(torch.float32).contiguous()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
 
 
 def main():
