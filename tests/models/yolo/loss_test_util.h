@@ -67,7 +67,10 @@ struct LossGraph {
   models::yolo::E2ELossTensors loss;
 };
 
-inline LossGraph e2e_loss_graph(int64_t nc, int64_t m, int64_t image_h, int64_t image_w) {
+// With inference_outputs, the total and the components are outputs of inference plans too (a loss evaluated without
+// backward, captured in a CUDA graph).
+inline LossGraph e2e_loss_graph(int64_t nc, int64_t m, int64_t image_h, int64_t image_w,
+                                bool inference_outputs = false) {
   LossGraph r;
   r.graph = std::make_shared<graph::Graph>();
   graph::Graph& g = *r.graph;
@@ -88,7 +91,11 @@ inline LossGraph e2e_loss_graph(int64_t nc, int64_t m, int64_t image_h, int64_t 
   for (size_t h = 0; h < 2; ++h)
     r.heads[h] = {grad_probe(raw[2 * h], std::string(kHeads[h]) + ".ltrb_probe"),
                   grad_probe(raw[2 * h + 1], std::string(kHeads[h]) + ".logits_probe")};
-  r.loss = models::yolo::e2e_loss(r.heads[0], r.heads[1], t, weights);
+  r.loss = models::yolo::e2e_loss(r.heads[0], r.heads[1], t, weights, "loss", !inference_outputs);
+  if (inference_outputs) {
+    g.mark_output(r.loss.total, {.inference = true, .train = true, .seed_gradient = true});
+    g.mark_output(r.loss.components, {.inference = true, .train = true, .seed_gradient = false});
+  }
   return r;
 }
 

@@ -188,7 +188,7 @@ TEST(E2ELoss, BadInputsAreErrorsNamingTheProblem) {
   LossInputs in = random_inputs(2, 64, 64, 3, 8, 1, 4);
   const LossGraph g = e2e_loss_graph(3, 8, 64, 64);
   Executor ex(g.graph, graph::cpu_backend());
-  in.count = int_tensor({2, 9});
+  in.count = int_tensor({1, 9});  // row 0 of each image is a box (min_boxes 1)
   std::string msg = error_of([&] { ex.forward_train(in.list()); });
   EXPECT_NE(msg.find("image 1 has a box count of 9, outside [0, 8]"), std::string::npos) << msg;
   in.count = int_tensor({1, 1});
@@ -199,12 +199,14 @@ TEST(E2ELoss, BadInputsAreErrorsNamingTheProblem) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Finite differences, the assignment held fixed (the assigner has no gradient: its soft targets count as constants)
+// and CIoU's alpha differentiated too (the loss treats it as a constant, which the fixture test checks against
+// PyTorch; finite differences see its derivative).
 
 TEST(E2ELoss, GradientsMatchFiniteDifferencesWithTheAssignmentHeldFixed) {
   constexpr int64_t kB = 2, kNc = 3, kM = 8, kH = 64, kW = 96;
   for (const AssignerOptions& options : {AssignerOptions::one_to_many(), AssignerOptions::one_to_one()}) {
     SCOPED_TRACE(options.topk2 ? "one-to-one" : "one-to-many");
-    const LossInputs in = random_inputs(kB, kH, kW, kNc, kM, 1, 5);
+    const LossInputs in = random_inputs(kB, kH, kW, kNc, kM, 2, 6);
     const int64_t n = in.ltrb[0].dim(2);
     auto g = std::make_shared<Graph>();
     SymTensor ltrb = g->input("ltrb", Shape{kB, 4, n}), logits = g->input("logits", Shape{kB, kNc, n});
@@ -216,7 +218,8 @@ TEST(E2ELoss, GradientsMatchFiniteDifferencesWithTheAssignmentHeldFixed) {
     const HeadOutputs head{grad_probe(ltrb, "ltrb_probe"), grad_probe(logits, "logits_probe")};
     const auto assignment =
         assign_targets(fixed_logits, decode_boxes(fixed_ltrb, t, "fixed_decode"), t, options, "assigner");
-    const Yolo26LossTensors terms = yolo26_loss_terms(head, decode_boxes(head.ltrb, t), assignment, t);
+    const Yolo26LossTensors terms =
+        yolo26_loss_terms(head, decode_boxes(head.ltrb, t), assignment, t, {}, {.full_alpha_derivative = true});
     g->mark_output(terms.loss, graph::kTrainingLoss);
     Executor ex(g, graph::cpu_backend());
 
@@ -261,12 +264,12 @@ TEST(E2ELoss, GradientsMatchFiniteDifferencesWithTheAssignmentHeldFixed) {
       for (int64_t a = 0; a < n; ++a) {
         if (gt[static_cast<size_t>(b * n + a)] < 0) continue;
         ++positives;
-        // Away from the kinks of |Δ| and of CIoU's min/max: every coordinate at least 10 steps from the target's.
+        // Away from the kinks of |Δ| and of CIoU's min/max: every coordinate at least 2 steps from the target's.
         const double h = 1e-3;
         bool smooth = true;
         for (int64_t c = 0; c < 4; ++c) {
           const auto i = static_cast<size_t>((b * 4 + c) * n + a);
-          smooth = smooth && std::abs(pred[i] - target[i]) > 10 * h;
+          smooth = smooth && std::abs(pred[i] - target[i]) > 2 * h;
         }
         if (!smooth) continue;
         for (int64_t c = 0; c < 4; ++c) {
@@ -277,7 +280,7 @@ TEST(E2ELoss, GradientsMatchFiniteDifferencesWithTheAssignmentHeldFixed) {
         }
       }
     EXPECT_GT(positives, 0);
-    EXPECT_GT(checked, 4);
+    EXPECT_GE(checked, 8);
     // Logits (smooth everywhere): a sample over every class, positives and background alike.
     for (int64_t i = 0; i < x_logits.numel(); i += 7) {
       const double analytic = g_logits[static_cast<size_t>(i)];

@@ -5,7 +5,6 @@
 
 #include "vision/core/error.h"
 #include "vision/models/yolo/kernels/detect_decode.h"
-#include "vision/models/yolo/kernels/loss/ciou.h"
 #include "vision/models/yolo/kernels/loss/cls.h"
 #include "vision/ops/f32_op.h"
 
@@ -61,14 +60,14 @@ kl::AssignerTensors assign_targets(SymTensor logits, SymTensor boxes, const Loss
 }
 
 Yolo26LossTensors yolo26_loss_terms(const HeadOutputs& head, SymTensor boxes, const kl::AssignerTensors& a,
-                                    const LossTargets& t, const kl::LossGains& gains) {
+                                    const LossTargets& t, const kl::LossGains& gains, const kl::CiouOptions& ciou) {
   graph::Graph& g = *boxes.graph();
   const auto& [p3, p4, p5] = t.levels;
   Yolo26LossTensors r;
   r.boxes = boxes;
   r.assignment = a;
   const SymTensor w = kl::target_score_sum(a.target_scores, "weight");
-  const SymTensor per_box = g.apply(ops::in_f32(std::make_shared<kl::CiouLossOp>()), {boxes, a.target_boxes, w}, "ciou");
+  const SymTensor per_box = g.apply(ops::in_f32(std::make_shared<kl::CiouLossOp>(ciou)), {boxes, a.target_boxes, w}, "ciou");
   r.box = kl::normalized_sum(per_box, w, "box");
   r.cls = kl::bce_cls_loss(head.logits, a.target_scores, "cls");
   r.l1 = g.apply(ops::in_f32(std::make_shared<kl::L1DistanceLossOp>()), {boxes, a.target_boxes, w, p3, p4, p5}, "l1");

@@ -33,6 +33,7 @@
 
 #include "vision/graph/graph.h"
 #include "vision/models/yolo/kernels/loss/assigner.h"
+#include "vision/models/yolo/kernels/loss/ciou.h"
 #include "vision/models/yolo/kernels/loss/loss_sum.h"
 
 namespace vision::models::yolo {
@@ -73,10 +74,12 @@ kernels::loss::AssignerTensors assign_targets(graph::SymTensor logits, graph::Sy
                                               const kernels::loss::AssignerOptions& options,
                                               const std::string& name = "assigner");
 // A head's loss terms for a given assignment (boxes: the head's decoded ltrb). yolo26_loss is decode + assign + this;
-// tests use it to hold an assignment fixed.
+// tests use it to hold an assignment fixed, and to differentiate CIoU's alpha too (ciou.full_alpha_derivative: the
+// derivative finite differences see; the loss treats alpha as a constant, as YOLO26.md says).
 Yolo26LossTensors yolo26_loss_terms(const HeadOutputs& head, graph::SymTensor boxes,
                                     const kernels::loss::AssignerTensors& assignment, const LossTargets& targets,
-                                    const kernels::loss::LossGains& gains = {});
+                                    const kernels::loss::LossGains& gains = {},
+                                    const kernels::loss::CiouOptions& ciou = {});
 // One head's loss (Yolo26Loss), its nodes under the scope `name`.
 Yolo26LossTensors yolo26_loss(const HeadOutputs& head, const LossTargets& targets,
                               const kernels::loss::AssignerOptions& options, const kernels::loss::LossGains& gains = {},
