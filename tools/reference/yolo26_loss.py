@@ -151,7 +151,8 @@ def assign(logits, boxes, grid, targets, count, topk, topk2=0, alpha=0.5, beta=6
 
 def head_loss(ltrb, logits, targets, count, image_hw, topk, topk2=0):
     """One head's loss terms (box, cls, l1), each divided by target_scores_sum (no gains, no batch factor), and the
-    assignment."""
+    assignment. Positives are selected by masks over all anchors rather than by indexing, so that the whole loss runs
+    without a host synchronisation (and can be captured in a CUDA graph)."""
     image_h, image_w = image_hw
     grid = anchor_grid(image_h, image_w, ltrb.dtype, ltrb.device)
     ax, ay, stride = grid
@@ -160,15 +161,17 @@ def head_loss(ltrb, logits, targets, count, image_hw, topk, topk2=0):
     scores = a["target_scores"]
     n = scores.sum().clamp(min=1)
     cls = F.binary_cross_entropy_with_logits(logits, scores, reduction="none").sum() / n
-    weight = scores.sum(dim=1)                                                 # [B, A]
-    fg = a["gt_index"] >= 0
-    pred_fg = boxes.transpose(1, 2)[fg]                                        # [P, 4]
+    weight = scores.sum(dim=1)                                                 # [B, A], 0 off the positives
+    fg = (a["gt_index"] >= 0)[:, None, :]                                      # [B, 1, A]
     target = a["target_boxes"]
-    box = ((1 - ciou(pred_fg, target.transpose(1, 2)[fg])) * weight[fg]).sum() / n
+    # CIoU of the positives; elsewhere a unit box against itself (CIoU 1, weight 0), which no gradient reaches.
+    unit = torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=ltrb.dtype, device=ltrb.device)[None, :, None]
+    pred_fg, target_fg = torch.where(fg, boxes, unit), torch.where(fg, target, unit)
+    box = ((1 - ciou(pred_fg.transpose(1, 2), target_fg.transpose(1, 2))) * weight).sum() / n
     target_ltrb = torch.stack((ax - target[:, 0], ay - target[:, 1], target[:, 2] - ax, target[:, 3] - ay), dim=1)
     scale = torch.stack((stride / image_w, stride / image_h, stride / image_w, stride / image_h))   # [4, A]
     l1 = (ltrb * scale - target_ltrb * scale).abs().mean(dim=1)               # [B, A]
-    l1 = (l1 * weight)[fg].sum() / n
+    l1 = torch.where(fg[:, 0], l1 * weight, torch.zeros_like(l1)).sum() / n
     return (box, cls, l1), a
 
 

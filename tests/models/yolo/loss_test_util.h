@@ -202,6 +202,32 @@ inline LossResult run_loss(graph::Executor& ex, const LossGraph& g, const LossIn
   return r;
 }
 
+inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Two runs with bit-identical results: total, components, gradients and assignments.
+inline void expect_bitwise_equal(const LossResult& a, const LossResult& b) {
+  EXPECT_TRUE(bitwise_equal({a.total}, {b.total}));
+  EXPECT_TRUE(bitwise_equal(a.components, b.components));
+  for (size_t h = 0; h < 2; ++h) {
+    EXPECT_TRUE(bitwise_equal(a.grad_ltrb[h], b.grad_ltrb[h])) << kHeads[h];
+    EXPECT_TRUE(bitwise_equal(a.grad_logits[h], b.grad_logits[h])) << kHeads[h];
+    EXPECT_EQ(a.gt_index[h], b.gt_index[h]) << kHeads[h];
+  }
+}
+
+// A deterministic plan on `backend` run twice, and another executor's: bit-identical results. Returns the first run.
+inline LossResult expect_deterministic(std::shared_ptr<graph::BackendContext> backend, const LossInputs& in) {
+  const LossGraph g = e2e_loss_graph(in.classes(), in.rows(), in.image_h, in.image_w);
+  graph::Executor a(g.graph, backend, {.deterministic = true});
+  graph::Executor b(g.graph, backend, {.deterministic = true});
+  const LossResult first = run_loss(a, g, in);
+  expect_bitwise_equal(first, run_loss(a, g, in));
+  expect_bitwise_equal(first, run_loss(b, g, in));
+  return first;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Comparisons with the fixture
 

@@ -45,6 +45,15 @@ void check_head(const HeadOutputs& h, const char* which) {
 
 }  // namespace
 
+int64_t loss_target_rows(int64_t max_boxes) {
+  VISION_CHECK(max_boxes >= 0 && max_boxes <= kMaxLossTargetRows,
+               "yolo loss: an image has {} boxes; the loss takes 0 to {} per image (drop or split the rest)", max_boxes,
+               kMaxLossTargetRows);
+  int64_t rows = 16;
+  while (rows < max_boxes) rows *= 2;
+  return rows;
+}
+
 SymTensor decode_boxes(SymTensor ltrb, const LossTargets& t, const std::string& name) {
   const auto& [p3, p4, p5] = t.levels;
   return ltrb.graph()->apply(ops::in_f32(std::make_shared<kernels::DetectDecodeOp>(kernels::DecodeMode::grid)),

@@ -66,6 +66,12 @@ struct E2ELossTensors {
   Yolo26LossTensors one_to_many, one_to_one;
 };
 
+// The number of target rows M for a batch whose largest image has max_boxes boxes: the smallest bucket 16, 32, 64, …,
+// 1024 that holds them, so that a plan (and its CUDA graph) is rebuilt only when a batch needs a larger bucket.
+// Throws vision::Error for a negative count or more than 1024 boxes.
+int64_t loss_target_rows(int64_t max_boxes);
+inline constexpr int64_t kMaxLossTargetRows = 1024;
+
 // The predicted boxes of a head: ltrb decoded in grid mode (xyxy, grid units), in f32.
 graph::SymTensor decode_boxes(graph::SymTensor ltrb, const LossTargets& targets, const std::string& name = "decode");
 // The task-aligned assignment of a head's predictions (no gradient), in f32.

@@ -34,10 +34,6 @@ using graph::Executor;
 
 namespace {
 
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // GPU against CPU backend on the same inputs: equal assignments, then the loss and gradients within f32 rounding of
 // differently ordered sums (the GPU's expf/atanf/powf differ by ulps; the bound is generous for them, far below what a
 // wrong term or a missing anchor would give).
@@ -121,20 +117,8 @@ TEST(E2ELossGpu, FixtureMatchesFloat64AndTheCpuBackend) {
 
 TEST(E2ELossGpu, DeterministicPlanRunTwiceIsBitIdentical) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
-  const LossInputs in = random_inputs(8, 320, 320, 80, 16, 1, 16);
-  const LossGraph g = e2e_loss_graph(80, 16, 320, 320);
-  Executor a(g.graph, graph::cuda_backend(), {.deterministic = true});
-  Executor b(g.graph, graph::cuda_backend(), {.deterministic = true});
-  const LossResult first = run_loss(a, g, in);
-  for (const LossResult& again : {run_loss(a, g, in), run_loss(b, g, in)}) {
-    EXPECT_TRUE(bitwise_equal({first.total}, {again.total}));
-    EXPECT_TRUE(bitwise_equal(first.components, again.components));
-    for (size_t h = 0; h < 2; ++h) {
-      EXPECT_TRUE(bitwise_equal(first.grad_ltrb[h], again.grad_ltrb[h])) << kHeads[h];
-      EXPECT_TRUE(bitwise_equal(first.grad_logits[h], again.grad_logits[h])) << kHeads[h];
-      EXPECT_EQ(first.gt_index[h], again.gt_index[h]) << kHeads[h];
-    }
-  }
+  const LossResult r = expect_deterministic(graph::cuda_backend(), random_inputs(8, 320, 320, 80, 16, 1, 16));
+  EXPECT_GT(r.total, 0.0f);
 }
 
 // YOLO26n's training shape (640×640: 8400 anchors, 80 classes), 1–16 boxes per image, against the CPU backend. Where

@@ -1,5 +1,6 @@
 #include "vision/models/yolo/kernels/loss/loss_sum.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -20,11 +21,6 @@ namespace {
 
 std::string tensor_str(const Tensor& t) { return t.defined() ? t.str() : std::string("an undefined tensor"); }
 
-void check_host_f32(const Tensor& t, const char* op, const char* what, const Shape& shape) {
-  VISION_CHECK(t.defined() && t.dtype() == DType::f32 && t.device() == core::Device::cpu && t.shape() == shape,
-               "{} (CPU): {} must be an f32 host tensor of shape {}, got {}", op, what, shape.str(), tensor_str(t));
-}
-
 float scalar(const Tensor& t) { return t.data<float>()[0]; }
 
 void zero_if_defined(const Tensor& t) {
@@ -41,12 +37,21 @@ void target_score_sum_cpu(const Tensor& scores, const Tensor& weight) {
   check_host_f32(weight, "target_score_sum", "the weight", Shape{batch, n});
   const float* s = scores.data<float>();
   float* w = weight.data<float>();
-  cpu::parallel_for(batch * n, [&](int64_t i) {
-    const int64_t b = i / n, a = i % n;
-    float acc = 0.0f;
-    for (int64_t c = 0; c < nc; ++c) acc += s[(b * nc + c) * n + a];
-    w[i] = acc;
-  });
+  // Row by row over runs of anchors (contiguous reads); each element still adds the classes in order, as the GPU does.
+  constexpr int64_t kRun = 1024;
+  const int64_t runs = (n + kRun - 1) / kRun;
+  cpu::parallel_for(
+      batch * runs,
+      [&](int64_t r) {
+        const int64_t b = r / runs, begin = (r % runs) * kRun, end = std::min(n, begin + kRun);
+        float* out = w + b * n;
+        std::fill(out + begin, out + end, 0.0f);
+        for (int64_t c = 0; c < nc; ++c) {
+          const float* row = s + (b * nc + c) * n;
+          for (int64_t a = begin; a < end; ++a) out[a] += row[a];
+        }
+      },
+      scores.numel());
 }
 
 LossSums normalized_sum_cpu(const Tensor& x, const Tensor& w) {
@@ -93,21 +98,16 @@ class NormalizedSumCpuRuntime final : public F32CpuRuntime {
  public:
   explicit NormalizedSumCpuRuntime(graph::Mode mode) : F32CpuRuntime("yolo.normalized_sum", 2), mode_(mode) {}
   std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>&, const Shape&) const override {
-    if (mode_ != graph::Mode::train) return {};
-    return {{Shape{1}, DType::f32}};  // N
+    return normalizer_saved_specs(mode_);
   }
   void forward(graph::ForwardCtx& ctx) override {
-    const LossSums s = normalized_sum_cpu(ctx.inputs.at(0), ctx.inputs.at(1));
-    const double n = loss_normalizer(s.norm);
-    ctx.output.data<float>()[0] = static_cast<float>(s.loss / n);
-    if (!ctx.saved.empty()) ctx.saved[0].data<float>()[0] = static_cast<float>(n);
+    write_normalized_loss(ctx, normalized_sum_cpu(ctx.inputs.at(0), ctx.inputs.at(1)));
   }
   bool has_backward() const override { return true; }
   void backward(graph::BackwardCtx& ctx) override {
-    VISION_CHECK(!ctx.saved.empty(), "normalized_sum: backward needs a plan built for training");
+    const auto g = static_cast<float>(normalized_loss_scale(ctx, "normalized_sum"));
     if (const Tensor& d = ctx.grad_inputs.at(0); d.defined()) {
       check_host_f32(d, "normalized_sum", "grad_x", ctx.inputs.at(0).shape());
-      const auto g = static_cast<float>(double(scalar(ctx.grad_output)) / scalar(ctx.saved[0]));
       std::fill_n(d.data<float>(), d.numel(), g);
     }
     zero_if_defined(ctx.grad_inputs.at(1));  // w is a constant to the sum
