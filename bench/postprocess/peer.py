@@ -10,10 +10,13 @@ inputs into the plan's arena). Prints one table; --json writes JSON lines for ru
     /usr/bin/python3 bench/postprocess/peer.py --device cpu --quick     # the logic, without a GPU
 """
 import argparse
-import json
-import statistics
+import os
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from peer_util import time_us, write_json_lines  # noqa: E402
 
 
 def anchor_grid(size, device):
@@ -42,28 +45,6 @@ def decode_postprocess(ltrb, logits, ax, ay, st, max_det, conf):
     det = torch.cat((boxes, best.unsqueeze(-1), cls.unsqueeze(-1)), dim=-1)   # [B, k, 6]
     count = (best > conf).sum(dim=-1, dtype=torch.int32)
     return det, count
-
-
-def time_us(fn, iters, repeats, device):
-    if device == "cpu":
-        import time
-        out = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            out.append((time.perf_counter() - t0) * 1e6 / iters)
-        return statistics.median(out), min(out)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(repeats):
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end) * 1000 / iters)
-    return statistics.median(out), min(out)
 
 
 def main():
@@ -121,10 +102,7 @@ def main():
     print(f"{'mode':<8} {'batch':>6} {'us':>10} {'min us':>10}")
     for r in rows:
         print(f"{r['mode']:<8} {r['batch']:>6} {r['us']:>10.1f} {r['min_us']:>10.1f}")
-    if a.json:
-        with open(a.json, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    write_json_lines(a.json, rows)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,13 @@ namespace vision::models::yolo::kernels::loss {
 using core::DType;
 using core::Shape;
 
-namespace {
-
 void check_host_f32(const Tensor& t, const char* op, const char* what, const Shape& shape) {
   VISION_CHECK(t.defined() && t.dtype() == DType::f32 && t.device() == core::Device::cpu && t.shape() == shape,
                "{} (CPU): {} must be an f32 host tensor of shape {}, got {}", op, what, shape.str(),
                t.defined() ? t.str() : std::string("an undefined tensor"));
 }
+
+namespace {
 
 void check_logits(const Tensor& logits, const char* op) {
   VISION_CHECK(logits.defined() && logits.rank() == 3,
@@ -134,6 +134,22 @@ void l1_distance_backward_cpu(const Tensor& pred, const Tensor& target, const Te
 // ---------------------------------------------------------------------------------------------------------------
 // Graph ops
 
+std::vector<graph::TensorSpec> normalizer_saved_specs(graph::Mode mode) {
+  if (mode != graph::Mode::train) return {};
+  return {{Shape{1}, DType::f32}};  // N
+}
+
+void write_normalized_loss(graph::ForwardCtx& ctx, const LossSums& sums) {
+  const double n = loss_normalizer(sums.norm);
+  ctx.output.data<float>()[0] = static_cast<float>(sums.loss / n);
+  if (!ctx.saved.empty()) ctx.saved[0].data<float>()[0] = static_cast<float>(n);
+}
+
+double normalized_loss_scale(const graph::BackwardCtx& ctx, const char* op) {
+  VISION_CHECK(!ctx.saved.empty(), "{}: backward needs a plan built for training", op);
+  return double(ctx.grad_output.data<float>()[0]) / ctx.saved[0].data<float>()[0];
+}
+
 namespace {
 
 void zero_if_defined(const Tensor& t) {
@@ -150,22 +166,16 @@ class BceClsCpuRuntime final : public graph::RuntimeOp {
     return i == 0 ? std::nullopt : std::optional<DType>(DType::f32);
   }
   std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>&, const Shape&) const override {
-    if (mode_ != graph::Mode::train) return {};
-    return {{Shape{1}, DType::f32}};  // N
+    return normalizer_saved_specs(mode_);
   }
   void forward(graph::ForwardCtx& ctx) override {
-    const LossSums s = bce_cls_forward_cpu(ctx.inputs.at(0), ctx.inputs.at(1));
-    const double n = loss_normalizer(s.norm);
-    ctx.output.data<float>()[0] = static_cast<float>(s.loss / n);
-    if (!ctx.saved.empty()) ctx.saved[0].data<float>()[0] = static_cast<float>(n);
+    write_normalized_loss(ctx, bce_cls_forward_cpu(ctx.inputs.at(0), ctx.inputs.at(1)));
   }
   bool has_backward() const override { return true; }
   void backward(graph::BackwardCtx& ctx) override {
-    VISION_CHECK(!ctx.saved.empty(), "bce_cls_loss: backward needs a plan built for training");
-    if (ctx.grad_inputs.at(0).defined()) {
-      const double scale = double(ctx.grad_output.data<float>()[0]) / ctx.saved[0].data<float>()[0];
+    const double scale = normalized_loss_scale(ctx, "bce_cls_loss");
+    if (ctx.grad_inputs.at(0).defined())
       bce_cls_backward_cpu(ctx.inputs.at(0), ctx.inputs.at(1), scale, ctx.grad_inputs[0]);
-    }
     zero_if_defined(ctx.grad_inputs.at(1));  // the targets are constants to the loss
   }
 
@@ -193,23 +203,18 @@ class L1DistanceCpuRuntime final : public graph::RuntimeOp {
     return graph::bytes_of(detect_anchor_grid(size[0], size[1]));
   }
   std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>&, const Shape&) const override {
-    if (mode_ != graph::Mode::train) return {};
-    return {{Shape{1}, DType::f32}};  // N
+    return normalizer_saved_specs(mode_);
   }
   void forward(graph::ForwardCtx& ctx) override {
     const auto size = image_size(ctx.inputs);
-    const LossSums s = l1_distance_forward_cpu(ctx.inputs.at(0), ctx.inputs.at(1), ctx.inputs.at(2),
-                                               ctx.params.at(0), size[0], size[1]);
-    const double n = loss_normalizer(s.norm);
-    ctx.output.data<float>()[0] = static_cast<float>(s.loss / n);
-    if (!ctx.saved.empty()) ctx.saved[0].data<float>()[0] = static_cast<float>(n);
+    write_normalized_loss(ctx, l1_distance_forward_cpu(ctx.inputs.at(0), ctx.inputs.at(1), ctx.inputs.at(2),
+                                                       ctx.params.at(0), size[0], size[1]));
   }
   bool has_backward() const override { return true; }
   void backward(graph::BackwardCtx& ctx) override {
-    VISION_CHECK(!ctx.saved.empty(), "l1_distance_loss: backward needs a plan built for training");
+    const double scale = normalized_loss_scale(ctx, "l1_distance_loss");
     if (ctx.grad_inputs.at(0).defined()) {
       const auto size = image_size(ctx.inputs);
-      const double scale = double(ctx.grad_output.data<float>()[0]) / ctx.saved[0].data<float>()[0];
       l1_distance_backward_cpu(ctx.inputs.at(0), ctx.inputs.at(1), ctx.inputs.at(2), ctx.params.at(0), size[0],
                                size[1], scale, ctx.grad_inputs[0]);
     }

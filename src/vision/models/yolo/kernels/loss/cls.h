@@ -37,6 +37,17 @@ struct LossSums {
 // N = max(norm_sum, 1): target_scores_sum.
 inline double loss_normalizer(double norm_sum) { return norm_sum > 1.0 ? norm_sum : 1.0; }
 
+// Throws vision::Error unless t is an f32 host tensor of the given shape, naming the op and the tensor (the CPU twins'
+// checks of their arguments).
+void check_host_f32(const Tensor& t, const char* op, const char* what, const core::Shape& shape);
+
+// What the CPU RuntimeOps of the normalised losses share (BCE, L1, and loss_sum.h's normalized_sum): a training plan
+// keeps N (saved [1] f32) for backward; forward writes loss / N (and N); backward scales by d_loss / N.
+std::vector<graph::TensorSpec> normalizer_saved_specs(graph::Mode mode);
+void write_normalized_loss(graph::ForwardCtx& ctx, const LossSums& sums);
+// d_loss / N from the saved N; throws naming `op` when the plan was not built for training.
+double normalized_loss_scale(const graph::BackwardCtx& ctx, const char* op);
+
 // CPU twins, f32 host tensors. Sums are taken in float64 in a fixed order (the result does not depend on the thread
 // count). bce_cls_forward_cpu: logits and targets [B, nc, A] → (Σ bce, Σ t).
 LossSums bce_cls_forward_cpu(const Tensor& logits, const Tensor& targets);

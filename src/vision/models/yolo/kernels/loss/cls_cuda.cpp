@@ -57,13 +57,15 @@ void check_image_size(int64_t h, int64_t w) {
   VISION_CHECK(h > 0 && w > 0, "l1_distance_loss (GPU): the input size {}×{} must be positive", h, w);
 }
 
-void finalize(cudaStream_t stream, const float* partials, int64_t blocks, float* loss, float* norm) {
+}  // namespace
+
+void launch_loss_sum_finalize(cudaStream_t stream, const float* partials, int64_t blocks, float* loss, float* norm) {
+  VISION_CHECK(blocks >= 1 && blocks <= kMaxLossPartials, "loss_sum_finalize: {} partial sums, 1 to {} expected",
+               blocks, kMaxLossPartials);
   cuda::kernel_instance<LossSumFinalize>().launch(stream, dim3(1), dim3(kClsLossThreads), 0,
                                                   static_cast<const void*>(partials), static_cast<int32_t>(blocks),
                                                   static_cast<void*>(loss), static_cast<void*>(norm));
 }
-
-}  // namespace
 
 BceClsForwardPartial::BceClsForwardPartial(DType t)
     : KernelDescriptor(loss_spec("bce_cls_forward_partial", t, "const {T}*, const float*, float*, int64_t")) {}
@@ -97,7 +99,7 @@ void launch_bce_cls_forward(cudaStream_t stream, DType dtype, const void* logits
                                                             dim3(kClsLossThreads), 0, logits,
                                                             static_cast<const void*>(targets),
                                                             static_cast<void*>(partials), n);
-  finalize(stream, partials, blocks, loss, norm);
+  launch_loss_sum_finalize(stream, partials, blocks, loss, norm);
 }
 
 void launch_bce_cls_backward(cudaStream_t stream, DType dtype, const void* logits, const float* targets,
@@ -123,7 +125,7 @@ void launch_l1_distance_forward(cudaStream_t stream, DType dtype, const void* pr
       static_cast<const void*>(weight), static_cast<const void*>(anchors), static_cast<void*>(partials), batch,
       n_anchors, static_cast<float>(1.0 / static_cast<double>(image_w)),
       static_cast<float>(1.0 / static_cast<double>(image_h)));
-  finalize(stream, partials, blocks, loss, norm);
+  launch_loss_sum_finalize(stream, partials, blocks, loss, norm);
 }
 
 void launch_l1_distance_backward(cudaStream_t stream, DType dtype, const void* pred, const float* target,

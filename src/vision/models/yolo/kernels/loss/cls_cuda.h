@@ -51,6 +51,11 @@ int64_t loss_partial_blocks(int64_t items);
 // Workspace bytes of a forward over `items` elements: the partial sums (2 floats per block).
 size_t loss_workspace_bytes(int64_t items);
 
+// The second pass of every forward: loss[0] = Σ partial losses / N, N = max(Σ partial normalisers, 1), and norm[0] = N
+// unless norm is null; partials holds `blocks` (loss, normaliser) pairs (1 ≤ blocks ≤ kMaxLossPartials), added in a
+// fixed order in float64 by one block.
+void launch_loss_sum_finalize(cudaStream_t stream, const float* partials, int64_t blocks, float* loss, float* norm);
+
 // Forward: loss[0] = Σ bce / N (f32, device), and norm[0] = N unless norm is null; logits of `dtype`, targets f32
 // [B, nc, A] (n elements), workspace of loss_workspace_bytes(n) bytes. Two launches, no host synchronisation.
 void launch_bce_cls_forward(cudaStream_t stream, core::DType dtype, const void* logits, const float* targets,
