@@ -38,15 +38,16 @@ import argparse
 import contextlib
 import copy
 import json
-import math
-import statistics
+import os
 import sys
-import time
 import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from peer_util import capture, measure_us  # noqa: E402
 
 SCALES = {"n": (128, 2), "s": (256, 4)}  # (dim, heads): bench_psa_block.cpp's parse_scale
 BN_EPS, BN_MOMENTUM = 1e-3, 0.03
@@ -202,55 +203,6 @@ def rel_err(a, b):
 # ----------------------------------------------------------------------------------------------------------------
 # Timing.
 
-class Clock:
-    def __init__(self, device):
-        self.cuda = device == "cuda"
-        if self.cuda:
-            self.e0 = torch.cuda.Event(enable_timing=True)
-            self.e1 = torch.cuda.Event(enable_timing=True)
-
-    def time_us(self, n, fn):
-        """Microseconds for n back-to-back calls of fn (CUDA events on the current stream, or the host clock)."""
-        if not self.cuda:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            return (time.perf_counter() - t0) * 1e6
-        self.e0.record()
-        for _ in range(n):
-            fn()
-        self.e1.record()
-        self.e1.synchronize()
-        return self.e0.elapsed_time(self.e1) * 1000.0
-
-
-def measure(clock, fn, args):
-    for _ in range(args.warmup):
-        fn()
-    if clock.cuda:
-        torch.cuda.synchronize()
-    one = clock.time_us(1, fn)
-    iters = min(max(math.ceil(args.target_ms * 1000.0 / max(one, 1e-3)), 1), args.max_iters)
-    per_call = sorted(clock.time_us(iters, fn) / iters for _ in range(args.repeats))
-    return statistics.median(per_call), per_call[0], iters
-
-
-def capture(fn):
-    """fn captured into a CUDA graph after a warm-up on a side stream (PyTorch's recipe); returns the graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    return g
-
-
 def short(e):
     msg = str(e).strip().splitlines()
     return (type(e).__name__ + ": " + (msg[0] if msg else "")).strip()[:300]
@@ -302,7 +254,7 @@ def peers_for(args, scale, side, batch):
                 static_in.copy_(x)
                 return m(static_in)
 
-            return capture(body).replay
+            return capture(body)[0].replay
 
         out.append((attention, "eager", eager))
         if args.device == "cuda":
@@ -316,7 +268,6 @@ def peers_for(args, scale, side, batch):
 
 
 def run_rows(args, shapes):
-    clock = Clock(args.device)
     rows = []
     for scale, side, batch in shapes:
         dim, heads = SCALES[scale]
@@ -333,7 +284,8 @@ def run_rows(args, shapes):
             try:
                 with torch.no_grad():
                     fn = factory()
-                    us, us_min, iters = measure(clock, fn, args)
+                    us, us_min, iters = measure_us(fn, args.device, args.warmup, args.repeats, args.target_ms,
+                                                   args.max_iters)
                 row.update(us=us, us_min=us_min, iters=iters, repeats=args.repeats)
             except Exception as e:  # noqa: BLE001 -- any failure of a peer is reported, not fatal
                 row["error"] = short(e)

@@ -1,30 +1,64 @@
 """What the PyTorch peers of the benchmarks share: timing back-to-back calls (CUDA events on the current stream, or
-the host clock on the CPU), the median and minimum of repeated measurements, and the JSON lines run.sh reads."""
+the host clock on the CPU), the median and minimum of repeated measurements, capturing a call into a CUDA graph, and
+the JSON lines run.sh reads."""
 import json
+import math
 import statistics
 import time
 
 import torch
 
 
+def elapsed_us(fn, n, device):
+    """Microseconds for n back-to-back calls of fn (CUDA events on the current stream, or the host clock)."""
+    if device != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter() - t0) * 1e6
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0
+
+
 def time_us(fn, iters, repeats, device):
     """(median, min) microseconds per call of fn over `repeats` measurements of `iters` back-to-back calls."""
-    out = []
-    for _ in range(repeats):
-        if device == "cpu":
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            out.append((time.perf_counter() - t0) * 1e6 / iters)
-            continue
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end) * 1000 / iters)
+    out = [elapsed_us(fn, iters, device) / iters for _ in range(repeats)]
     return statistics.median(out), min(out)
+
+
+def measure_us(fn, device, warmup, repeats, target_ms, max_iters):
+    """(median, min, iters): `warmup` untimed calls, one timed call that sets iters so that a measurement takes about
+    target_ms (at most max_iters), then time_us over `repeats` measurements."""
+    for _ in range(warmup):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    one = elapsed_us(fn, 1, device)
+    iters = min(max(math.ceil(target_ms * 1000.0 / max(one, 1e-3)), 1), max_iters)
+    median, minimum = time_us(fn, iters, repeats, device)
+    return median, minimum, iters
+
+
+def capture(fn):
+    """(graph, what fn returned while captured): fn captured into a CUDA graph after three warm-up calls on a side
+    stream (PyTorch's recipe)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    torch.cuda.synchronize()
+    return graph, out
 
 
 def write_json_lines(path, rows):

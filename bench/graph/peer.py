@@ -32,14 +32,15 @@ import argparse
 import contextlib
 import copy
 import json
-import math
-import statistics
+import os
 import sys
-import time
 import warnings
 
 import torch
 from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from peer_util import capture, measure_us  # noqa: E402
 
 # (kind, output channels, kernel, stride) for conv, (kind, channels, n bottlenecks) for c2f: bench_graph.cpp's
 # stack_layers().
@@ -189,55 +190,6 @@ def fold_check(device, size, batch):
 # ----------------------------------------------------------------------------------------------------------------
 # Timing.
 
-class Clock:
-    def __init__(self, device):
-        self.cuda = device == "cuda"
-        if self.cuda:
-            self.e0 = torch.cuda.Event(enable_timing=True)
-            self.e1 = torch.cuda.Event(enable_timing=True)
-
-    def time(self, n, fn):
-        """Milliseconds for n back-to-back calls of fn (CUDA events on the current stream, or the host clock)."""
-        if not self.cuda:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            return (time.perf_counter() - t0) * 1000.0
-        self.e0.record()
-        for _ in range(n):
-            fn()
-        self.e1.record()
-        self.e1.synchronize()
-        return self.e0.elapsed_time(self.e1)
-
-
-def measure(clock, fn, args):
-    for _ in range(args.warmup):
-        fn()
-    if clock.cuda:
-        torch.cuda.synchronize()
-    one = clock.time(1, fn)
-    iters = min(max(math.ceil(args.target_ms / max(one, 1e-3)), 1), args.max_iters)
-    per_call = sorted(clock.time(iters, fn) / iters for _ in range(args.repeats))
-    return statistics.median(per_call), per_call[0], iters
-
-
-def capture(fn):
-    """fn captured into a CUDA graph after a warm-up on a side stream (PyTorch's recipe); returns the graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    return g
-
-
 def short(e):
     msg = str(e).strip().splitlines()
     return (type(e).__name__ + ": " + (msg[0] if msg else "")).strip()[:300]
@@ -278,7 +230,7 @@ def inference_peers(args, fmt, batch):
             static_in.copy_(src)
             return model(static_in)
 
-        g = capture(body)
+        g, _ = capture(body)
         return g.replay
 
     def compiled():
@@ -387,7 +339,6 @@ def failing(e):
 
 
 def run_rows(args):
-    clock = Clock(args.device)
     jobs = []
     for mode in args.modes:
         for fmt in (args.formats if mode == "infer" else args.train_formats):
@@ -409,7 +360,9 @@ def run_rows(args):
                 ctx = torch.no_grad() if mode == "infer" else contextlib.nullcontext()
                 with ctx:
                     fn = factory()
-                    ms, ms_min, iters = measure(clock, fn, args)
+                    us, us_min, iters = measure_us(fn, args.device, args.warmup, args.repeats, args.target_ms,
+                                                   args.max_iters)
+                    ms, ms_min = us / 1000.0, us_min / 1000.0
                 row.update(ms=ms, ms_min=ms_min, img_s=batch * 1000.0 / ms, iters=iters, repeats=args.repeats)
             except Exception as e:  # noqa: BLE001 -- any failure of a peer is reported, not fatal
                 row["error"] = short(e)

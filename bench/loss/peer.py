@@ -28,7 +28,7 @@ import torch
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(_here, "..", "common"), os.path.join(_here, "..", "..", "tools", "reference")]
 from fixture_io import read_safetensors, write_safetensors  # noqa: E402
-from peer_util import time_us, write_json_lines  # noqa: E402
+from peer_util import capture, time_us, write_json_lines  # noqa: E402
 from yolo26_loss import anchor_grid, e2e_loss  # noqa: E402
 
 HEADS = ("o2m", "o2o")
@@ -127,15 +127,7 @@ def main():
             us = time_us(step, a.iters, a.repeats, dev)
         elif mode == "graph" and dev == "cuda":
             try:
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for _ in range(3):
-                        step()
-                torch.cuda.current_stream().wait_stream(s)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    captured = step()
+                graph, captured = capture(step)
                 graph.replay()
                 torch.cuda.synchronize()
                 assert math.isclose(float(captured[0]), float(total), rel_tol=1e-5), "the replay's loss differs"

@@ -16,7 +16,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from peer_util import time_us, write_json_lines  # noqa: E402
+from peer_util import capture, time_us, write_json_lines  # noqa: E402
 
 
 def anchor_grid(size, device):
@@ -81,15 +81,7 @@ def main():
         rows.append({"side": "pytorch", "mode": "eager", "batch": batch, "us": eager[0], "min_us": eager[1]})
         if dev == "cuda":
             static_l, static_g = ltrb.clone(), logits.clone()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    decode_postprocess(static_l, static_g, ax, ay, st, a.max_det, a.conf)
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                decode_postprocess(static_l, static_g, ax, ay, st, a.max_det, a.conf)
+            graph, _ = capture(lambda: decode_postprocess(static_l, static_g, ax, ay, st, a.max_det, a.conf))
 
             def replay():
                 static_l.copy_(ltrb)

@@ -1,0 +1,153 @@
+// oneDNN convolutions on the CPU in plain NCHW (what the CPU plan uses) against oneDNN's own choice of blocked
+// layouts (format_tag::any: nChw8c/nChw16c activations, blocked weights), at the Conv-BN-SiLU/C2f stack's
+// convolution shapes (bench_graph's stack, inference: BatchNorm folded, SiLU as a post-op). Issue "Foundation 4b":
+// "where oneDNN's blocked layouts are faster for a convolution, the CPU plan may use them internally; measure and
+// say". Blocked times are given twice: the convolution alone (a plan keeping every activation blocked would pay
+// only this) and with the reorders of its input from and its output back to NCHW (a plan converting around each
+// convolution). Weights are reordered once, untimed (a plan would keep them blocked). f32, median of --repeats.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "vision/cpu/dnnl_context.h"
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+
+struct ConvShape {
+  const char* where;
+  int64_t cin, cout, k, s, side;  // input side (square), batch from --batch
+};
+
+// A representative set of the stack's convolutions at a 640 input (bench_graph.cpp, stack_layers: each strided
+// 3×3, each C2f's 3×3 and some of its 1×1s); sides scale with --size.
+const std::vector<ConvShape> kShapes = {
+    {"model.0", 3, 16, 3, 2, 640},       {"model.1", 16, 32, 3, 2, 320},     {"model.2.cv1", 32, 32, 1, 1, 160},
+    {"model.2.m.cv", 16, 16, 3, 1, 160}, {"model.2.cv2", 48, 32, 1, 1, 160}, {"model.3", 32, 64, 3, 2, 160},
+    {"model.4.m.cv", 32, 32, 3, 1, 80},  {"model.4.cv2", 128, 64, 1, 1, 80}, {"model.5", 64, 128, 3, 2, 80},
+    {"model.6.m.cv", 64, 64, 3, 1, 40},  {"model.7", 128, 256, 3, 2, 40},   {"model.8.m.cv", 128, 128, 3, 1, 20},
+};
+
+double median_ms(const std::function<void()>& f, int repeats) {
+  f();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+memory filled(const memory::desc& md, std::mt19937& rng) {
+  memory m(md, vision::cpu::dnnl_engine());
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  auto* p = static_cast<float*>(m.get_data_handle());
+  for (size_t i = 0; i < md.get_size() / sizeof(float); ++i) p[i] = u(rng);
+  return m;
+}
+
+struct Row {
+  double plain = 0, blocked = 0, blocked_reorders = 0;
+  std::string src_tag;
+};
+
+Row run(const ConvShape& c, int64_t batch, int64_t side, int repeats, std::mt19937& rng) {
+  auto& eng = vision::cpu::dnnl_engine();
+  auto& strm = vision::cpu::dnnl_stream();
+  const int64_t p = c.k / 2, out = (side + 2 * p - c.k) / c.s + 1;
+  const memory::dims src{batch, c.cin, side, side}, wei{c.cout, c.cin, c.k, c.k}, bias{c.cout},
+      dst{batch, c.cout, out, out};
+  dnnl::post_ops po;
+  po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  auto pd_for = [&](tag t_src, tag t_wei, tag t_dst) {
+    const memory::desc s(src, memory::data_type::f32, t_src), w(wei, memory::data_type::f32, t_wei),
+        b(bias, memory::data_type::f32, tag::x), d(dst, memory::data_type::f32, t_dst);
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, s,
+                                         w, b, d, {c.s, c.s}, {p, p}, {p, p});
+    return dnnl::convolution_forward::primitive_desc(desc, attr, eng);
+  };
+  Row row;
+  const memory x = filled({src, memory::data_type::f32, tag::nchw}, rng);
+  const memory w = filled({wei, memory::data_type::f32, tag::oihw}, rng);
+  const memory b = filled({bias, memory::data_type::f32, tag::x}, rng);
+  memory y({dst, memory::data_type::f32, tag::nchw}, eng);
+
+  const auto plain_pd = pd_for(tag::nchw, tag::oihw, tag::nchw);
+  dnnl::convolution_forward plain(plain_pd);
+  row.plain = median_ms([&] {
+    plain.execute(strm, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, y}});
+    strm.wait();
+  }, repeats);
+
+  const auto any_pd = pd_for(tag::any, tag::any, tag::any);
+  dnnl::convolution_forward blocked(any_pd);
+  memory xb(any_pd.src_desc(), eng), wb(any_pd.weights_desc(), eng), yb(any_pd.dst_desc(), eng);
+  dnnl::reorder(w, wb).execute(strm, w, wb);  // once, untimed
+  dnnl::reorder to_blocked(x, xb), to_plain(yb, y);
+  strm.wait();
+  const auto conv = [&] {
+    blocked.execute(strm, {{DNNL_ARG_SRC, xb}, {DNNL_ARG_WEIGHTS, wb}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, yb}});
+  };
+  row.blocked = median_ms([&] {
+    conv();
+    strm.wait();
+  }, repeats);
+  row.blocked_reorders = median_ms([&] {
+    to_blocked.execute(strm, x, xb);
+    conv();
+    to_plain.execute(strm, yb, y);
+    strm.wait();
+  }, repeats);
+  const bool same = any_pd.src_desc() == memory::desc(src, memory::data_type::f32, tag::nchw);
+  row.src_tag = same ? "nchw" : "blocked";
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"oneDNN convolutions: plain NCHW against format_tag::any (blocked) at the stack's shapes"};
+  int64_t batch = 1, size = 320;
+  int repeats = 15;
+  app.add_option("--batch", batch, "images per batch")->check(CLI::PositiveNumber);
+  app.add_option("--size", size, "input side (the stack's sides scale from 640)")->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "timed runs per case (median)")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::mt19937 rng(1);
+    std::printf("oneDNN %d.%d f32 convolution + SiLU, batch %lld, stack at %lldx%lld, median of %d runs (ms)\n",
+                dnnl_version()->major, dnnl_version()->minor, static_cast<long long>(batch),
+                static_cast<long long>(size), repeats);
+    std::printf("%-14s %4s %4s %2s %2s %5s | %9s %9s %14s | %8s %8s  %s\n", "conv", "cin", "cout", "k", "s", "side",
+                "nchw", "blocked", "blocked+reord", "blk/nchw", "b+r/nchw", "any picked");
+    double t_plain = 0, t_blocked = 0, t_reorders = 0;
+    for (const ConvShape& c : kShapes) {
+      const int64_t side = std::max<int64_t>(1, c.side * size / 640);
+      const Row r = run(c, batch, side, repeats, rng);
+      t_plain += r.plain, t_blocked += r.blocked, t_reorders += r.blocked_reorders;
+      std::printf("%-14s %4lld %4lld %2lld %2lld %5lld | %9.3f %9.3f %14.3f | %7.2fx %7.2fx  %s\n", c.where,
+                  static_cast<long long>(c.cin), static_cast<long long>(c.cout), static_cast<long long>(c.k),
+                  static_cast<long long>(c.s), static_cast<long long>(side), r.plain, r.blocked, r.blocked_reorders,
+                  r.plain / r.blocked, r.plain / r.blocked_reorders, r.src_tag.c_str());
+    }
+    std::printf("%-14s %27s | %9.3f %9.3f %14.3f | %7.2fx %7.2fx\n", "sum", "", t_plain, t_blocked, t_reorders,
+                t_plain / t_blocked, t_plain / t_reorders);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cpu_conv_layouts: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
