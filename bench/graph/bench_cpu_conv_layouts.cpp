@@ -80,8 +80,8 @@ Row run(const ConvShape& c, int64_t batch, int64_t side, int repeats, std::mt199
     return dnnl::convolution_forward::primitive_desc(desc, attr, eng);
   };
   Row row;
-  const memory x = filled({src, memory::data_type::f32, tag::nchw}, rng);
-  const memory w = filled({wei, memory::data_type::f32, tag::oihw}, rng);
+  memory x = filled({src, memory::data_type::f32, tag::nchw}, rng);
+  memory w = filled({wei, memory::data_type::f32, tag::oihw}, rng);
   const memory b = filled({bias, memory::data_type::f32, tag::x}, rng);
   memory y({dst, memory::data_type::f32, tag::nchw}, eng);
 
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     std::printf("oneDNN %d.%d f32 convolution + SiLU, batch %lld, stack at %lldx%lld, median of %d runs (ms)\n",
                 dnnl_version()->major, dnnl_version()->minor, static_cast<long long>(batch),
-                static_cast<long long>(size), repeats);
+                static_cast<long long>(size), static_cast<long long>(size), repeats);
     std::printf("%-14s %4s %4s %2s %2s %5s | %9s %9s %14s | %8s %8s  %s\n", "conv", "cin", "cout", "k", "s", "side",
                 "nchw", "blocked", "blocked+reord", "blk/nchw", "b+r/nchw", "any picked");
     double t_plain = 0, t_blocked = 0, t_reorders = 0;

@@ -65,14 +65,23 @@ class ConvPrimitives {
   ConvPrimitives(const Conv2dAttrs& a, bool with_bias, bool silu, bool training)
       : a_(a), with_bias_(with_bias), silu_(silu), training_(training) {}
 
-  // y = conv(x, w) (+ b) (then swish when silu); w and b point at f32 host memory.
+  // y = conv(x, w) (+ b) (then swish when silu); w and b point at f32 host memory. Inference runs in the layouts
+  // oneDNN picks (format_tag::any: nChw8c/nChw16c activations, blocked weights) with reorders from and back to NCHW
+  // around it: 1.5-5x faster than its plain-NCHW kernels at YOLO widths (bench/graph/bench_cpu_conv_layouts,
+  // bench/graph/NOTES.md). Training keeps plain NCHW, which its backward primitives share.
   void forward(const Tensor& x, const Tensor& y, const float* w, const float* b) {
     prepare(x.shape(), y.shape());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cpu::as_memory(src_, x)},
-                                         {DNNL_ARG_WEIGHTS, cpu::as_memory(wei_, const_cast<float*>(w))},
-                                         {DNNL_ARG_DST, cpu::as_memory(dst_, y)}};
+    memory src = cpu::as_memory(src_, x), wei = cpu::as_memory(wei_, const_cast<float*>(w)),
+           dst = cpu::as_memory(dst_, y), out = dst;
+    if (blocked_) {
+      src = in_layout(src, blocked_->src);
+      wei = in_layout(wei, blocked_->wei);
+      if (blocked_->dst.get_desc() != dst_) out = blocked_->dst;
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, out}};
     if (with_bias_) args.emplace(DNNL_ARG_BIAS, cpu::as_memory(bias_, const_cast<float*>(b)));
     cpu::execute(fwd_, args, "convolution forward");
+    if (out != dst) cpu::execute(dnnl::reorder(out, dst), {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, dst}}, "reorder");
   }
 
   // dx = conv_transpose(dy, w).
@@ -117,6 +126,13 @@ class ConvPrimitives {
   memory::dims dilates() const { return {a_.dilation - 1, a_.dilation - 1}; }  // oneDNN counts the gaps
   memory::dims padding() const { return {a_.pad(), a_.pad()}; }
 
+  // from, or its copy in blocked's layout when the primitive wants another one.
+  static memory in_layout(const memory& from, const memory& blocked) {
+    if (from.get_desc() == blocked.get_desc()) return from;
+    cpu::execute(dnnl::reorder(from, blocked), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, blocked}}, "reorder");
+    return blocked;
+  }
+
   std::string describe(std::string_view what) const {
     return fmt::format("{} for input {} (k {}, s {}, p {}, d {}, g {})", what, x_shape_.str(), a_.kernel, a_.stride,
                        a_.pad(), a_.dilation, a_.groups);
@@ -159,12 +175,39 @@ class ConvPrimitives {
       po.append_eltwise(1.0f, algorithm::eltwise_swish, 1.0f, 0.0f);
       attr.set_post_ops(po);
     }
-    const auto prop = training_ ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+    blocked_.reset();
+    if (training_) {
+      fwd_ = cpu::dnnl_guard(describe("a convolution forward"), [&] {
+        return dnnl::convolution_forward(dnnl::convolution_forward::primitive_desc(
+            forward_desc(dnnl::prop_kind::forward_training), attr, cpu::dnnl_engine()));
+      });
+      return;
+    }
     fwd_ = cpu::dnnl_guard(describe("a convolution forward"), [&] {
-      return dnnl::convolution_forward(
-          dnnl::convolution_forward::primitive_desc(forward_desc(prop), attr, cpu::dnnl_engine()));
+      const memory::desc any_src(src_.dims(), memory::data_type::f32, memory::format_tag::any),
+          any_wei(wei_.dims(), memory::data_type::f32, memory::format_tag::any),
+          any_dst(dst_.dims(), memory::data_type::f32, memory::format_tag::any);
+      const auto d = with_bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                  algorithm::convolution_direct, any_src, any_wei,
+                                                                  bias_, any_dst, strides(), dilates(), padding(),
+                                                                  padding())
+                                : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                  algorithm::convolution_direct, any_src, any_wei,
+                                                                  any_dst, strides(), dilates(), padding(), padding());
+      const dnnl::convolution_forward::primitive_desc pd(d, attr, cpu::dnnl_engine());
+      if (pd.src_desc() != src_ || pd.weights_desc() != wei_ || pd.dst_desc() != dst_) {
+        auto& eng = cpu::dnnl_engine();
+        blocked_ = Blocked{memory(pd.src_desc(), eng), memory(pd.weights_desc(), eng), memory(pd.dst_desc(), eng)};
+      }
+      return dnnl::convolution_forward(pd);
     });
   }
+
+  // Inference in oneDNN's chosen layouts: the operands in those layouts (when any differs from plain NCHW).
+  struct Blocked {
+    memory src, wei, dst;
+  };
+  std::optional<Blocked> blocked_;
 
   Conv2dAttrs a_;
   bool with_bias_, silu_, training_;
