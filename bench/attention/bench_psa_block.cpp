@@ -386,15 +386,8 @@ int main(int argc, char** argv) {
             specs.push_back(s);
           }
 
-    std::string device_name = "CPU";
+    const std::string device_name = bench::device_name(*cx.backend);
     const bool on_gpu = cx.backend->backend() == graph::Backend::cuda;
-    if (on_gpu) {
-      int dev = 0;
-      cudaDeviceProp prop{};
-      VISION_CUDA_CHECK(cudaGetDevice(&dev));
-      VISION_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-      device_name = prop.name;
-    }
     const std::string method = fmt::format(
         "median of {} measurements of back-to-back executor.forward calls ({}), "
         "per call",

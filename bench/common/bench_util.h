@@ -139,6 +139,16 @@ inline bool all_finite(const core::Tensor& host) {
 }
 
 // "a,b,,c" → {"a", "b", "c"}
+// The name of the device a backend runs on: the GPU's ("NVIDIA H200") or "CPU".
+inline std::string device_name(const graph::BackendContext& backend) {
+  if (backend.backend() != graph::Backend::cuda) return "CPU";
+  int dev = 0;
+  cudaDeviceProp prop{};
+  VISION_CUDA_CHECK(cudaGetDevice(&dev));
+  VISION_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  return prop.name;
+}
+
 inline std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);

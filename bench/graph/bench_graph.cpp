@@ -398,14 +398,7 @@ int main(int argc, char** argv) {
           }
         }
 
-    std::string device_name = "CPU";
-    if (cx.backend->backend() == graph::Backend::cuda) {
-      int dev = 0;
-      cudaDeviceProp prop{};
-      VISION_CUDA_CHECK(cudaGetDevice(&dev));
-      VISION_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-      device_name = prop.name;
-    }
+    const std::string device_name = bench::device_name(*cx.backend);
     const double gflops = forward_flops_per_image(cx.size) * 1e-9;
     int64_t n_params = 0;
     nlohmann::json state_shapes = nlohmann::json::object();

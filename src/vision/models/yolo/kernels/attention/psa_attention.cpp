@@ -227,9 +227,12 @@ class PsaAttentionRuntime final : public graph::RuntimeOp {
     for (int64_t part = 0; part < config_.v_parts(); ++part) shapes.push_back(o);
     return shapes;
   }
+  size_t row_bytes(const Shape& rows) const {
+    return static_cast<size_t>(rows.numel()) * core::dtype_size(format().dtype);
+  }
   size_t rows_bytes(const Shape& qkv) const {
     size_t bytes = 0;
-    for (const Shape& s : row_shapes(qkv)) bytes += aligned(static_cast<size_t>(s.numel()) * 4);  // ≥ any dtype
+    for (const Shape& s : row_shapes(qkv)) bytes += aligned(row_bytes(s));
     return bytes;
   }
   // The rows laid out after the attention's workspace.
@@ -242,7 +245,7 @@ class PsaAttentionRuntime final : public graph::RuntimeOp {
     std::vector<Tensor> rows;
     for (const Shape& s : row_shapes(qkv.shape())) {
       rows.push_back(Tensor::view(p, s, format().dtype, ws.device()));
-      p += aligned(static_cast<size_t>(s.numel()) * 4);
+      p += aligned(row_bytes(s));
     }
     return rows;
   }
