@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
 #endif
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Error& e) {
     return app.exit(e);
   } catch (const vision::Error& e) {
     std::fprintf(stderr, "vision: error: %s\n", e.what());

@@ -1,0 +1,16 @@
+// Detection — one object found in an image: its box in the image's own pixels, its score and its class.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace vision::data {
+
+struct Detection {
+  std::array<float, 4> box = {};  // x1, y1, x2, y2 in the original image's pixels
+  float score = 0.0f;             // σ(logit), in (conf, 1]
+  int64_t cls = 0;                // class index in [0, nc)
+  bool operator==(const Detection&) const = default;
+};
+
+}  // namespace vision::data

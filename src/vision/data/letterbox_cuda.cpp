@@ -1,0 +1,50 @@
+#include "vision/data/letterbox_cuda.h"
+
+#include "vision/core/error.h"
+
+namespace vision::data {
+namespace {
+
+constexpr int kThreads = 256;
+
+void register_letterbox_kernels(cuda::KernelRegistry& r) {
+  for (core::DType t : {core::DType::f32, core::DType::f16, core::DType::bf16}) r.add<LetterboxNormalize>(t);
+}
+VISION_REGISTER_KERNELS(register_letterbox_kernels);
+
+}  // namespace
+
+LetterboxNormalize::LetterboxNormalize(core::DType t)
+    : KernelDescriptor({"letterbox_normalize", "vision/data/letterbox.cuh", t, {},
+                        "const uint8_t*, int64_t, int64_t, {T}*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, "
+                        "int32_t",
+                        "vision::data"}) {
+  VISION_CHECK(core::is_floating(t), "letterbox_normalize: no kernel for {} batches (f32, f16 and bf16 only)",
+               core::dtype_name(t));
+}
+
+void launch_letterbox_normalize(cudaStream_t stream, const uint8_t* image, const LetterboxTransform& t,
+                                const core::Tensor& batch, int64_t index) {
+  VISION_CHECK(batch.defined() && batch.device() == core::Device::cuda && batch.rank() == 4 && batch.dim(1) == 3 &&
+                   core::is_floating(batch.dtype()),
+               "letterbox (GPU): the batch must be a floating device tensor [N, 3, H, W], got {}",
+               batch.defined() ? batch.str() : std::string("an undefined tensor"));
+  VISION_CHECK(index >= 0 && index < batch.dim(0), "letterbox (GPU): index {} is outside the batch of {}", index,
+               batch.dim(0));
+  VISION_CHECK(t.input_w == batch.dim(3) && t.input_h == batch.dim(2) && t.orig_w > 0 && t.orig_h > 0 &&
+                   t.resized_w > 0 && t.resized_h > 0 && t.pad_x >= 0 && t.pad_y >= 0 &&
+                   t.pad_x + static_cast<double>(t.resized_w) <= static_cast<double>(t.input_w) &&
+                   t.pad_y + static_cast<double>(t.resized_h) <= static_cast<double>(t.input_h),
+               "letterbox (GPU): the transform (a {}×{} image resized to {}×{} at ({}, {}) in {}×{}) does not fit "
+               "the batch {}",
+               t.orig_w, t.orig_h, t.resized_w, t.resized_h, t.pad_x, t.pad_y, t.input_w, t.input_h, batch.str());
+  const int64_t plane = t.input_w * t.input_h;
+  auto* item = static_cast<std::byte*>(batch.raw()) + index * 3 * plane * core::dtype_size(batch.dtype());
+  cuda::kernel_instance<LetterboxNormalize>(batch.dtype())
+      .launch(stream, dim3(cuda::grid_blocks(plane, kThreads)), dim3(kThreads), 0, image, t.orig_w, t.orig_h,
+              static_cast<void*>(item), t.input_w, t.input_h, t.resized_w, t.resized_h,
+              static_cast<int64_t>(t.pad_x), static_cast<int64_t>(t.pad_y),
+              static_cast<int32_t>(batch.layout() == core::Layout::nhwc ? 1 : 0));
+}
+
+}  // namespace vision::data

@@ -1,0 +1,192 @@
+#include "vision/detector.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "vision/core/error.h"
+#include "vision/data/letterbox.h"
+#include "vision/graph/backend.h"
+#include "vision/models/yolo/model.h"
+
+#ifdef VISION_HAS_CUDA
+#include "vision/cuda/memory.h"
+#include "vision/data/letterbox_cuda.h"
+#include "vision/graph/cuda/cuda_backend.h"
+#endif
+
+namespace vision {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// A device allocation that grows to the largest size asked for.
+struct GrowingBuffer {
+  std::shared_ptr<void> memory;
+  size_t capacity = 0;
+  void* get(graph::BackendContext& backend, size_t bytes) {
+    if (bytes > capacity) {
+      memory.reset();
+      memory = backend.allocate(bytes);
+      capacity = bytes;
+    }
+    return memory.get();
+  }
+};
+
+}  // namespace
+
+struct Detector::Impl {
+  DetectorOptions options;
+  std::shared_ptr<graph::BackendContext> backend;
+  std::unique_ptr<models::yolo::Yolo26Model> model;
+  graph::Format input_format;
+  std::array<int64_t, 2> imgsz = {640, 640};
+  DetectTiming timing;
+#ifdef VISION_HAS_CUDA
+  // The GPU letterbox's buffers (made when the backend is CUDA).
+  struct CudaInput {
+    cuda::StagedUploader uploader;
+    GrowingBuffer images, batch;
+  };
+  std::unique_ptr<CudaInput> cuda_input;
+#endif
+
+  bool on_cuda() const { return backend->backend() == graph::Backend::cuda; }
+
+  // The letterboxed batch in the model's input format, on the model's backend (CUDA) or the host (CPU).
+  core::Tensor preprocess(std::span<const data::Image> images, std::span<const data::LetterboxTransform> t) {
+    const core::Shape shape{static_cast<int64_t>(images.size()), 3, t[0].input_h, t[0].input_w};
+#ifdef VISION_HAS_CUDA
+    if (on_cuda()) {
+      if (!cuda_input) cuda_input = std::make_unique<CudaInput>();
+      CudaInput& c = *cuda_input;
+      constexpr size_t kAlign = 256;
+      std::vector<size_t> offsets;
+      size_t total = 0;
+      for (const data::Image& im : images) {
+        offsets.push_back(total);
+        total += (im.pixels.size() + kAlign - 1) / kAlign * kAlign;
+      }
+      auto* image_bytes = static_cast<std::byte*>(c.images.get(*backend, total));
+      const size_t batch_bytes = static_cast<size_t>(shape.numel()) * core::dtype_size(input_format.dtype);
+      void* batch_data = c.batch.get(*backend, batch_bytes);
+      const core::Tensor tensor =
+          core::Tensor::view(batch_data, shape, input_format.dtype, core::Device::cuda, input_format.layout);
+      const cudaStream_t stream = graph::CudaBackendContext::of(backend.get()).stream();
+      for (size_t i = 0; i < images.size(); ++i) {
+        c.uploader.upload(image_bytes + offsets[i], images[i].pixels.data(), images[i].pixels.size(), stream);
+        data::launch_letterbox_normalize(stream, reinterpret_cast<const uint8_t*>(image_bytes + offsets[i]), t[i],
+                                         tensor, static_cast<int64_t>(i));
+      }
+      return tensor;
+    }
+#endif
+    core::Tensor tensor = core::Tensor::zeros(shape, core::DType::f32, input_format.layout);
+    for (size_t i = 0; i < images.size(); ++i)
+      data::write_normalized(data::letterbox(images[i], t[i]), tensor, static_cast<int64_t>(i));
+    return tensor;
+  }
+};
+
+Detector::Detector(const std::filesystem::path& model, const DetectorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.options = options;
+  m.backend = graph::make_backend(graph::parse_device_choice(options.device));
+  const bool cuda = m.on_cuda();
+  const core::DType dtype = options.dtype.value_or(cuda ? core::DType::f16 : core::DType::f32);
+  VISION_CHECK(core::is_floating(dtype), "the detector computes in f32, f16 or bf16, not {}", core::dtype_name(dtype));
+  VISION_CHECK(cuda || dtype == core::DType::f32,
+               "the CPU backend computes in f32: {} needs the CUDA device (--device cuda)", core::dtype_name(dtype));
+  if (options.imgsz) models::yolo::check_image_size((*options.imgsz)[0], (*options.imgsz)[1]);
+
+  // CUDA: f16 and bf16 plans run NHWC (their fast path), f32 NCHW; the input comes in the plan's own format, so the
+  // plan converts nothing. The CPU: f32 NCHW.
+  const core::Layout layout = cuda && dtype != core::DType::f32 ? core::Layout::nhwc : core::Layout::nchw;
+  m.input_format = {.dtype = cuda ? dtype : core::DType::f32, .layout = layout};
+  models::yolo::Yolo26Model::Options o;
+  o.inference.nms = options.nms;
+  o.inference.postprocess.conf = options.conf;
+  o.inference.postprocess.max_det = options.max_det;
+  o.inference.postprocess.classes = options.classes;
+  o.inference.postprocess.iou = options.iou;
+  o.inference.input_format = m.input_format;
+  o.compute_dtype = dtype;
+  o.layout = layout;
+  models::yolo::kernels::check_postprocess_options(o.inference.postprocess);
+  m.model = std::make_unique<models::yolo::Yolo26Model>(
+      models::yolo::Yolo26Model::load(model, m.backend, o));
+  const models::yolo::ModelInfo& info = m.model->info();
+  for (int64_t c : options.classes)
+    VISION_CHECK(c >= 0 && c < info.spec.nc, "class {} is not one of the model's {} classes (0 to {})", c,
+                 info.spec.nc, info.spec.nc - 1);
+  m.imgsz = options.imgsz.value_or(info.imgsz);
+  models::yolo::check_image_size(m.imgsz[0], m.imgsz[1]);
+}
+
+Detector::~Detector() = default;
+Detector::Detector(Detector&&) noexcept = default;
+Detector& Detector::operator=(Detector&&) noexcept = default;
+
+const models::yolo::ModelInfo& Detector::info() const { return impl_->model->info(); }
+const DetectorOptions& Detector::options() const { return impl_->options; }
+std::string Detector::device() const { return impl_->on_cuda() ? "cuda" : "cpu"; }
+core::DType Detector::dtype() const { return impl_->model->executor().options().compute_dtype; }
+std::array<int64_t, 2> Detector::imgsz() const { return impl_->imgsz; }
+const DetectTiming& Detector::last_timing() const { return impl_->timing; }
+
+std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data::Image> images) {
+  Impl& m = *impl_;
+  std::vector<std::vector<data::Detection>> result(images.size());
+  if (images.empty()) return result;
+  auto t0 = Clock::now();
+  std::vector<std::pair<int64_t, int64_t>> sizes;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const data::Image& im = images[i];
+    VISION_CHECK(!im.empty() && im.channels == 3 && im.width > 0 && im.height > 0 &&
+                     im.pixels.size() == static_cast<size_t>(im.width * im.height * 3),
+                 "detect: image {} of the batch must be 8-bit RGB (3 channels), got {}×{} with {} channels", i,
+                 im.width, im.height, im.channels);
+    sizes.emplace_back(im.height, im.width);
+  }
+  const std::vector<data::LetterboxTransform> t =
+      data::letterbox_batch(sizes, m.imgsz[0], m.imgsz[1], models::yolo::kSizeMultiple);
+  const core::Tensor input = m.preprocess(images, t);
+  m.backend->synchronize();
+  m.timing.preprocess = ms_since(t0);
+
+  t0 = Clock::now();
+  const std::vector<core::Tensor> out = m.model->forward(input);
+  const core::Tensor detections = m.backend->download(out.at(0));
+  const core::Tensor count = m.backend->download(out.at(1));
+  m.timing.inference = ms_since(t0);
+
+  t0 = Clock::now();
+  const int64_t rows = detections.dim(1);
+  const auto* d = detections.data<float>();
+  const auto* n = count.data<int32_t>();
+  for (size_t i = 0; i < images.size(); ++i) {
+    const int64_t valid = std::min<int64_t>(n[i], rows);
+    result[i].reserve(static_cast<size_t>(valid));
+    for (int64_t r = 0; r < valid; ++r) {
+      const float* row = d + (static_cast<int64_t>(i) * rows + r) * 6;
+      data::Detection det;
+      det.box = t[i].to_original({row[0], row[1], row[2], row[3]});
+      det.score = row[4];
+      det.cls = static_cast<int64_t>(row[5]);
+      result[i].push_back(det);
+    }
+  }
+  m.timing.postprocess = ms_since(t0);
+  return result;
+}
+
+std::vector<data::Detection> Detector::detect(const data::Image& image) {
+  return std::move(detect(std::span<const data::Image>(&image, 1)).front());
+}
+
+}  // namespace vision

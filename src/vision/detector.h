@@ -1,0 +1,76 @@
+// vision::Detector — the engine's public API for detection: load a YOLO26 weights file, choose the device and the
+// dtype, and detect objects in decoded images; boxes come back in each image's own pixels.
+//
+//   vision::Detector detector("yolo26n.safetensors", {.device = "cuda", .conf = 0.25f});
+//   for (const vision::data::Detection& d : detector.detect(vision::data::read_image("bus.jpg")))
+//     std::printf("%s %.2f\n", detector.names()[d.cls].c_str(), d.score);
+//
+// Preprocessing is ultralytics' predict (YOLO26.md): the letterbox to imgsz (the model's training size unless
+// given), with the minimal stride-aligned padding when every image of a call has the same size, else the whole
+// imgsz; grey 114 padding, RGB / 255. On CUDA it runs on the GPU (the 8-bit images are uploaded and letterboxed,
+// normalised and converted to the plan's input format by one kernel each), on the CPU on the host; both give the
+// model the same input values. The model's plans (one per input size and batch, at most 8) are CUDA graphs replayed
+// on CUDA. A Detector is not thread-safe: use one per thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vision/core/dtype.h"
+#include "vision/data/detection.h"
+#include "vision/data/image.h"
+#include "vision/models/yolo/weights.h"
+
+namespace vision {
+
+struct DetectorOptions {
+  std::string device = "auto";              // "auto" (CUDA when a usable GPU is present), "cpu" or "cuda"
+  std::optional<core::DType> dtype = {};    // CUDA: f16 (default), bf16 or f32; the CPU: f32
+  std::optional<std::array<int64_t, 2>> imgsz = {};  // target height, width (multiples of 32); the model's if unset
+  float conf = 0.25f;                       // keep detections with score > conf
+  int64_t max_det = 300;                    // at most this many per image
+  std::vector<int64_t> classes = {};        // keep only these classes; empty: all
+  bool nms = false;                         // the one-to-many head and NMS instead of the end-to-end head
+  float iou = 0.7f;                         // NMS IoU threshold
+};
+
+// Where the time of the last detect() went, in milliseconds (wall clock, the whole batch).
+struct DetectTiming {
+  double preprocess = 0, inference = 0, postprocess = 0;
+};
+
+class Detector {
+ public:
+  // Throws vision::Error naming the file or the option for a missing or invalid weights file, an image size that is
+  // not a multiple of 32, an unknown device or dtype, or a device that is not available.
+  explicit Detector(const std::filesystem::path& model, const DetectorOptions& options = {});
+  ~Detector();
+  Detector(Detector&&) noexcept;
+  Detector& operator=(Detector&&) noexcept;
+
+  const models::yolo::ModelInfo& info() const;
+  const std::vector<std::string>& names() const { return info().names; }
+  const DetectorOptions& options() const;
+  std::string device() const;     // "cpu" or "cuda"
+  core::DType dtype() const;      // the plan's compute dtype
+  std::array<int64_t, 2> imgsz() const;
+
+  // Detections per image (RGB, 3 channels, any size), by descending score, boxes in the image's pixels clipped to
+  // it. All images of one call run as one batch.
+  std::vector<std::vector<data::Detection>> detect(std::span<const data::Image> images);
+  std::vector<data::Detection> detect(const data::Image& image);
+
+  const DetectTiming& last_timing() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vision
