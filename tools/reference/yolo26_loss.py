@@ -165,7 +165,9 @@ def head_loss(ltrb, logits, targets, count, image_hw, topk, topk2=0):
     fg = (a["gt_index"] >= 0)[:, None, :]                                      # [B, 1, A]
     target = a["target_boxes"]
     # CIoU of the positives; elsewhere a unit box against itself (CIoU 1, weight 0), which no gradient reaches.
-    unit = torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=ltrb.dtype, device=ltrb.device)[None, :, None]
+    # (made on the device: a host list would be a host-to-device copy, which a CUDA graph capture refuses)
+    unit = torch.zeros((1, 4, 1), dtype=ltrb.dtype, device=ltrb.device)
+    unit[:, 2:] = 1.0
     pred_fg, target_fg = torch.where(fg, boxes, unit), torch.where(fg, target, unit)
     box = ((1 - ciou(pred_fg.transpose(1, 2), target_fg.transpose(1, 2))) * weight).sum() / n
     target_ltrb = torch.stack((ax - target[:, 0], ay - target[:, 1], target[:, 2] - ax, target[:, 3] - ay), dim=1)
