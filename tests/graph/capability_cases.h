@@ -198,10 +198,12 @@ inline void check_scalar_input(std::shared_ptr<graph::BackendContext> backend) {
   EXPECT_NE(l1, 0.0f);
   EXPECT_FLOAT_EQ(l2, -2.5f * l1);
   for (size_t i = 0; i < g1.size(); ++i) EXPECT_NEAR(g2[i], -2.5f * g1[i], 1e-6f * std::abs(g1[i]) + 1e-7f);
-  // Inference with replay (CUDA): the scalar is an input copied before each run, so a replay sees a new one.
+  // Inference with replay (CUDA): the scalar is an input copied before each run, so a replay sees a new one. The
+  // inference plan computes the convolution its own way (fused bias, blocked layouts on the CPU), so the mean of 32
+  // O(1) values it averages may differ from the training plan's in the last bits: 1e-5 absolute, scaled by v.
   for (float v : {0.5f, 3.0f, -1.0f}) {
     wt.fill(v);
-    EXPECT_FLOAT_EQ(host_values(ex, ex.forward({xt, wt})[0])[0], v * l1);
+    EXPECT_NEAR(host_values(ex, ex.forward({xt, wt})[0])[0], v * l1, 1e-5f * std::abs(v) * (1.0f + std::abs(l1)));
   }
   EXPECT_EQ(ex.cached_plans(), 2u);  // one training plan, one inference plan
 }
