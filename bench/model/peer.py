@@ -286,9 +286,10 @@ def main():
         torch.set_num_threads(args.threads)
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU, {} threads".format(
         torch.get_num_threads())
-    print("PyTorch {} on {}: YOLO26 {} at {}x{} (H x W), {}, batches {}; per call: input on the device -> detections "
+    print("PyTorch {} on {}: YOLO26 {} at {}x{} (H x W), {}, batches {}; per call: input {} -> detections "
           "[B, 300, 6] ready ({})".format(torch.__version__, device_name, ",".join(args.scales), args.imgsz[0],
                                           args.imgsz[1], args.dtype, ",".join(map(str, args.batches)),
+                                          "on the device" if args.device == "cuda" else "in host memory",
                                           "CUDA events, synchronised" if args.device == "cuda" else "host clock"),
           flush=True)
     rows, checks = run(args)
@@ -296,6 +297,7 @@ def main():
             "device": args.device, "device_name": device_name, "imgsz": args.imgsz, "dtype": args.dtype,
             "cudnn": torch.backends.cudnn.version() if args.device == "cuda" else None,
             "threads": torch.get_num_threads() if args.device == "cpu" else None,
+            "mkldnn": torch.backends.mkldnn.is_available() if args.device == "cpu" else None,
             "compile_mode": args.compile_mode if "compile-cl" in args.modes else None, "fold_check": checks}
     write_json_lines(args.json, [meta] + rows)
     bad = [s for s, c in checks.items() if not (c["fold_rel_err"] <= 1e-4 and c["postprocess_abs_err"] <= 1e-3)]
