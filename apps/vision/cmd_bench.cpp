@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "commands.h"
