@@ -67,3 +67,40 @@ def write_json_lines(path, rows):
         with open(path, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
+
+
+def latencies_ms(fn, device, warmup, iters=0, seconds=3.0, min_iters=10, max_iters=10000):
+    """Per-call latencies in milliseconds of fn, each call timed on its own and waited for (CUDA events on the current
+    stream around it, then a synchronisation; on the CPU the host clock): `warmup` untimed calls, then `iters` timed
+    calls, or (iters = 0) calls until about `seconds` have been timed (at least min_iters, at most max_iters). What
+    `vision bench` does on its side."""
+    for _ in range(warmup):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out, total = [], 0.0
+    while len(out) < max_iters:
+        if (len(out) >= iters) if iters > 0 else (len(out) >= min_iters and total >= 1000.0 * seconds):
+            break
+        if device == "cuda":
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            ms = (time.perf_counter() - t0) * 1000.0
+        out.append(ms)
+        total += ms
+    return out
+
+
+def latency_stats(samples):
+    """{median_ms, p90_ms (nearest rank), min_ms, mean_ms, iters} of per-call latencies, as `vision bench` reports."""
+    s = sorted(samples)
+    n = len(s)
+    return {"median_ms": statistics.median(s), "p90_ms": s[math.ceil(0.9 * n) - 1], "min_ms": s[0],
+            "mean_ms": sum(s) / n, "iters": n}

@@ -43,6 +43,15 @@ std::string arch_for_compute_capability(int major, int minor) {
   return fmt::format("sm_{}{}", major, minor);
 }
 
+std::string current_device_name() {
+  VISION_CHECK(gpu_available(), "no usable CUDA GPU: {}", gpu_unavailable_reason());
+  int device = 0;
+  cudaDeviceProp prop{};
+  VISION_CUDA_CHECK(cudaGetDevice(&device));
+  VISION_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
 std::string current_arch() {
   VISION_CHECK(gpu_available(), "no usable CUDA GPU: {}", gpu_unavailable_reason());
   int device = 0, major = 0, minor = 0;

@@ -12,6 +12,8 @@ bool gpu_available();
 // empty when a GPU is available.
 const std::string& gpu_unavailable_reason();
 
+// The current device's name ("NVIDIA H200"). Throws vision::Error when no GPU is usable.
+std::string current_device_name();
 // The architecture NVRTC compiles for on the current device: "sm_90a" on compute capability 9.0 (Hopper, with its
 // architecture-specific instructions), "sm_XY" otherwise. Throws vision::Error when no GPU is usable.
 std::string current_arch();

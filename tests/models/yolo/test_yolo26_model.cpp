@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <map>
@@ -422,6 +423,18 @@ TEST(Yolo26Init, CliWritesAFullCheckpointWithYolo26Biases) {
                                                         (dir.path() / "x").string()), &status);
   EXPECT_NE(test::exit_code(status), 0);
   EXPECT_NE(bad.find("--scale"), std::string::npos) << bad;
+
+  // initial_weights (what `vision bench --scale` loads) is the written file, in memory.
+  yolo::ModelInfo seven = yolo::default_model_info({.nc = 7});
+  const core::SafetensorsFile memory = yolo::initial_weights(seven);
+  EXPECT_EQ(memory.metadata, file.metadata);
+  ASSERT_EQ(memory.tensors.size(), file.tensors.size());
+  for (const auto& [name, t] : memory.tensors) {
+    const core::Tensor& written = file.at(name);
+    EXPECT_EQ(t.shape(), written.shape()) << name;
+    ASSERT_EQ(t.dtype(), written.dtype()) << name;
+    EXPECT_EQ(std::memcmp(t.raw(), written.raw(), t.nbytes()), 0) << name;
+  }
 }
 
 }  // namespace

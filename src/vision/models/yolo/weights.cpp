@@ -252,13 +252,22 @@ void init_detect_biases(graph::StateStore& state, const Yolo26Spec& spec) {
     }
 }
 
-void write_initial_weights(const std::filesystem::path& path, const ModelInfo& info) {
+core::SafetensorsFile initial_weights(const ModelInfo& info) {
   VISION_CHECK(!info.fused(), "initial weights are a full checkpoint (BatchNorm unfused, both heads)");
   graph::Graph g;
   record_yolo26_training(g.input("images", core::Shape{1, 3, kSizeMultiple, kSizeMultiple}), info.spec);
   graph::StateStore state(g, graph::cpu_backend(), {core::Shape{1, 3, kSizeMultiple, kSizeMultiple}});
   init_detect_biases(state, info.spec);
-  state.save_safetensors(path, weights_metadata(info));
+  core::SafetensorsFile file;
+  file.path = fmt::format("(initial YOLO26{} weights, {} classes)", scale_name(info.spec.scale), info.spec.nc);
+  file.tensors = state.to_host();
+  file.metadata = weights_metadata(info);
+  return file;
+}
+
+void write_initial_weights(const std::filesystem::path& path, const ModelInfo& info) {
+  const core::SafetensorsFile file = initial_weights(info);
+  core::write_safetensors(path, file.tensors, file.metadata);
 }
 
 }  // namespace vision::models::yolo

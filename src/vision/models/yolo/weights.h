@@ -65,6 +65,9 @@ void init_detect_biases(graph::StateStore& state, const Yolo26Spec& spec);
 
 // A full checkpoint of initial weights: the ops' default initialisation (deterministic, seeded by each tensor's name:
 // convolutions uniform ±1/sqrt(fan_in), BatchNorm γ 1, β 0, statistics 0 and 1) and YOLO26's Detect biases.
+// initial_weights returns it in memory (host tensors and the metadata, as read_safetensors would return the file);
+// write_initial_weights writes it.
+core::SafetensorsFile initial_weights(const ModelInfo& info);
 void write_initial_weights(const std::filesystem::path& path, const ModelInfo& info);
 
 }  // namespace vision::models::yolo
