@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fixtures for the YOLO26 model tests, from the independent reference yolo26_model.py (written from YOLO26.md).
 
-Writes two files:
+Writes three files:
 
   yolo26n_random.safetensors   YOLO26n (nc 80) random weights as a full checkpoint (both heads, BatchNorm unfused,
                                every ultralytics state_dict tensor, metadata scale/nc/names/imgsz/stride/format).
@@ -22,8 +22,15 @@ Writes two files:
       err.<output> [4] (f32)           the reference's own error against its float64 result: ‖f32 − f64‖/‖f64‖,
                                        max|f32 − f64|, and the same for the emulated f16 inference (NaN where not
                                        computed: f16 in training mode)
-    Every output is the float64 reference rounded to f32 (the rounding, ~6e-8 relative, is far below the f32 errors
-    compared with it), computed from the f16-exact weights and the u8 inputs / 255.
+  yolo26n_outputs_640.safetensors  The same at 640×640 (8400 anchors), eval mode, from an image drawn by a generator of
+                                   its own (seed SEED + 640), so that the files above do not depend on it:
+      image_640 [1, 3, 640, 640]
+      eval640.<head>.ltrb / .logits    both heads: raw LTRB [1, 4, 8400] and class logits [1, 80, 8400]
+      e2e640.detections / .count, nms640.detections / .count, err.eval640.<head>.<part>   as above
+      metadata e2e_conf, nms_conf, nms_iou as above
+    Every output is the float64 reference rounded to f32, computed from the f16-exact weights and the u8 inputs / 255.
+    The rounding (≤ 2⁻²⁴ ≈ 6e-8 relative per element) is below the reference's own f32 errors (≥ 1.4e-7 relative in
+    norm, 640×640 the smallest) and the tests add it to their bounds.
 
     /usr/bin/python3 tools/reference/make_yolo26_fixture.py tests/fixtures
 """
@@ -123,6 +130,40 @@ def errors(ref, f32, f16=None):
     return torch.tensor(pair(f32) + pair(f16), dtype=torch.float32)
 
 
+def reference_outputs(model, img, case, train, heads, tensors):
+    """tensors[<case>.<head>.ltrb / .logits]: the float64 reference rounded to f32; tensors[err.<...>]: its own f32
+    (and, in eval mode, emulated f16) errors. Returns the float64 outputs."""
+    ref = run(model, img, torch.float64, train)
+    f32 = run(model, img, torch.float32, train)
+    f16 = None if train else run(model, img, torch.float32, f16=True)
+    for head in heads:
+        for part in ("ltrb", "logits"):
+            name = f"{case}.{head}.{part}"
+            r = ref[head][part]
+            tensors[name] = r.float()
+            tensors["err." + name] = errors(r, f32[head][part], f16[head][part] if f16 else None)
+            e = tensors["err." + name].tolist()
+            print(f"{name:27} |ref| {r.norm().item():10.3f}  max {r.abs().max().item():8.3f}  f32 rel {e[0]:.2e} "
+                  f"max {e[1]:.2e}  f16 rel {e[2]:.2e} max {e[3]:.2e}")
+    return ref
+
+
+def detections(tensors, ref, e2e, nms, size):
+    """The end-to-end postprocess of the float64 one-to-one head and the NMS of the one-to-many head (size × size)."""
+    boxes = y.decode(ref["one2one"]["ltrb"], size, size)
+    det, count = y.postprocess_e2e(boxes, ref["one2one"]["logits"], 300, E2E_CONF)
+    tensors[f"{e2e}.detections"], tensors[f"{e2e}.count"] = det.float(), count
+    boxes = y.decode(ref["one2many"]["ltrb"], size, size)
+    det, count = y.postprocess_nms(boxes, ref["one2many"]["logits"], 300, NMS_CONF, NMS_IOU)
+    tensors[f"{nms}.detections"], tensors[f"{nms}.count"] = det.float(), count
+    print(f"{e2e} count {tensors[e2e + '.count'].tolist()}, {nms} count {tensors[nms + '.count'].tolist()}")
+
+
+def outputs_metadata():
+    return {"e2e_conf": str(E2E_CONF), "nms_conf": str(NMS_CONF), "nms_iou": str(NMS_IOU),
+            "maker": "tools/reference/make_yolo26_fixture.py", "torch": torch.__version__}
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
     torch.set_num_threads(max(torch.get_num_threads(), 1))
@@ -142,29 +183,18 @@ def main():
     tensors = {"image_320": images, "image_192x320": rect}
     cases = {"eval": (images, False), "train": (images, True), "rect": (rect, False)}
     for case, (img, train) in cases.items():
-        ref = run(model, img, torch.float64, train)
-        f32 = run(model, img, torch.float32, train)
-        f16 = None if train else run(model, img, torch.float32, f16=True)
-        for head in ("one2one", "one2many") if case != "rect" else ("one2one",):
-            for part in ("ltrb", "logits"):
-                name = f"{case}.{head}.{part}"
-                r = ref[head][part]
-                tensors[name] = r.float()
-                tensors["err." + name] = errors(r, f32[head][part], f16[head][part] if f16 else None)
-                e = tensors["err." + name].tolist()
-                print(f"{name:24} |ref| {r.norm().item():10.3f}  max {r.abs().max().item():8.3f}  f32 rel {e[0]:.2e} "
-                      f"max {e[1]:.2e}  f16 rel {e[2]:.2e} max {e[3]:.2e}")
+        ref = reference_outputs(model, img, case, train, ("one2one", "one2many") if case != "rect" else ("one2one",),
+                                tensors)
         if case == "eval":
-            boxes = y.decode(ref["one2one"]["ltrb"], 320, 320)
-            det, count = y.postprocess_e2e(boxes, ref["one2one"]["logits"], 300, E2E_CONF)
-            tensors["e2e.detections"], tensors["e2e.count"] = det.float(), count
-            boxes = y.decode(ref["one2many"]["ltrb"], 320, 320)
-            det, count = y.postprocess_nms(boxes, ref["one2many"]["logits"], 300, NMS_CONF, NMS_IOU)
-            tensors["nms.detections"], tensors["nms.count"] = det.float(), count
-            print(f"e2e count {tensors['e2e.count'].tolist()}, nms count {tensors['nms.count'].tolist()}")
-    safetensors_io.write(os.path.join(out_dir, "yolo26n_outputs.safetensors"), tensors,
-                         {"e2e_conf": str(E2E_CONF), "nms_conf": str(NMS_CONF), "nms_iou": str(NMS_IOU),
-                          "maker": "tools/reference/make_yolo26_fixture.py", "torch": torch.__version__})
+            detections(tensors, ref, "e2e", "nms", 320)
+    safetensors_io.write(os.path.join(out_dir, "yolo26n_outputs.safetensors"), tensors, outputs_metadata())
+
+    # 640×640 from a generator of its own, so that nothing above depends on it.
+    image = synthetic_images(torch.Generator().manual_seed(SEED + 640), 1, 640, 640)
+    tensors = {"image_640": image}
+    ref = reference_outputs(model, image, "eval640", False, ("one2one", "one2many"), tensors)
+    detections(tensors, ref, "e2e640", "nms640", 640)
+    safetensors_io.write(os.path.join(out_dir, "yolo26n_outputs_640.safetensors"), tensors, outputs_metadata())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // YOLO26n on the CPU against the independent PyTorch reference (tools/reference/yolo26_model.py, written from
 // YOLO26.md) with the fixture's random weights: the raw outputs of both heads in inference and in the training forward
 // within 2× the reference's own f32-vs-float64 error, the end-to-end and NMS detections as sets, a rectangular input,
-// and the exported (BatchNorm folded) model.
+// 640×640, and the exported (BatchNorm folded) model.
 #include <gtest/gtest.h>
 
 #include "models/yolo/yolo26_fixture.h"
@@ -54,6 +54,34 @@ TEST(Yolo26Reference, RectangularInputMatches) {
   EXPECT_EQ(out[2].shape(), (core::Shape{1, 4, 24 * 40 + 12 * 20 + 6 * 10}));
   expect_matches_reference(out[2].to_vector(), "rect.one2one.ltrb");
   expect_matches_reference(out[3].to_vector(), "rect.one2one.logits");
+}
+
+// 640×640 (8400 anchors, the size the model is trained at), batch 2 of the same image: the raw outputs of both heads
+// and the end-to-end detections.
+TEST(Yolo26Reference, InferenceAt640MatchesOnTheCpu) {
+  graph::Executor ex(inference_graph(kSpec, false, metadata_float("e2e_conf")), graph::cpu_backend());
+  load(ex);
+  const auto out = ex.forward({image("image_640", 2)});
+  ASSERT_EQ(out.size(), 6u);
+  EXPECT_EQ(out[2].shape(), (core::Shape{2, 4, 80 * 80 + 40 * 40 + 20 * 20}));
+  EXPECT_EQ(out[3].shape(), (core::Shape{2, 80, 8400}));
+  const char* names[] = {"eval640.one2one.ltrb", "eval640.one2one.logits", "eval640.one2many.ltrb",
+                         "eval640.one2many.logits"};
+  for (int64_t b = 0; b < 2; ++b) {
+    for (size_t k = 0; k < 4; ++k) expect_matches_reference(out[2 + k].to_vector(), names[k], true, b);
+    expect_same_detections({out[0], out[1], b}, {output("e2e640.detections"), output("e2e640.count")},
+                           score_tolerance("eval640"), box_tolerance("eval640"),
+                           "end-to-end 640 image " + std::to_string(b));
+  }
+}
+
+TEST(Yolo26Reference, NmsDetectionsAt640Match) {
+  graph::Executor ex(inference_graph(kSpec, true, metadata_float("nms_conf")), graph::cpu_backend());
+  load(ex);
+  const auto out = ex.forward({image("image_640")});
+  expect_matches_reference(out[5].to_vector(), "eval640.one2many.logits");
+  expect_same_detections({out[0], out[1]}, {output("nms640.detections"), output("nms640.count")},
+                         score_tolerance("eval640"), box_tolerance("eval640"), "NMS 640");
 }
 
 // The exported model (BatchNorm folded into the convolutions in float64, stored in f32) through Yolo26Model: the same

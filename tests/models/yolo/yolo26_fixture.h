@@ -1,12 +1,15 @@
 // The YOLO26n fixtures of tools/reference/make_yolo26_fixture.py: random weights (a full checkpoint) and the
-// independent PyTorch reference's outputs for u8 images; graphs of the model that output the heads' raw values; the
-// comparisons (raw outputs within 2× the reference's own error, detections as sets with near-ties allowed).
+// independent PyTorch reference's outputs for u8 images (320×320 and 192×320 in yolo26n_outputs.safetensors;
+// 640×640 in yolo26n_outputs_640.safetensors: image_640, eval640.*, e2e640.*, nms640.*); graphs of the model that
+// output the heads' raw values; the comparisons (raw outputs within 2× the reference's own error, detections as sets
+// with near-ties allowed).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,7 +34,15 @@ inline const core::SafetensorsFile& outputs() {
   static const core::SafetensorsFile f = core::read_safetensors(fixture_path("yolo26n_outputs.safetensors"));
   return f;
 }
-inline const core::Tensor& output(const std::string& name) { return outputs().at(name); }
+inline const core::SafetensorsFile& outputs_640() {
+  static const core::SafetensorsFile f = core::read_safetensors(fixture_path("yolo26n_outputs_640.safetensors"));
+  return f;
+}
+// Tensor `name` of the outputs files: the 320×320 one's, else the 640×640 one's (read on first use).
+inline const core::Tensor& output(const std::string& name) {
+  if (const core::Tensor* t = outputs().find(name)) return *t;
+  return outputs_640().at(name);
+}
 inline float metadata_float(const std::string& key) { return std::stof(outputs().metadata.at(key)); }
 
 // A u8 image [1, 3, H, W] of the fixture as the model's input: f32 in [0, 1], `copies` times along the batch.
@@ -88,6 +99,7 @@ inline PeerError peer_error(const std::string& name, bool f32 = true) {
 
 // Our values of output `name` (image `image` of a batch) within 2× the reference's own error, in relative norm and in
 // max |·|. The fixture holds the float64 result rounded to f32: its rounding (≤ 2⁻²⁴ relative per element) is added.
+// Prints the measured errors and their bounds.
 inline void expect_matches_reference(const std::vector<float>& ours, const std::string& name, bool f32 = true,
                                      int64_t image = 0) {
   const std::vector<float> ref = output(name).to_vector();
@@ -97,17 +109,24 @@ inline void expect_matches_reference(const std::vector<float>& ours, const std::
   const PeerError peer = peer_error(name, f32);
   const double rounding = std::ldexp(1.0, -24);
   const double rel = rel_error(mine, to_double(ref)), max_err = max_abs_error(mine, to_double(ref));
-  EXPECT_LE(rel, 2 * peer.rel + rounding) << name << " image " << image << ": the reference's own error is " << peer.rel;
-  EXPECT_LE(max_err, 2 * peer.max_abs + rounding * max_abs(ref))
-      << name << " image " << image << ": the reference's own max error is " << peer.max_abs;
+  const double rel_bound = 2 * peer.rel + rounding, max_bound = 2 * peer.max_abs + rounding * max_abs(ref);
+  std::printf("  %-24s %s image %lld: rel %.3g (bound %.3g), max %.3g (bound %.3g)\n", name.c_str(),
+              f32 ? "f32" : "f16", static_cast<long long>(image), rel, rel_bound, max_err, max_bound);
+  EXPECT_LE(rel, rel_bound) << name << " image " << image << ": the reference's own error is " << peer.rel;
+  EXPECT_LE(max_err, max_bound) << name << " image " << image << ": the reference's own max error is " << peer.max_abs;
   // The comparison can fail: the outputs are far from zero and from each other.
   EXPECT_GT(max_abs(ref), 1.0) << name;
 }
 
-// The detections' tolerances from the reference's own f32 errors: a score moves by at most a quarter of its logit's
-// error (taken whole here), a box side by its LTRB error times the stride (32 at most).
-inline double score_tolerance() { return 2 * peer_error("eval.one2one.logits").max_abs; }
-inline double box_tolerance() { return 2 * 32 * peer_error("eval.one2one.ltrb").max_abs; }
+// The detections' tolerances from the reference's own f32 errors for the eval outputs of `eval` ("eval": 320×320,
+// "eval640": 640×640): a score moves by at most a quarter of its logit's error (taken whole here), a box side by its
+// LTRB error times the stride (32 at most).
+inline double score_tolerance(const std::string& eval = "eval") {
+  return 2 * peer_error(eval + ".one2one.logits").max_abs;
+}
+inline double box_tolerance(const std::string& eval = "eval") {
+  return 2 * 32 * peer_error(eval + ".one2one.ltrb").max_abs;
+}
 
 // Detections [B, max_det, 6] and counts [B] (host tensors), image b of ours against image ref_b of the reference's, as
 // sets with near-ties allowed: the same count; each reference row matched by a distinct row of ours of the same class,
@@ -157,6 +176,8 @@ inline void expect_same_detections(const Detections& ours, const Detections& ref
     }
   EXPECT_EQ(unmatched, ref_unmatched) << what;
   EXPECT_LE(unmatched, n / 20) << what << ": too many near-ties";
+  std::printf("  %s: %lld detections, %lld near-ties at the edge (score tolerance %.3g, box %.3g)\n", what.c_str(),
+              static_cast<long long>(n), static_cast<long long>(unmatched), score_tol, box_tol);
 }
 
 }  // namespace vision::test::yolo26_fixture

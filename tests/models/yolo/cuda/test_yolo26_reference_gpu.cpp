@@ -1,8 +1,8 @@
 // YOLO26n on CUDA against the independent PyTorch reference (the fixture of test_yolo26_reference.cpp): the raw
 // outputs of both heads in f32 NCHW (TF32 off) within 2× the reference's own f32-vs-float64 error and in f16 NCHW /
-// NHWC within 2× its own f16 error; detections as sets (f32: against the reference's; f16: against the CPU twins'
-// decode and top-k of the GPU's own raw outputs); eager, captured and replayed runs; the training forward in f32; the
-// model's default plan (f16 NHWC).
+// NHWC within 2× its own f16 error, at 320×320, 192×320 and 640×640; detections as sets (f32: against the reference's;
+// f16: against the CPU twins' decode and top-k of the GPU's own raw outputs); eager, captured and replayed runs; the
+// training forward in f32; the model's default plan (f16 NHWC).
 //
 // The reference's f16 error is that of an emulated f16 inference (tools/reference/yolo26_model.py, NUMERICS.f16):
 // BatchNorm folded in float64, weights, biases and every op's output rounded to f16, arithmetic in f32, the attention
@@ -76,6 +76,45 @@ TEST_P(Yolo26ReferenceGpu, InferenceMatchesTheReference) {
     }
   }
   EXPECT_TRUE(ex.plan(graph::Mode::inference, {image("image_320", 2).shape()}).graph_replayed());
+}
+
+// 640×640 (8400 anchors), batch 2 of the same image: f32 with deterministic cuDNN algorithms (and, as every f32 plan,
+// IEEE f32 without TF32) within 2× the reference's f32 error, f16 within 2× its f16 error; the detections as above.
+TEST_P(Yolo26ReferenceGpu, InferenceAt640MatchesTheReference) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const Case c = GetParam();
+  const bool f32 = c.dtype == DType::f32;
+  const float conf = metadata_float("e2e_conf");
+  graph::Executor ex(inference_graph(kSpec, false, conf), graph::cuda_backend(),
+                     graph::PlanOptions{.deterministic = f32, .compute_dtype = c.dtype, .layout = c.layout});
+  load(ex);
+  const char* names[] = {"eval640.one2one.ltrb", "eval640.one2one.logits", "eval640.one2many.ltrb",
+                         "eval640.one2many.logits"};
+  for (int run = 0; run < 3; ++run) {  // eager, captured, replayed
+    SCOPED_TRACE("run " + std::to_string(run));
+    const auto out = ex.forward({image("image_640", 2)});
+    std::vector<core::Tensor> h;
+    for (const auto& t : out) h.push_back(host(ex, t));
+    ASSERT_EQ(h[2].shape(), (core::Shape{2, 4, 8400}));
+    for (int64_t b = 0; b < 2; ++b) {
+      for (size_t k = 0; k < 4; ++k) expect_matches_reference(h[2 + k].to_vector(), names[k], f32, b);
+      if (f32) {
+        expect_same_detections({h[0], h[1], b}, {output("e2e640.detections"), output("e2e640.count")},
+                               score_tolerance("eval640"), box_tolerance("eval640"), "640 image " + std::to_string(b));
+      } else {
+        // f16 boxes: within one f16 ulp at the largest coordinate of the twins' f32 decode of the same LTRB values
+        // (0.5 px from 512 px on).
+        const auto [dets, count] = cpu_detections(h[2], h[3], 640, 640, conf);
+        const std::vector<float> d = dets.to_vector();
+        double largest = 1;
+        for (size_t i = 0; i < d.size(); ++i)
+          if (i % 6 < 4) largest = std::max(largest, static_cast<double>(std::abs(d[i])));
+        const double ulp = std::ldexp(1.0, std::ilogb(largest) - 10);
+        expect_same_detections({h[0], h[1], b}, {dets, count, b}, 1e-5, ulp, "f16 640 image " + std::to_string(b));
+      }
+    }
+  }
+  EXPECT_TRUE(ex.plan(graph::Mode::inference, {image("image_640", 2).shape()}).graph_replayed());
 }
 
 TEST_P(Yolo26ReferenceGpu, RectangularInputMatches) {
