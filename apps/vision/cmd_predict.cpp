@@ -1,0 +1,305 @@
+// vision predict — detects objects in images with a YOLO26 model: one line per detection (or JSON), annotated images
+// and YOLO-format label files. A thin client of vision::Detector; images are decoded on worker threads ahead of the
+// model, and a bad image is reported and skipped while the others are processed.
+#include <fmt/format.h>
+#include <glob.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "commands.h"
+#include "vision/core/dtype.h"
+#include "vision/core/error.h"
+#include "vision/data/annotate.h"
+#include "vision/data/image.h"
+#include "vision/detector.h"
+
+namespace vision::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct PredictOptions {
+  std::string model;
+  std::string source;
+  std::vector<int64_t> imgsz;
+  float conf = 0.25f;
+  int64_t max_det = 300;
+  std::vector<int64_t> classes;
+  bool nms = false;
+  float iou = 0.7f;
+  int64_t batch = 1;
+  std::string device = "auto";
+  std::string dtype;
+  std::string save;
+  bool save_txt = false;
+  bool save_conf = false;
+  bool json = false;
+  int64_t workers = 0;
+  bool quiet = false;
+};
+
+bool has_image_extension(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  // JPEG and PNG are decoded; the other common image formats are listed so that they are reported as unsupported
+  // rather than silently passed over.
+  for (const char* e : {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+    if (ext == e) return true;
+  return false;
+}
+
+// The images a --source names: a file, the images of a directory (by extension, sorted, not recursive) or a glob.
+std::vector<fs::path> expand_source(const std::string& source) {
+  std::error_code ec;
+  const fs::path path(source);
+  if (fs::is_directory(path, ec)) {
+    std::vector<fs::path> files;
+    for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
+      if (e.is_regular_file(ec) && has_image_extension(e.path())) files.push_back(e.path());
+    VISION_CHECK(!ec, "--source {}: cannot list the directory: {}", source, ec.message());
+    VISION_CHECK(!files.empty(), "--source {}: no images (.jpg, .jpeg, .png) in the directory", source);
+    std::sort(files.begin(), files.end());
+    return files;
+  }
+  if (fs::exists(path, ec)) return {path};
+  if (source.find_first_of("*?[") != std::string::npos) {
+    glob_t g{};
+    const int rc = ::glob(source.c_str(), 0, nullptr, &g);
+    std::vector<fs::path> files;
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
+      if (fs::is_regular_file(g.gl_pathv[i], ec)) files.emplace_back(g.gl_pathv[i]);
+    ::globfree(&g);
+    VISION_CHECK(!files.empty(), "--source {}: the pattern matches no files", source);
+    return files;
+  }
+  fail("--source {}: no such file or directory", source);
+}
+
+struct Loaded {
+  fs::path path;
+  data::Image image;
+  std::string error;  // why the image could not be read (empty when it was)
+};
+
+// Decodes the sources on worker threads, at most `window` ahead of the consumer, in order.
+class Prefetcher {
+ public:
+  Prefetcher(std::vector<fs::path> paths, size_t window) : paths_(std::move(paths)), window_(window) { fill(); }
+  bool done() const { return pending_.empty(); }
+  Loaded next() {
+    Loaded l = pending_.front().get();
+    pending_.pop_front();
+    fill();
+    return l;
+  }
+
+ private:
+  void fill() {
+    while (pending_.size() < window_ && next_ < paths_.size()) {
+      pending_.push_back(std::async(std::launch::async, [p = paths_[next_]] {
+        Loaded l{p, {}, {}};
+        try {
+          l.image = data::read_image(p);
+        } catch (const std::exception& e) {
+          l.error = e.what();
+        }
+        return l;
+      }));
+      ++next_;
+    }
+  }
+  std::vector<fs::path> paths_;
+  size_t window_;
+  size_t next_ = 0;
+  std::deque<std::future<Loaded>> pending_;
+};
+
+// A one-line progress bar on standard error (only when it is a terminal).
+class Progress {
+ public:
+  Progress(size_t total, bool enabled) : total_(total), enabled_(enabled && total > 1 && ::isatty(2)) {}
+  void update(size_t done) {
+    if (!enabled_) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * done / std::max<size_t>(total_, 1));
+    const double rate = s > 0 ? static_cast<double>(done) / s : 0.0;
+    const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0.0;
+    fmt::print(stderr, "\rpredict {:>6}/{} [{}{}] {:.1f} img/s, ETA {:.0f} s ", done, total_, std::string(filled, '='),
+               std::string(kWidth - filled, ' '), rate, eta);
+    if (done == total_) fmt::print(stderr, "\n");
+    std::fflush(stderr);
+    shown_ = done != total_;
+  }
+  // A message on standard error, on a line of its own (the bar is redrawn by the next update).
+  void message(const std::string& text) {
+    fmt::print(stderr, "{}{}\n", shown_ ? "\r\033[K" : "", text);
+    shown_ = false;
+  }
+
+ private:
+  size_t total_;
+  bool enabled_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+DetectorOptions detector_options(const PredictOptions& o) {
+  DetectorOptions d;
+  d.device = o.device;
+  if (!o.dtype.empty()) d.dtype = core::parse_dtype(o.dtype);
+  if (!o.imgsz.empty()) {
+    VISION_CHECK(o.imgsz.size() <= 2, "--imgsz takes one size or height,width, got {} values", o.imgsz.size());
+    d.imgsz = std::array<int64_t, 2>{o.imgsz[0], o.imgsz.back()};
+  }
+  d.conf = o.conf;
+  d.max_det = o.max_det;
+  d.classes = o.classes;
+  d.nms = o.nms;
+  d.iou = o.iou;
+  return d;
+}
+
+int run_predict(const PredictOptions& o) {
+  VISION_CHECK(!o.save_txt || !o.save.empty(), "--save-txt writes DIR/labels: give the folder with --save DIR");
+  VISION_CHECK(!o.save_conf || o.save_txt, "--save-conf adds the score to the --save-txt label files");
+  const std::vector<fs::path> paths = expand_source(o.source);
+  Detector detector(o.model, detector_options(o));
+  const std::vector<std::string>& names = detector.names();
+  if (!o.save.empty()) {
+    std::error_code ec;
+    fs::create_directories(o.save_txt ? fs::path(o.save) / "labels" : fs::path(o.save), ec);
+    VISION_CHECK(!ec, "--save {}: cannot create the folder: {}", o.save, ec.message());
+  }
+  if (!o.quiet)
+    fmt::print(stderr, "vision predict: YOLO26{} ({} classes) on {} in {}, {} image{}\n",
+               models::yolo::scale_name(detector.info().spec.scale), detector.info().spec.nc, detector.device(),
+               core::dtype_name(detector.dtype()), paths.size(), paths.size() == 1 ? "" : "s");
+
+  const size_t workers =
+      o.workers > 0 ? static_cast<size_t>(o.workers) : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  Prefetcher prefetch(paths, std::max<size_t>(2 * static_cast<size_t>(o.batch), workers));
+  Progress progress(paths.size(), !o.quiet && !o.json);
+  nlohmann::json json = nlohmann::json::array();
+  size_t done = 0, failed = 0, images = 0, detections = 0;
+  DetectTiming total;
+
+  std::vector<Loaded> batch;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    std::vector<data::Image> pixels;
+    for (Loaded& l : batch) pixels.push_back(std::move(l.image));
+    const std::vector<std::vector<data::Detection>> found = detector.detect(pixels);
+    const DetectTiming& t = detector.last_timing();
+    total.preprocess += t.preprocess, total.inference += t.inference, total.postprocess += t.postprocess;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const fs::path& path = batch[i].path;
+      const std::vector<data::Detection>& dets = found[i];
+      data::Image& image = pixels[i];
+      ++images;
+      detections += dets.size();
+      if (o.json) {
+        json.push_back({{"image", path.string()},
+                        {"width", image.width},
+                        {"height", image.height},
+                        {"detections", data::detections_json(dets, names)}});
+      } else {
+        if (dets.empty()) fmt::print("{}: no detections\n", path.string());
+        for (const data::Detection& d : dets)
+          fmt::print("{}: {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", path.string(), names.at(d.cls), d.score, d.box[0],
+                     d.box[1], d.box[2], d.box[3]);
+      }
+      if (!o.save.empty()) {
+        data::draw_detections(image, dets, names);
+        data::write_image(image, fs::path(o.save) / path.filename());
+        if (o.save_txt) {
+          const fs::path label = fs::path(o.save) / "labels" / path.filename().replace_extension(".txt");
+          const std::string text = data::yolo_label_lines(dets, image.width, image.height, o.save_conf);
+          data::write_file(label, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+        }
+      }
+    }
+    done += batch.size();
+    progress.update(done + failed);
+    batch.clear();
+  };
+
+  while (!prefetch.done()) {
+    Loaded l = prefetch.next();
+    if (!l.error.empty()) {
+      ++failed;
+      progress.message(fmt::format("vision predict: skipped {}", l.error));
+      progress.update(done + failed);
+      continue;
+    }
+    batch.push_back(std::move(l));
+    if (batch.size() == static_cast<size_t>(o.batch)) flush();
+  }
+  flush();
+
+  if (o.json) fmt::print("{}\n", json.dump(2));
+  if (!o.quiet && images > 0)
+    fmt::print(stderr,
+               "vision predict: {} image{}, {} detection{}; per image {:.1f} ms preprocess, {:.1f} ms inference, "
+               "{:.1f} ms postprocess{}\n",
+               images, images == 1 ? "" : "s", detections, detections == 1 ? "" : "s",
+               total.preprocess / static_cast<double>(images), total.inference / static_cast<double>(images),
+               total.postprocess / static_cast<double>(images),
+               o.save.empty() ? "" : fmt::format("; results saved to {}", o.save));
+  if (failed > 0) {
+    fmt::print(stderr, "vision predict: error: {} of {} image{} could not be read (see above)\n", failed, paths.size(),
+               paths.size() == 1 ? "" : "s");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_predict_command(CLI::App& app) {
+  auto opts = std::make_shared<PredictOptions>();
+  CLI::App* cmd = app.add_subcommand("predict", "Detect objects in images with a YOLO26 model");
+  cmd->add_option("--model", opts->model, "weights file (safetensors: a checkpoint or an exported model)")->required();
+  cmd->add_option("--source", opts->source, "an image, a folder of images or a glob pattern (quote it)")->required();
+  cmd->add_option("--imgsz", opts->imgsz, "input size: one side or height,width (multiples of 32; default: the model's)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--conf", opts->conf, "confidence threshold")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--max-det", opts->max_det, "most detections per image")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
+  cmd->add_option("--classes", opts->classes, "keep only these class indices: 0,2")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--nms", opts->nms, "the one-to-many head and NMS instead of the end-to-end head");
+  cmd->add_option("--iou", opts->iou, "NMS IoU threshold")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--batch", opts->batch, "images per model call")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  cmd->add_option("--device", opts->device, "auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--dtype", opts->dtype, "compute dtype: f16 (CUDA default), bf16 or f32 (the CPU's)")
+      ->check(CLI::IsMember({"f16", "bf16", "f32"}));
+  cmd->add_option("--save", opts->save, "write annotated images to this folder");
+  cmd->add_flag("--save-txt", opts->save_txt, "also write YOLO-format labels (class cx cy w h) to SAVE/labels");
+  cmd->add_flag("--save-conf", opts->save_conf, "add the score to each --save-txt line");
+  cmd->add_flag("--json", opts->json, "print the detections as JSON instead of lines");
+  cmd->add_option("--workers", opts->workers, "image decoding threads (default: the cores, at most 8)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--quiet", opts->quiet, "no progress bar or summary on standard error");
+  cmd->callback([opts] {
+    if (const int rc = run_predict(*opts); rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace vision::cli

@@ -1,0 +1,176 @@
+// `vision predict` on the CPU at a small size with the fixture's YOLO26n weights: one line per detection for a
+// folder, JSON, annotated images and YOLO label files that agree with the printed detections, a corrupt image in a
+// folder reported (and the exit status non-zero) while the others are processed, and clear errors for an empty
+// folder, a missing model, a size that is not a multiple of 32 and --save-txt without --save.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "test_util.h"
+#include "vision/data/image.h"
+
+namespace vision {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+};
+
+// stdout only (stderr to a file) or both.
+CliRun predict(const std::string& args, bool with_stderr = true) {
+  int status = 0;
+  CliRun r;
+  r.out = test::run_command(
+      fmt::format("'{}' predict --model '{}/yolo26n_random.safetensors' --device cpu {} {}", VISION_CLI,
+                  VISION_FIXTURE_DIR, args, with_stderr ? "2>&1" : "2>/dev/null"),
+      &status);
+  r.code = test::exit_code(status);
+  return r;
+}
+
+// A folder of three small images (JPEG and PNG, of two sizes) with smooth random content.
+fs::path make_images(const fs::path& dir) {
+  const fs::path images = dir / "images";
+  fs::create_directories(images);
+  std::mt19937 rng(7);
+  const std::pair<int64_t, int64_t> sizes[] = {{96, 64}, {64, 64}, {80, 120}};
+  int k = 0;
+  for (auto [w, h] : sizes) {
+    data::Image im(w, h, 3);
+    const int r = static_cast<int>(rng() % 200), g = static_cast<int>(rng() % 200);
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t x = 0; x < w; ++x) {
+        uint8_t* p = im.at(x, y);
+        p[0] = static_cast<uint8_t>((r + 2 * x) % 256);
+        p[1] = static_cast<uint8_t>((g + 3 * y) % 256);
+        p[2] = static_cast<uint8_t>(((x / 16 + y / 16) % 2) * 200);
+      }
+    data::write_image(im, images / fmt::format("img{}.{}", k, k == 1 ? "png" : "jpg"));
+    ++k;
+  }
+  return images;
+}
+
+size_t count_lines(const std::string& s, const std::string& needle) {
+  size_t n = 0;
+  std::istringstream lines(s);
+  for (std::string line; std::getline(lines, line);) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
+TEST(PredictCli, FolderLinesJsonImagesAndLabels) {
+  test::TempDir dir;
+  const fs::path images = make_images(dir.path());
+  const fs::path save = dir.path() / "out";
+  const CliRun r = predict(fmt::format("--source '{}' --imgsz 64 --conf 0.01 --max-det 5 --batch 2 --save '{}' "
+                                       "--save-txt --save-conf",
+                                       images.string(), save.string()),
+                           false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* name : {"img0.jpg", "img1.png", "img2.jpg"}) {
+    SCOPED_TRACE(name);
+    const size_t printed = count_lines(r.out, std::string(name) + ": ");
+    EXPECT_GE(printed, 1u) << r.out;
+    EXPECT_LE(printed, 5u) << r.out;
+    // The annotated image exists, has the original's size and differs from it (boxes were drawn).
+    const data::Image original = data::read_image(images / name);
+    const data::Image annotated = data::read_image(save / name);
+    EXPECT_EQ(annotated.width, original.width);
+    EXPECT_EQ(annotated.height, original.height);
+    if (r.out.find(std::string(name) + ": no detections") == std::string::npos) {
+      size_t changed = 0;
+      for (size_t i = 0; i < original.pixels.size(); ++i)
+        changed += std::abs(int(original.pixels[i]) - int(annotated.pixels[i])) > 40;
+      EXPECT_GT(changed, 30u) << "no boxes drawn on " << name;
+      // One label line per printed detection, each "cls cx cy w h conf" in [0, 1].
+      const std::string labels = test::read_file(save / "labels" / fs::path(name).replace_extension(".txt"));
+      EXPECT_EQ(count_lines(labels, " "), printed) << labels;
+      std::istringstream lines(labels);
+      for (std::string line; std::getline(lines, line);) {
+        std::istringstream f(line);
+        int cls = -1;
+        double cx, cy, w, h, conf;
+        ASSERT_TRUE(f >> cls >> cx >> cy >> w >> h >> conf) << line;
+        EXPECT_TRUE(cls >= 0 && cls < 80 && cx >= 0 && cx <= 1 && cy >= 0 && cy <= 1 && w >= 0 && w <= 1 &&
+                    h >= 0 && h <= 1 && conf > 0.01 && conf <= 1)
+            << line;
+      }
+    }
+  }
+
+  // JSON: an entry per image with its size and the same number of detections as the lines.
+  const CliRun j = predict(fmt::format("--source '{}' --imgsz 64 --conf 0.01 --max-det 5 --json", images.string()),
+                           false);
+  ASSERT_EQ(j.code, 0) << j.out;
+  const nlohmann::json doc = nlohmann::json::parse(j.out);
+  ASSERT_EQ(doc.size(), 3u);
+  EXPECT_EQ(doc[2]["width"], 80);
+  EXPECT_EQ(doc[2]["height"], 120);
+  for (const auto& entry : doc) {
+    const std::string name = fs::path(entry["image"].get<std::string>()).filename().string();
+    EXPECT_EQ(entry["detections"].size(), count_lines(r.out, name + ": ") - count_lines(r.out, name + ": no det"))
+        << name;
+  }
+}
+
+TEST(PredictCli, ACorruptImageIsReportedAndTheOthersProcessed) {
+  test::TempDir dir;
+  const fs::path images = make_images(dir.path());
+  // A truncated JPEG and a text file with an image extension.
+  const std::string jpeg = test::read_file(images / "img0.jpg");
+  test::write_file(images / "bad_truncated.jpg", jpeg.substr(0, jpeg.size() / 3));
+  test::write_file(images / "bad_text.png", "not an image\n");
+  const CliRun r = predict(fmt::format("--source '{}' --imgsz 64 --conf 0.01 --max-det 2", images.string()));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("bad_truncated.jpg"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bad_text.png"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 of 5 images could not be read"), std::string::npos) << r.out;
+  for (const char* name : {"img0.jpg: ", "img1.png: ", "img2.jpg: "})
+    EXPECT_GE(count_lines(r.out, name), 1u) << name << "\n" << r.out;
+}
+
+TEST(PredictCli, ClearErrors) {
+  test::TempDir dir;
+  const fs::path empty = dir.path() / "empty";
+  fs::create_directories(empty);
+  const fs::path images = make_images(dir.path());
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {fmt::format("--source '{}'", empty.string()), "no images"},
+      {fmt::format("--source '{}/missing.jpg'", dir.path().string()), "no such file"},
+      {fmt::format("--source '{}/*.webp'", dir.path().string()), "matches no files"},
+      {fmt::format("--source '{}' --imgsz 100", images.string()), "multiples of 32"},
+      {fmt::format("--source '{}' --save-txt", images.string()), "--save"},
+      {fmt::format("--source '{}' --dtype f16", images.string()), "f32"},
+      {fmt::format("--source '{}' --classes 80", images.string()), "class 80"},
+  };
+  for (const Case& c : cases) {
+    const CliRun r = predict(c.args);
+    EXPECT_NE(r.code, 0) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  }
+  int status = 0;
+  const std::string out = test::run_command(
+      fmt::format("'{}' predict --model '{}/nope.safetensors' --source '{}' 2>&1", VISION_CLI, dir.path().string(),
+                  images.string()),
+      &status);
+  EXPECT_NE(test::exit_code(status), 0);
+  EXPECT_NE(out.find("nope.safetensors"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace vision
