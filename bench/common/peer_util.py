@@ -55,7 +55,9 @@ def capture(fn):
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # Captured on the warm-up stream: autograd binds a leaf's gradient accumulator to the stream it first ran on, and a
+    # capture on another stream would wait on that one, which invalidates the capture.
+    with torch.cuda.graph(graph, stream=side):
         out = fn()
     torch.cuda.synchronize()
     return graph, out

@@ -179,8 +179,13 @@ def make_call(mode, fused, x, args):
         static_in.copy_(xin)
         return model(static_in)
 
-    g, _ = capture(body)
-    return g.replay
+    g, out = capture(body)
+
+    def replay():  # the captured call: replays it and returns its (static) outputs
+        g.replay()
+        return out
+
+    return replay
 
 
 def run(args):
