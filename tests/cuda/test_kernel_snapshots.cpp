@@ -92,6 +92,10 @@ const std::vector<std::string> kSnapshotIds = {
     // the per-gt finalisation (resolution, topk2, normalisation).
     "assigner_topk__bf16",
     "assigner_finalize__f32",
+    // The optimizers (train/optim.cuh): the fused SGD step (with MuSGD's Muon update) and the per-matrix Frobenius
+    // normalisation (a fixed-order block reduction).
+    "sgd_step__f32",
+    "muon_normalize__bf16",
 };
 
 bool blessing() {

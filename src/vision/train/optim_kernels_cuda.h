@@ -1,0 +1,73 @@
+// Optimizer kernels on CUDA — the descriptors of optim.cuh, their launch helpers (device pointers to the tables of
+// optim_layout.cuh), and the batched bf16 Newton–Schulz iteration on cuBLAS. CUDA builds only.
+// Ids: grad_sumsq_partial__f32, grad_sumsq_finalize__f32, sgd_step__f32, adamw_step__f32, muon_prepare__f32,
+// muon_normalize__bf16, ema_update__f32.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "vision/cuda/kernel.h"
+#include "vision/train/optim_layout.cuh"
+
+namespace vision::train {
+
+struct GradSumsqPartial : cuda::KernelDescriptor<const void* /*grads*/, const void* /*tensors*/,
+                                                 const void* /*chunks*/, void* /*partials (f32)*/> {
+  GradSumsqPartial();
+};
+struct GradSumsqFinalize : cuda::KernelDescriptor<const void* /*partials*/, int64_t /*n*/, void* /*out (f32)*/> {
+  GradSumsqFinalize();
+};
+struct SgdStep
+    : cuda::KernelDescriptor<void* /*params*/, const void* /*grads*/, void* /*momentum*/, const void* /*ns_out (bf16)*/,
+                             const void* /*tensors*/, const void* /*chunks*/, const void* /*groups*/, float /*coef*/> {
+  SgdStep();
+};
+struct AdamwStep
+    : cuda::KernelDescriptor<void* /*params*/, const void* /*grads*/, void* /*exp_avg*/, void* /*exp_avg_sq*/,
+                             const void* /*tensors*/, const void* /*chunks*/, const void* /*groups*/, float /*coef*/> {
+  AdamwStep();
+};
+struct MuonPrepare
+    : cuda::KernelDescriptor<const void* /*grads*/, void* /*muon_momentum*/, void* /*ns_in (bf16)*/,
+                             const void* /*tensors*/, const void* /*chunks*/, const void* /*groups*/, float /*coef*/> {
+  MuonPrepare();
+};
+struct MuonNormalize
+    : cuda::KernelDescriptor<void* /*ns (bf16)*/, const void* /*tensors*/, const void* /*muon_tensors (i64)*/> {
+  MuonNormalize();
+};
+struct EmaUpdate : cuda::KernelDescriptor<void* /*ema*/, const void* /*params*/, const void* /*buffers*/,
+                                          const void* /*chunks*/, float /*d*/, float /*omd*/> {
+  EmaUpdate();
+};
+
+// Device pointers throughout; tensors/chunks/groups are arrays of OptimTensor/OptimChunk/OptimGroup, n_chunks blocks.
+// partials: n_chunks floats; out: one float (Σ grad² over the chunks, the CPU twin's order).
+void launch_grad_sumsq(cudaStream_t stream, const float* grads, const OptimTensor* tensors, const OptimChunk* chunks,
+                       int64_t n_chunks, float* partials, float* out);
+void launch_sgd_step(cudaStream_t stream, float* params, const float* grads, float* momentum, const uint16_t* ns_out,
+                     const OptimTensor* tensors, const OptimChunk* chunks, int64_t n_chunks, const OptimGroup* groups,
+                     float coef);
+void launch_adamw_step(cudaStream_t stream, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                       const OptimTensor* tensors, const OptimChunk* chunks, int64_t n_chunks,
+                       const OptimGroup* groups, float coef);
+void launch_muon_prepare(cudaStream_t stream, const float* grads, float* muon_momentum, uint16_t* ns_in,
+                         const OptimTensor* tensors, const OptimChunk* chunks, int64_t n_chunks,
+                         const OptimGroup* groups, float coef);
+void launch_muon_normalize(cudaStream_t stream, uint16_t* ns, const OptimTensor* tensors, const int64_t* muon_tensors,
+                           int64_t n_muon);
+void launch_ema_update(cudaStream_t stream, float* ema, const float* params, const float* buffers,
+                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd);
+
+// `steps` Newton–Schulz iterations on `batch` row-major m × n bf16 matrices (m ≤ n) at x, on the handle's stream,
+// by cuBLAS strided-batched GEMMs in bf16 with f32 accumulation: per iteration A = X·Xᵀ, B = c·(A·A) + b·A (B preset
+// to A, β = b), Y = B·X + a·X (Y preset to X, β = a), then X and Y swap roles. y: another batch·m·n bf16, a and b:
+// batch·m·m bf16 each (scratch). Returns x or y, whichever holds the result (y after an odd number of steps).
+uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_t* x, uint16_t* y, uint16_t* a,
+                             uint16_t* b, int64_t batch, int64_t m, int64_t n, int steps);
+
+}  // namespace vision::train
