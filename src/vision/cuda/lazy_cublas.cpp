@@ -43,4 +43,26 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
       b_type, ldb, beta, c, c_type, ldc, compute_type, algo);
 }
 
+cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t* stream) {
+  return CUBLAS(cublasGetStream, handle, stream);
+}
+
+// Overloaded for C++ like cublasGemmEx (the strided-batched GEMMs of MuSGD's Newton–Schulz).
+using CublasGemmStridedBatchedEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                                      int, const void*, const void*, cudaDataType, int, long long int,
+                                                      const void*, cudaDataType, int, long long int, const void*,
+                                                      void*, cudaDataType, int, long long int, int,
+                                                      cublasComputeType_t, cublasGemmAlgo_t);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* a, cudaDataType a_type,
+                                          int lda, long long int stride_a, const void* b, cudaDataType b_type, int ldb,
+                                          long long int stride_b, const void* beta, void* c, cudaDataType c_type,
+                                          int ldc, long long int stride_c, int batch_count,
+                                          cublasComputeType_t compute_type, cublasGemmAlgo_t algo) {
+  return ::vision::cuda::lazy_call<static_cast<CublasGemmStridedBatchedEx>(&cublasGemmStridedBatchedEx)>(
+      &::vision::cuda::cublas_library, "cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, a,
+      a_type, lda, stride_a, b, b_type, ldb, stride_b, beta, c, c_type, ldc, stride_c, batch_count, compute_type,
+      algo);
+}
+
 }  // extern "C"
