@@ -106,3 +106,14 @@ def latency_stats(samples):
     n = len(s)
     return {"median_ms": statistics.median(s), "p90_ms": s[math.ceil(0.9 * n) - 1], "min_ms": s[0],
             "mean_ms": sum(s) / n, "iters": n}
+
+
+def randomize_batchnorm(model, gen):
+    """Every BatchNorm2d of model: γ and running variance uniform in [0.5, 1.5), β and running mean in [-0.1, 0.1)
+    (bench_util.h's randomize_batchnorm), drawn from the generator gen."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                for t, lo, hi in ((m.weight, 0.5, 1.5), (m.running_var, 0.5, 1.5), (m.bias, -0.1, 0.1),
+                                  (m.running_mean, -0.1, 0.1)):
+                    t.copy_(torch.rand(t.shape, generator=gen) * (hi - lo) + lo)

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from peer_util import capture, measure_us  # noqa: E402
+from peer_util import capture, measure_us, randomize_batchnorm  # noqa: E402
 
 # (kind, output channels, kernel, stride) for conv, (kind, channels, n bottlenecks) for c2f: bench_graph.cpp's
 # stack_layers().
@@ -130,16 +130,6 @@ class Stack(nn.Module):
 
     def forward(self, x):
         return self.model(x)
-
-
-def randomize_batchnorm(model, gen):
-    """bench_graph's distributions: weight, running_var in [0.5, 1.5); bias, running_mean in [-0.1, 0.1)."""
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                for t, lo, hi in ((m.weight, 0.5, 1.5), (m.running_var, 0.5, 1.5), (m.bias, -0.1, 0.1),
-                                  (m.running_mean, -0.1, 0.1)):
-                    t.copy_(torch.rand(t.shape, generator=gen) * (hi - lo) + lo)
 
 
 def fold_batchnorm(model):

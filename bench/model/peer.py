@@ -46,7 +46,7 @@ from torch import nn
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "common"))
 sys.path.insert(0, os.path.join(here, "..", "..", "tools", "reference"))
-from peer_util import capture, latencies_ms, latency_stats, write_json_lines  # noqa: E402
+from peer_util import capture, latencies_ms, latency_stats, randomize_batchnorm, write_json_lines  # noqa: E402
 import yolo26_model as ref  # noqa: E402
 
 MODES = ("eager", "eager-cl", "graph", "graph-cl", "compile-cl")
@@ -55,16 +55,6 @@ DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 
 # ----------------------------------------------------------------------------------------------------------------
 # The model as inference runs it.
-
-def randomize_batchnorm(model, gen):
-    """γ and running variance in [0.5, 1.5), β and running mean in [-0.1, 0.1) (bench_util.h's randomize_batchnorm)."""
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                for t, lo, hi in ((m.weight, 0.5, 1.5), (m.running_var, 0.5, 1.5), (m.bias, -0.1, 0.1),
-                                  (m.running_mean, -0.1, 0.1)):
-                    t.copy_(torch.rand(t.shape, generator=gen) * (hi - lo) + lo)
-
 
 def fuse(model):
     """Each reference Conv's BatchNorm folded into its convolution (ref.folded: float64), in place: the Conv keeps a
