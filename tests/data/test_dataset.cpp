@@ -145,6 +145,11 @@ TEST(Dataset, DataFileErrors) {
   fs::create_directories(dir.path() / "images" / "empty");
   test::write_file(f, "val: images/empty\nnames: [a]\n");
   EXPECT_NE(error_of([&] { load_dataset(f, "val"); }).find("has no images"), std::string::npos);
+  // A missing test folder is an error only when the test split is listed.
+  test::write_file(f, "val: images/val\ntest: images/not_downloaded\nnames: [a]\n");
+  EXPECT_EQ(load_dataset(f, "val").samples.size(), 1u);
+  EXPECT_NE(error_of([&] { load_dataset(f, "test"); }).find("images/not_downloaded' does not exist"),
+            std::string::npos);
 }
 
 TEST(Dataset, LabelLines) {

@@ -52,8 +52,9 @@ struct DataConfig {
 
 // Reads a .yaml/.yml or .json data file (any other extension is read as YAML). Throws vision::Error naming the file
 // (and the line, for YAML) when it is missing or malformed, when `names` is absent, not a list or an {index: name}
-// map of the indices 0..n−1, or disagrees with `nc`, when there is no train or val key, or when a split names a
-// folder or list file that does not exist (the message names the path).
+// map of the indices 0..n−1, or disagrees with `nc`, when there is no train or val key, or when the train or val
+// split names a folder or list file that does not exist (the message names the path; a missing `test` path is an
+// error only when that split is listed).
 DataConfig read_data_config(const std::filesystem::path& file);
 
 // One label: class and normalised centre and size.
