@@ -1,0 +1,620 @@
+#include "vision/data/dataset.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "vision/core/error.h"
+
+namespace vision::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_text(const fs::path& file, const char* what) {
+  std::error_code ec;
+  VISION_CHECK(fs::is_regular_file(file, ec), "{} '{}' does not exist (or is not a file)", what, file.string());
+  std::ifstream f(file, std::ios::binary);
+  VISION_CHECK(f, "cannot open {} '{}'", what, file.string());
+  std::ostringstream s;
+  s << f.rdbuf();
+  VISION_CHECK(!f.bad(), "cannot read {} '{}'", what, file.string());
+  return s.str();
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+bool is_image_file(const fs::path& p) {
+  const std::string ext = lower(p.extension().string());
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+std::optional<int64_t> parse_int(std::string_view s) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> parse_double(std::string_view s) {
+  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  double v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The YAML subset
+
+// A parsed value: a scalar, or a list or map of scalars.
+struct Value {
+  enum class Kind { null, scalar, list, map } kind = Kind::null;
+  std::string scalar;
+  std::vector<std::pair<std::string, std::string>> items;  // list: (empty, value); map: (key, value)
+  int line = 0;
+};
+
+class YamlReader {
+ public:
+  YamlReader(const fs::path& file, const std::string& text) : file_(file.string()) {
+    std::istringstream in(text);
+    int number = 0;
+    for (std::string raw; std::getline(in, raw);) {
+      ++number;
+      if (!raw.empty() && raw.back() == '\r') raw.pop_back();
+      if (number == 1 && raw.starts_with("\xEF\xBB\xBF")) raw.erase(0, 3);  // a UTF-8 byte order mark
+      lines_.push_back({number, raw});
+    }
+  }
+
+  // The top-level keys that `wanted` names, parsed; the others are skipped with their indented blocks.
+  std::map<std::string, Value> read(std::span<const std::string_view> wanted) {
+    std::map<std::string, Value> out;
+    size_t i = 0;
+    while (i < lines_.size()) {
+      const int number = lines_[i].number;
+      std::string text = strip_comment(lines_[i].text, number);
+      if (trim(text).empty() || text == "---" || text == "...") {
+        ++i;
+        continue;
+      }
+      VISION_CHECK(!std::isspace(static_cast<unsigned char>(text[0])),
+                   "{}:{}: unexpected indentation (expected a top-level `key: value`)", file_, number);
+      const auto [key, rest] = split_key(text, number);
+      ++i;
+      // The block below the key: indented lines, and `- item` lines at the key's indentation.
+      std::vector<std::pair<int, std::string>> block;
+      while (i < lines_.size()) {
+        const std::string& raw = lines_[i].text;
+        const bool blank = trim(raw).empty() || trim(raw).front() == '#';
+        const bool indented = !raw.empty() && std::isspace(static_cast<unsigned char>(raw[0]));
+        const bool dash = rest.empty() && (raw == "-" || raw.starts_with("- "));
+        if (!blank && !indented && !dash) break;
+        if (!blank) block.emplace_back(lines_[i].number, raw);
+        ++i;
+      }
+      if (std::find(wanted.begin(), wanted.end(), key) == wanted.end()) continue;  // unknown: ignored
+      VISION_CHECK(!out.contains(key), "{}:{}: duplicate key '{}'", file_, number, key);
+      out[key] = parse_value(rest, block, number);
+    }
+    return out;
+  }
+
+ private:
+  struct Line {
+    int number;
+    std::string text;
+  };
+
+  // The line without a comment: `#` at the start or after whitespace, outside quotes.
+  std::string strip_comment(const std::string& s, int number) const {
+    char quote = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const char c = s[i];
+      if (quote) {
+        if (c == quote) {
+          if (quote == '\'' && i + 1 < s.size() && s[i + 1] == '\'') ++i;  // '' inside single quotes
+          else quote = 0;
+        } else if (quote == '"' && c == '\\') {
+          ++i;
+        }
+        continue;
+      }
+      if (c == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(s[i - 1])))) {
+        std::string out = s.substr(0, i);
+        while (!out.empty() && std::isspace(static_cast<unsigned char>(out.back()))) out.pop_back();
+        return out;
+      }
+      if ((c == '\'' || c == '"') && opens_quote(s, i)) quote = c;
+    }
+    std::string out = s;
+    while (!out.empty() && std::isspace(static_cast<unsigned char>(out.back()))) out.pop_back();
+    return out;
+  }
+
+  // A quote opens a quoted scalar only where a value starts (not inside a plain scalar such as don't).
+  static bool opens_quote(std::string_view s, size_t i) {
+    size_t j = i;
+    while (j > 0 && std::isspace(static_cast<unsigned char>(s[j - 1]))) --j;
+    return j == 0 || std::string_view(":[{,-").find(s[j - 1]) != std::string_view::npos;
+  }
+
+  // The index of the first `: ` (or a final `:`) outside quotes in s, or npos.
+  static size_t find_colon(std::string_view s) {
+    char quote = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const char c = s[i];
+      if (quote) {
+        if (c == quote) quote = 0;
+        else if (quote == '"' && c == '\\') ++i;
+        continue;
+      }
+      if ((c == '\'' || c == '"') && i == 0) quote = c;
+      else if (c == ':' && (i + 1 == s.size() || std::isspace(static_cast<unsigned char>(s[i + 1])))) return i;
+    }
+    return std::string_view::npos;
+  }
+
+  std::pair<std::string, std::string> split_key(std::string_view text, int number) const {
+    const size_t colon = find_colon(text);
+    VISION_CHECK(colon != std::string_view::npos, "{}:{}: expected `key: value`, got '{}'", file_, number, text);
+    std::string key = unquote(trim(text.substr(0, colon)), number);
+    VISION_CHECK(!key.empty(), "{}:{}: empty key", file_, number);
+    return {key, std::string(trim(text.substr(colon + 1)))};
+  }
+
+  std::string unquote(std::string_view s, int number) const {
+    s = trim(s);
+    if (s.empty() || (s.front() != '\'' && s.front() != '"')) return std::string(s);
+    const char q = s.front();
+    std::string out;
+    size_t i = 1;
+    for (; i < s.size(); ++i) {
+      const char c = s[i];
+      if (c == q) {
+        if (q == '\'' && i + 1 < s.size() && s[i + 1] == '\'') {
+          out += '\'';
+          ++i;
+          continue;
+        }
+        break;
+      }
+      if (q == '"' && c == '\\' && i + 1 < s.size()) {
+        const char e = s[++i];
+        switch (e) {
+          case 'n': out += '\n'; break;
+          case 't': out += '\t'; break;
+          case '\\': out += '\\'; break;
+          case '"': out += '"'; break;
+          case '/': out += '/'; break;
+          default:
+            fail("{}:{}: unsupported escape \\{} in {}", file_, number, e, s);
+        }
+        continue;
+      }
+      out += c;
+    }
+    VISION_CHECK(i < s.size(), "{}:{}: unterminated quoted string {}", file_, number, s);
+    VISION_CHECK(trim(s.substr(i + 1)).empty(), "{}:{}: unexpected text after the quoted string {}", file_, number,
+                 s);
+    return out;
+  }
+
+  // Splits the inside of a flow collection at the commas outside quotes.
+  std::vector<std::string_view> split_flow(std::string_view s, int number) const {
+    std::vector<std::string_view> parts;
+    char quote = 0;
+    size_t start = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const char c = s[i];
+      if (quote) {
+        if (c == quote) quote = 0;
+        else if (quote == '"' && c == '\\') ++i;
+        continue;
+      }
+      if ((c == '\'' || c == '"') && opens_quote(s, i)) quote = c;
+      else if (c == '[' || c == '{' || c == ']' || c == '}')
+        fail("{}:{}: nested flow collections are not supported", file_, number);
+      else if (c == ',') {
+        parts.push_back(trim(s.substr(start, i - start)));
+        start = i + 1;
+      }
+    }
+    VISION_CHECK(!quote, "{}:{}: unterminated quoted string", file_, number);
+    parts.push_back(trim(s.substr(start)));
+    if (parts.size() == 1 && parts[0].empty()) parts.clear();             // []
+    if (!parts.empty() && parts.back().empty()) parts.pop_back();         // a trailing comma
+    for (std::string_view p : parts) VISION_CHECK(!p.empty(), "{}:{}: empty item in a flow collection", file_, number);
+    return parts;
+  }
+
+  Value parse_value(std::string rest, const std::vector<std::pair<int, std::string>>& block, int number) const {
+    Value v;
+    v.line = number;
+    if (rest.empty()) {
+      if (block.empty()) return v;  // null
+      return parse_block(block, number);
+    }
+    VISION_CHECK(rest[0] != '|' && rest[0] != '>' && rest[0] != '&' && rest[0] != '*' && rest[0] != '!',
+                 "{}:{}: block scalars, anchors and tags are not supported here", file_, number);
+    if (rest[0] == '[' || rest[0] == '{') {
+      // A flow collection may continue on the indented lines below.
+      size_t used = 0;
+      const char close = rest[0] == '[' ? ']' : '}';
+      while (rest.back() != close && used < block.size()) {
+        const std::string more = strip_comment(block[used].second, block[used].first);
+        rest.push_back(' ');
+        rest.append(trim(more));
+        ++used;
+      }
+      VISION_CHECK(rest.back() == close, "{}:{}: unterminated flow collection (no closing '{}')", file_, number,
+                   close);
+      VISION_CHECK(used == block.size(), "{}:{}: unexpected indented line after the flow collection", file_,
+                   block[used].first);
+      const std::string_view inner = std::string_view(rest).substr(1, rest.size() - 2);
+      if (close == ']') {
+        v.kind = Value::Kind::list;
+        for (std::string_view p : split_flow(inner, number)) v.items.emplace_back("", unquote(p, number));
+      } else {
+        v.kind = Value::Kind::map;
+        for (std::string_view p : split_flow(inner, number)) {
+          const size_t colon = find_colon(p);
+          VISION_CHECK(colon != std::string_view::npos, "{}:{}: expected `key: value` in the flow map, got '{}'",
+                       file_, number, p);
+          v.items.emplace_back(unquote(p.substr(0, colon), number), unquote(p.substr(colon + 1), number));
+        }
+      }
+      return v;
+    }
+    VISION_CHECK(block.empty(), "{}:{}: unexpected indented line below a key that has a value", file_,
+                 block.empty() ? number : block[0].first);
+    v.kind = Value::Kind::scalar;
+    v.scalar = unquote(rest, number);
+    return v;
+  }
+
+  Value parse_block(const std::vector<std::pair<int, std::string>>& block, int number) const {
+    Value v;
+    v.line = number;
+    auto indent_of = [](const std::string& s) { return s.find_first_not_of(' '); };
+    const size_t indent = indent_of(block[0].second);
+    const bool list = block[0].second.compare(indent, 1, "-") == 0;
+    v.kind = list ? Value::Kind::list : Value::Kind::map;
+    for (const auto& [n, raw] : block) {
+      VISION_CHECK(raw.find('\t') == std::string::npos || raw.find('\t') > indent_of(raw),
+                   "{}:{}: tabs are not allowed in indentation", file_, n);
+      VISION_CHECK(indent_of(raw) == indent, "{}:{}: inconsistent indentation (nested values are not supported)",
+                   file_, n);
+      const std::string text = strip_comment(raw, n).substr(indent);
+      if (list) {
+        VISION_CHECK(text == "-" || text.starts_with("- "), "{}:{}: expected a list item `- value`, got '{}'", file_,
+                     n, text);
+        const std::string_view item = trim(std::string_view(text).substr(1));
+        VISION_CHECK(!item.empty() && item[0] != '[' && item[0] != '{' && find_colon(item) == std::string_view::npos,
+                     "{}:{}: a list item must be a plain or quoted value, got '{}'", file_, n, item);
+        v.items.emplace_back("", unquote(item, n));
+      } else {
+        VISION_CHECK(!text.starts_with("- "), "{}:{}: a list item in a map", file_, n);
+        const auto [key, value] = split_key(text, n);
+        VISION_CHECK(!value.empty() && value[0] != '[' && value[0] != '{',
+                     "{}:{}: a map entry must have a plain or quoted value, got '{}'", file_, n, text);
+        v.items.emplace_back(key, unquote(value, n));
+      }
+    }
+    return v;
+  }
+
+  std::string file_;
+  std::vector<Line> lines_;
+};
+
+// The keys, from YAML or JSON, in one form.
+struct RawConfig {
+  std::optional<std::string> path;
+  std::map<std::string, std::vector<std::string>> splits;
+  std::optional<int64_t> nc;
+  std::vector<std::pair<std::string, std::string>> names;  // (index or "", name)
+  bool names_is_map = false, has_names = false;
+  std::string where_names, where_nc;  // "file:line" for messages
+};
+
+constexpr std::string_view kKeys[] = {"path", "train", "val", "test", "nc", "names"};
+
+RawConfig read_yaml(const fs::path& file) {
+  YamlReader reader(file, read_text(file, "data file"));
+  const std::map<std::string, Value> keys = reader.read(kKeys);
+  RawConfig raw;
+  auto where = [&](const Value& v) { return fmt::format("{}:{}", file.string(), v.line); };
+  for (const auto& [key, v] : keys) {
+    if (v.kind == Value::Kind::null) continue;
+    if (key == "path") {
+      VISION_CHECK(v.kind == Value::Kind::scalar, "{}: 'path' must be a single value", where(v));
+      raw.path = v.scalar;
+    } else if (key == "nc") {
+      VISION_CHECK(v.kind == Value::Kind::scalar, "{}: 'nc' must be a number", where(v));
+      raw.nc = parse_int(v.scalar);
+      VISION_CHECK(raw.nc && *raw.nc > 0, "{}: 'nc' must be a positive integer, got '{}'", where(v), v.scalar);
+      raw.where_nc = where(v);
+    } else if (key == "names") {
+      VISION_CHECK(v.kind != Value::Kind::scalar, "{}: 'names' must be a list or an {{index: name}} map", where(v));
+      raw.has_names = true;
+      raw.names_is_map = v.kind == Value::Kind::map;
+      raw.names = v.items;
+      raw.where_names = where(v);
+    } else {  // a split
+      std::vector<std::string>& paths = raw.splits[key];
+      if (v.kind == Value::Kind::scalar) paths.push_back(v.scalar);
+      VISION_CHECK(v.kind != Value::Kind::map, "{}: '{}' must be a path or a list of paths", where(v), key);
+      for (const auto& item : v.items) paths.push_back(item.second);
+    }
+  }
+  return raw;
+}
+
+RawConfig read_json(const fs::path& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(file, "data file"));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", file.string(), e.what());
+  }
+  const std::string name = file.string();
+  VISION_CHECK(j.is_object(), "{}: the data file must be a JSON object", name);
+  RawConfig raw;
+  raw.where_names = raw.where_nc = name;
+  auto as_string = [&](const nlohmann::json& v, const std::string& what) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+    fail("{}: {} must be a string", name, what);
+  };
+  for (const auto& [key, v] : j.items()) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys) || v.is_null()) continue;
+    if (key == "path") {
+      raw.path = as_string(v, "'path'");
+    } else if (key == "nc") {
+      VISION_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, "{}: 'nc' must be a positive integer", name);
+      raw.nc = v.get<int64_t>();
+    } else if (key == "names") {
+      raw.has_names = true;
+      if (v.is_array()) {
+        for (const auto& n : v) raw.names.emplace_back("", as_string(n, "each name"));
+      } else {
+        VISION_CHECK(v.is_object(), "{}: 'names' must be a list or an {{index: name}} map", name);
+        raw.names_is_map = true;
+        for (const auto& [k, n] : v.items()) raw.names.emplace_back(k, as_string(n, "each name"));
+      }
+    } else {
+      std::vector<std::string>& paths = raw.splits[key];
+      if (v.is_array()) {
+        for (const auto& p : v) paths.push_back(as_string(p, fmt::format("each path of '{}'", key)));
+      } else {
+        paths.push_back(as_string(v, fmt::format("'{}'", key)));
+      }
+    }
+  }
+  return raw;
+}
+
+}  // namespace
+
+const std::vector<fs::path>& DataConfig::split(const std::string& name) const {
+  const std::vector<fs::path>* paths = name == "train" ? &train : name == "val" ? &val : name == "test" ? &test
+                                                                                                        : nullptr;
+  VISION_CHECK(paths, "unknown split '{}' (train, val or test)", name);
+  VISION_CHECK(!paths->empty(), "{}: the data file has no '{}' split", file.string(), name);
+  return *paths;
+}
+
+DataConfig read_data_config(const fs::path& file) {
+  const std::string ext = lower(file.extension().string());
+  const RawConfig raw = ext == ".json" ? read_json(file) : read_yaml(file);
+  DataConfig config;
+  config.file = file;
+  const fs::path folder = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  config.root = raw.path ? (fs::path(*raw.path).is_absolute() ? fs::path(*raw.path) : folder / *raw.path) : folder;
+  config.root = config.root.lexically_normal();
+
+  // Names.
+  VISION_CHECK(raw.has_names, "{}: no 'names' (a list of class names or an {{index: name}} map)", file.string());
+  if (raw.names_is_map) {
+    std::map<int64_t, std::string> by_index;
+    for (const auto& [k, n] : raw.names) {
+      const std::optional<int64_t> index = parse_int(k);
+      VISION_CHECK(index && *index >= 0, "{}: a 'names' key must be a class index, got '{}'", raw.where_names, k);
+      VISION_CHECK(by_index.emplace(*index, n).second, "{}: class {} is named twice", raw.where_names, *index);
+    }
+    int64_t expect = 0;
+    for (const auto& [index, n] : by_index) {
+      VISION_CHECK(index == expect, "{}: 'names' has no class {} (the indices must be 0, 1, …, n−1)",
+                   raw.where_names, expect);
+      config.names.push_back(n);
+      ++expect;
+    }
+  } else {
+    for (const auto& item : raw.names) config.names.push_back(item.second);
+  }
+  VISION_CHECK(!config.names.empty(), "{}: 'names' is empty", raw.where_names);
+  VISION_CHECK(!raw.nc || *raw.nc == config.nc(), "{}: nc {} does not match the {} names", raw.where_nc,
+               raw.nc.value_or(0), config.nc());
+
+  // Splits: each path must exist.
+  for (const auto& [split, paths] : raw.splits) {
+    std::vector<fs::path>& out = split == "train" ? config.train : split == "val" ? config.val : config.test;
+    for (const std::string& p : paths) {
+      const fs::path resolved = (fs::path(p).is_absolute() ? fs::path(p) : config.root / p).lexically_normal();
+      // train and val must exist; test (often named but not downloaded) only when it is listed.
+      std::error_code ec;
+      VISION_CHECK(split == "test" || fs::exists(resolved, ec), "{}: the '{}' split's '{}' does not exist",
+                   file.string(), split, resolved.string());
+      out.push_back(resolved);
+    }
+  }
+  VISION_CHECK(!config.train.empty() || !config.val.empty(), "{}: no 'train' or 'val' split", file.string());
+  return config;
+}
+
+LabelFile parse_labels(std::string_view text, const std::string& name, int64_t nc) {
+  LabelFile out;
+  int number = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = trim(text.substr(start, end - start));
+    start = end + 1;
+    ++number;
+    if (line.empty()) continue;
+    std::vector<std::string_view> fields;
+    for (size_t i = 0; i < line.size();) {
+      while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+      size_t j = i;
+      while (j < line.size() && !std::isspace(static_cast<unsigned char>(line[j]))) ++j;
+      if (j > i) fields.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    auto bad = [&](const std::string& why) { out.problems.push_back(fmt::format("{}:{}: {}", name, number, why)); };
+    if (fields.size() != 5) {
+      bad(fmt::format("expected 5 fields (class cx cy w h), got {}", fields.size()));
+      continue;
+    }
+    std::array<double, 5> v{};
+    bool numbers = true;
+    for (size_t k = 0; k < 5 && numbers; ++k) {
+      const std::optional<double> d = parse_double(fields[k]);
+      if (!d) {
+        bad(fmt::format("'{}' is not a number", fields[k]));
+        numbers = false;
+      } else {
+        v[k] = *d;
+      }
+    }
+    if (!numbers) continue;
+    if (v[0] != std::floor(v[0]) || v[0] < 0 || v[0] >= static_cast<double>(nc)) {
+      bad(fmt::format("class {} is not one of the {} classes (0–{})", fields[0], nc, nc - 1));
+      continue;
+    }
+    constexpr const char* kNames[] = {"", "cx", "cy", "w", "h"};
+    std::string why;
+    for (size_t k = 1; k < 5 && why.empty(); ++k)
+      if (v[k] < -kLabelTolerance || v[k] > 1 + kLabelTolerance)
+        why = fmt::format("{} {} is outside [0, 1]", kNames[k], fields[k]);
+    for (size_t k = 3; k < 5 && why.empty(); ++k)
+      if (v[k] <= 0) why = fmt::format("{} {} is not positive", kNames[k], fields[k]);
+    if (!why.empty()) {
+      bad(why);
+      continue;
+    }
+    out.boxes.push_back({static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4]});
+  }
+  return out;
+}
+
+LabelFile read_labels(const fs::path& file, int64_t nc) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return {};
+  return parse_labels(read_text(file, "label file"), file.string(), nc);
+}
+
+fs::path label_path(const fs::path& image) {
+  std::vector<fs::path> parts(image.begin(), image.end());
+  for (size_t i = parts.size(); i-- > 1;)  // the last folder named images (not the file name)
+    if (i + 1 < parts.size() && parts[i] == "images") {
+      parts[i] = "labels";
+      break;
+    }
+  fs::path out;
+  for (const fs::path& p : parts) out /= p;
+  return out.replace_extension(".txt");
+}
+
+std::vector<eval::GroundTruth> to_pixels(std::span<const LabelBox> labels, int64_t width, int64_t height) {
+  std::vector<eval::GroundTruth> out;
+  out.reserve(labels.size());
+  const double W = static_cast<double>(width), H = static_cast<double>(height);
+  for (const LabelBox& l : labels)
+    out.push_back({{static_cast<float>((l.cx - l.w / 2) * W), static_cast<float>((l.cy - l.h / 2) * H),
+                    static_cast<float>((l.cx + l.w / 2) * W), static_cast<float>((l.cy + l.h / 2) * H)},
+                   l.cls});
+  return out;
+}
+
+std::vector<fs::path> list_images(std::span<const fs::path> sources) {
+  std::vector<fs::path> images;
+  for (const fs::path& source : sources) {
+    std::error_code ec;
+    if (fs::is_directory(source, ec)) {
+      for (auto it = fs::recursive_directory_iterator(source, ec); !ec && it != fs::recursive_directory_iterator();
+           it.increment(ec))
+        if (it->is_regular_file(ec) && is_image_file(it->path())) images.push_back(it->path());
+      VISION_CHECK(!ec, "cannot list the folder '{}': {}", source.string(), ec.message());
+    } else if (fs::is_regular_file(source, ec) && lower(source.extension().string()) == ".txt") {
+      const std::string text = read_text(source, "image list");
+      std::istringstream lines(text);
+      for (std::string line; std::getline(lines, line);) {
+        const std::string_view t = trim(line);
+        if (t.empty()) continue;
+        fs::path p(t);
+        if (p.is_relative()) p = source.parent_path() / p;
+        p = p.lexically_normal();
+        if (is_image_file(p)) images.push_back(p);
+      }
+    } else if (fs::is_regular_file(source, ec) && is_image_file(source)) {
+      images.push_back(source);
+    } else {
+      VISION_CHECK(fs::exists(source, ec), "'{}' does not exist", source.string());
+      fail("'{}' is not a folder of images, a .txt list of images or an image", source.string());
+    }
+  }
+  std::sort(images.begin(), images.end());
+  return images;
+}
+
+Dataset load_dataset(const fs::path& data_file, const std::string& split) {
+  Dataset d;
+  d.config = read_data_config(data_file);
+  d.split = split;
+  const std::vector<fs::path>& sources = d.config.split(split);
+  const std::vector<fs::path> images = list_images(sources);
+  if (images.empty()) {
+    std::string where;
+    for (const fs::path& p : sources) where += (where.empty() ? "" : ", ") + p.string();
+    fail("{}: the '{}' split has no images (.jpg, .jpeg, .png) in {}", data_file.string(), split, where);
+  }
+  for (const fs::path& image : images) {
+    Sample s{image, label_path(image), {}};
+    std::error_code ec;
+    if (fs::exists(s.label, ec)) {
+      ++d.counts.label_files;
+      LabelFile labels = read_labels(s.label, d.config.nc());
+      d.counts.bad_lines += static_cast<int64_t>(labels.problems.size());
+      for (std::string& p : labels.problems) d.problems.push_back(std::move(p));
+      s.labels = std::move(labels.boxes);
+    } else {
+      ++d.counts.missing_labels;
+    }
+    d.counts.instances += static_cast<int64_t>(s.labels.size());
+    d.samples.push_back(std::move(s));
+  }
+  d.counts.images = static_cast<int64_t>(d.samples.size());
+  return d;
+}
+
+}  // namespace vision::data

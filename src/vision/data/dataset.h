@@ -1,0 +1,111 @@
+// Dataset — a YOLO-format detection dataset as ultralytics reads one (and `vision synth` writes one): a data file
+// naming the splits and the classes, images, and one label file per image.
+//
+// The data file is YAML (the flat subset ultralytics' data files use; no YAML library) or JSON (the same keys):
+//
+//   path: ../datasets/shapes   # optional: the root the split paths are relative to; a relative `path` is taken
+//                              # relative to the data file's folder, and without `path` the root is that folder
+//   train: images/train        # a folder of images (searched recursively), a .txt file listing image paths (one a
+//   val: images/val            # line, relative ones against the list's folder), or a list of either
+//   nc: 6                      # optional; must agree with names
+//   names: {0: circle, 1: square}   # a {index: name} map (block or flow) or a list [circle, square] (block or flow)
+//
+// YAML subset: `#` comments (at the start of a line or after a space, outside quotes), `key: value` at the top level,
+// values plain or quoted ('single' with '' for a quote, "double" with backslash escapes), flow lists `[a, b]` and flow
+// maps `{0: a}`, and under a key with no value an indented block list (`- a`) or map (`0: a`). Other keys are ignored
+// with whatever is indented below them (ultralytics' `download: |` scripts included). Anything else malformed is a
+// vision::Error naming file:line.
+//
+// Images: the split's .jpg/.jpeg/.png files (any case), sorted by path. An image's label file is its path with the
+// last `images` folder replaced by `labels` and the extension by .txt (ultralytics' img2label_paths); a missing label
+// file means no objects. A label line is `class cx cy w h`, normalised to the image's width and height; a bad line
+// — not five fields, a field that is not a number, a class that is not an integer in [0, nc), a centre or size
+// outside [0, 1] by more than kLabelTolerance, a size that is not positive — is reported (`file:line: why`) and
+// skipped; blank lines are ignored.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vision/eval/metrics.h"
+
+namespace vision::data {
+
+// How far outside [0, 1] a normalised label value may be (rounding in the tools that write labels).
+inline constexpr double kLabelTolerance = 1e-3;
+
+// The parsed data file.
+struct DataConfig {
+  std::filesystem::path file;  // the data file
+  std::filesystem::path root;  // `path` resolved, or the data file's folder
+  std::vector<std::filesystem::path> train, val, test;  // resolved against root; empty when the key is absent
+  std::vector<std::string> names;                       // names[c] for c in [0, nc)
+  int64_t nc() const { return static_cast<int64_t>(names.size()); }
+  // The split's paths by name ("train", "val" or "test"); throws naming the data file when the split is absent.
+  const std::vector<std::filesystem::path>& split(const std::string& name) const;
+};
+
+// Reads a .yaml/.yml or .json data file (any other extension is read as YAML). Throws vision::Error naming the file
+// (and the line, for YAML) when it is missing or malformed, when `names` is absent, not a list or an {index: name}
+// map of the indices 0..n−1, or disagrees with `nc`, when there is no train or val key, or when the train or val
+// split names a folder or list file that does not exist (the message names the path; a missing `test` path is an
+// error only when that split is listed).
+DataConfig read_data_config(const std::filesystem::path& file);
+
+// One label: class and normalised centre and size.
+struct LabelBox {
+  int64_t cls = 0;
+  double cx = 0, cy = 0, w = 0, h = 0;
+};
+
+// The labels of one file, and one message per skipped line ("file:line: why").
+struct LabelFile {
+  std::vector<LabelBox> boxes;
+  std::vector<std::string> problems;
+};
+// Parses label text; `name` (the file) starts each problem message.
+LabelFile parse_labels(std::string_view text, const std::string& name, int64_t nc);
+// Reads a label file: a missing file has no boxes and no problems; an unreadable one throws.
+LabelFile read_labels(const std::filesystem::path& file, int64_t nc);
+
+// The label file of an image (see the header comment).
+std::filesystem::path label_path(const std::filesystem::path& image);
+
+// The labels as eval::GroundTruth boxes in the pixels of a width × height image: x1 = (cx − w/2)·width, etc.
+std::vector<eval::GroundTruth> to_pixels(std::span<const LabelBox> labels, int64_t width, int64_t height);
+
+// The images of a split, in order (see the header comment); throws naming a missing folder or list file.
+std::vector<std::filesystem::path> list_images(std::span<const std::filesystem::path> sources);
+
+struct DatasetCounts {
+  int64_t images = 0;          // images listed
+  int64_t label_files = 0;     // images with a label file
+  int64_t missing_labels = 0;  // images without one (no objects)
+  int64_t instances = 0;       // good label lines
+  int64_t bad_lines = 0;       // label lines skipped
+};
+
+struct Sample {
+  std::filesystem::path image, label;
+  std::vector<LabelBox> labels;
+};
+
+// One split of a dataset with every label file read up front.
+struct Dataset {
+  DataConfig config;
+  std::string split;
+  std::vector<Sample> samples;
+  DatasetCounts counts;
+  std::vector<std::string> problems;  // one per bad label line, "file:line: why", in sample order
+};
+
+// Reads the data file and the split's label files. Throws as read_data_config does, and when the split lists no
+// images (naming the split's paths).
+Dataset load_dataset(const std::filesystem::path& data_file, const std::string& split = "val");
+
+}  // namespace vision::data

@@ -1,0 +1,274 @@
+// The YOLO-format dataset reader (vision/data/dataset.h): data files (YAML subset and JSON, names as a map or a
+// list, block or flow, `path` resolution, missing folders, malformed lines), label files (every kind of bad line
+// reported with file:line and skipped), label paths, the pixel conversion and the val loop with predictions equal to
+// the labels (mAP50 = the metrics' 0.995 ceiling).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "vision/core/error.h"
+#include "vision/data/dataset.h"
+#include "vision/data/image.h"
+#include "vision/data/synth/shapes.h"
+#include "vision/eval/metrics.h"
+
+namespace vision::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A dataset folder: images/{train,val} with one image each of the given size, labels/val/a.txt.
+void make_tree(const fs::path& root, int64_t w = 40, int64_t h = 20) {
+  for (const char* split : {"train", "val"}) {
+    fs::create_directories(root / "images" / split);
+    fs::create_directories(root / "labels" / split);
+    write_image(Image(w, h, 3, 90), root / "images" / split / "a.jpg");
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Dataset, ReadsTheSynthDataFile) {
+  test::TempDir dir;
+  synth::DatasetOptions o;
+  o.out = dir.path() / "shapes";
+  o.train = 1;
+  o.val = 2;
+  o.imgsz = 64;
+  synth::write_dataset(o);
+  const DataConfig c = read_data_config(o.out / "data.yaml");
+  ASSERT_EQ(c.nc(), 6);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(c.names[i], synth::kClassNames[i]);
+  ASSERT_EQ(c.val.size(), 1u);
+  EXPECT_EQ(c.val[0], (o.out / "images" / "val").lexically_normal());
+  ASSERT_EQ(c.train.size(), 1u);
+  EXPECT_TRUE(c.test.empty());
+
+  const Dataset d = load_dataset(o.out / "data.yaml", "val");
+  ASSERT_EQ(d.samples.size(), 2u);
+  EXPECT_EQ(d.counts.images, 2);
+  EXPECT_EQ(d.counts.label_files, 2);
+  EXPECT_EQ(d.counts.bad_lines, 0);
+  EXPECT_TRUE(d.problems.empty());
+  EXPECT_EQ(d.samples[0].image.filename(), "000000.jpg");
+  EXPECT_EQ(d.samples[0].label, o.out / "labels" / "val" / "000000.txt");
+  int64_t n = 0;
+  for (const Sample& s : d.samples) n += static_cast<int64_t>(s.labels.size());
+  EXPECT_EQ(n, d.counts.instances);
+  EXPECT_GT(n, 0);
+}
+
+TEST(Dataset, NamesFormsAndPath) {
+  test::TempDir dir;
+  make_tree(dir.path() / "data");
+  const fs::path conf = dir.path() / "conf";
+  fs::create_directories(conf);
+  struct Case {
+    const char* file;
+    std::string text;
+  };
+  const Case cases[] = {
+      // A block map with a relative path, comments, quotes and an ignored key with a block scalar below it.
+      {"map.yaml",
+       "# comment\npath: ../data  # the root\ntrain: images/train\nval: 'images/val'\ntest:   # optional\n"
+       "download: |\n  import os\n  print('x: y')\nnc: 3\nnames:\n  0: cat\n  1: \"hot dog\"\n  2: 'it''s'\n"},
+      // A block list (indented and not), a flow list, a flow map, a multi-line flow list.
+      {"list.yaml", "path: ../data\ntrain: images/train\nval: images/val\nnames:\n  - cat\n  - hot dog\n  - it's\n"},
+      {"list0.yaml", "path: ../data\ntrain: images/train\nval: images/val\nnames:\n- cat\n- hot dog\n- \"it's\"\n"},
+      {"flow.yaml", "path: ../data\ntrain: images/train\nval: images/val\nnames: [cat, 'hot dog', \"it's\"]\n"},
+      {"flowmap.yaml", "path: ../data\ntrain: images/train\nval: [images/val]\nnames: {0: cat, 1: hot dog, 2: it's}\n"},
+      {"multi.yaml", "path: ../data\ntrain: images/train\nval: images/val\nnames: [cat,\n  'hot dog',\n  it's]\n"},
+      // JSON, names a list and a map.
+      {"list.json", R"({"path": "../data", "train": "images/train", "val": "images/val", "nc": 3,
+                       "names": ["cat", "hot dog", "it's"], "other": {"x": 1}})"},
+      {"map.json", R"({"path": "../data", "train": "images/train", "val": ["images/val"],
+                      "names": {"1": "hot dog", "0": "cat", "2": "it's"}})"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    test::write_file(conf / c.file, c.text);
+    const DataConfig config = read_data_config(conf / c.file);
+    EXPECT_EQ(config.names, (std::vector<std::string>{"cat", "hot dog", "it's"}));
+    EXPECT_EQ(config.root, (dir.path() / "data").lexically_normal());
+    ASSERT_EQ(config.val.size(), 1u);
+    EXPECT_EQ(config.val[0], (dir.path() / "data" / "images" / "val").lexically_normal());
+    EXPECT_TRUE(config.test.empty());
+    EXPECT_EQ(load_dataset(conf / c.file).samples.size(), 1u);
+  }
+  // Without `path`, relative to the data file's folder.
+  test::write_file(dir.path() / "data" / "d.yaml", "train: images/train\nval: images/val\nnames: [a]\n");
+  const DataConfig rel = read_data_config(dir.path() / "data" / "d.yaml");
+  EXPECT_EQ(rel.val[0], (dir.path() / "data" / "images" / "val").lexically_normal());
+}
+
+TEST(Dataset, DataFileErrors) {
+  test::TempDir dir;
+  make_tree(dir.path());
+  const fs::path f = dir.path() / "d.yaml";
+  struct Case {
+    std::string text, message;
+  };
+  const Case cases[] = {
+      {"train: images/train\nval: images/nope\nnames: [a]\n", "images/nope' does not exist"},
+      {"train: images/train\nval: images/val\n", "no 'names'"},
+      {"train: images/train\nval: images/val\nnc: 2\nnames: [a]\n", "d.yaml:3: nc 2 does not match the 1 names"},
+      {"train: images/train\nval: images/val\nnames:\n  0: a\n  2: b\n", "d.yaml:3: 'names' has no class 1"},
+      {"train: images/train\nval: images/val\nnames: [a\n", "d.yaml:3: unterminated flow collection"},
+      {"train: images/train\nval: images/val\nthis is not yaml\nnames: [a]\n", "d.yaml:3: expected `key: value`"},
+      {"train: images/train\nval: 'images/val\nnames: [a]\n", "d.yaml:2: unterminated quoted string"},
+      {"train: images/train\nval: images/val\nnames:\n  - a\n   - b\n", "d.yaml:5: inconsistent indentation"},
+      {"train: images/train\nval: images/val\nnames:\n  - a\n  0: b\n", "d.yaml:5: expected a list item"},
+      {"train: images/train\n  oops: 1\nval: images/val\nnames: [a]\n", "d.yaml:2: unexpected indented line"},
+      {"names: [a]\n", "no 'train' or 'val' split"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    test::write_file(f, c.text);
+    const std::string e = error_of([&] { read_data_config(f); });
+    EXPECT_NE(e.find(c.message), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([&] { read_data_config(dir.path() / "missing.yaml"); }).find("missing.yaml"), std::string::npos);
+  test::write_file(dir.path() / "d.json", "{\"names\": [\"a\"], \"val\": ");
+  EXPECT_NE(error_of([&] { read_data_config(dir.path() / "d.json"); }).find("d.json: invalid JSON"), std::string::npos);
+  // A split that is absent, and one without images.
+  test::write_file(f, "val: images/val\nnames: [a]\n");
+  EXPECT_NE(error_of([&] { load_dataset(f, "train"); }).find("no 'train' split"), std::string::npos);
+  fs::create_directories(dir.path() / "images" / "empty");
+  test::write_file(f, "val: images/empty\nnames: [a]\n");
+  EXPECT_NE(error_of([&] { load_dataset(f, "val"); }).find("has no images"), std::string::npos);
+  // A missing test folder is an error only when the test split is listed.
+  test::write_file(f, "val: images/val\ntest: images/not_downloaded\nnames: [a]\n");
+  EXPECT_EQ(load_dataset(f, "val").samples.size(), 1u);
+  EXPECT_NE(error_of([&] { load_dataset(f, "test"); }).find("images/not_downloaded' does not exist"),
+            std::string::npos);
+}
+
+TEST(Dataset, LabelLines) {
+  const std::string text =
+      "0 0.5 0.5 0.2 0.4\n"        // 1 good
+      "\n"                         // 2 blank: ignored
+      "1 0.5 0.5 0.2\n"            // 3 four fields
+      "1 0.5 0.5 0.2 0.4 0.9\n"    // 4 six fields
+      "1 0.5 abc 0.2 0.4\n"        // 5 not a number
+      "3 0.5 0.5 0.2 0.4\n"        // 6 class ≥ nc
+      "-1 0.5 0.5 0.2 0.4\n"       // 7 negative class
+      "1.5 0.5 0.5 0.2 0.4\n"      // 8 fractional class
+      "1 1.2 0.5 0.2 0.4\n"        // 9 centre outside [0, 1]
+      "1 0.5 -0.1 0.2 0.4\n"       // 10
+      "1 0.5 0.5 0 0.4\n"          // 11 zero width
+      "1 0.5 0.5 0.2 -0.4\n"       // 12 negative height
+      "1 0.5 0.5 1.5 0.4\n"        // 13 size > 1
+      "1 0.5 0.5 0.2 nan\n"        // 14 not finite
+      "2.0 1.0005 0 1 1\r\n";      // 15 good (within the tolerance; CRLF)
+  const LabelFile l = parse_labels(text, "x.txt", 3);
+  ASSERT_EQ(l.boxes.size(), 2u);
+  EXPECT_EQ(l.boxes[0].cls, 0);
+  EXPECT_DOUBLE_EQ(l.boxes[0].h, 0.4);
+  EXPECT_EQ(l.boxes[1].cls, 2);
+  ASSERT_EQ(l.problems.size(), 12u);
+  const char* expected[] = {"x.txt:3: expected 5 fields",      "x.txt:4: expected 5 fields",
+                            "x.txt:5: 'abc' is not a number",  "x.txt:6: class 3 is not one of the 3",
+                            "x.txt:7: class -1",               "x.txt:8: class 1.5",
+                            "x.txt:9: cx 1.2 is outside",      "x.txt:10: cy -0.1 is outside",
+                            "x.txt:11: w 0 is not positive",   "x.txt:12: h -0.4 is outside",
+                            "x.txt:13: w 1.5 is outside",      "x.txt:14: 'nan' is not a number"};
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(l.problems[i].rfind(expected[i], 0), 0u) << l.problems[i];
+
+  // Through load_dataset: counted, reported, skipped; a missing label file is no objects.
+  test::TempDir dir;
+  make_tree(dir.path());
+  write_image(Image(40, 20, 3, 90), dir.path() / "images" / "val" / "b.png");
+  test::write_file(dir.path() / "labels" / "val" / "a.txt", text);
+  test::write_file(dir.path() / "d.yaml", "train: images/train\nval: images/val\nnames: [a, b, c]\n");
+  const Dataset d = load_dataset(dir.path() / "d.yaml");
+  ASSERT_EQ(d.samples.size(), 2u);
+  EXPECT_EQ(d.samples[0].labels.size(), 2u);
+  EXPECT_TRUE(d.samples[1].labels.empty());
+  EXPECT_EQ(d.counts.images, 2);
+  EXPECT_EQ(d.counts.label_files, 1);
+  EXPECT_EQ(d.counts.missing_labels, 1);
+  EXPECT_EQ(d.counts.instances, 2);
+  EXPECT_EQ(d.counts.bad_lines, 12);
+  ASSERT_EQ(d.problems.size(), 12u);
+  EXPECT_NE(d.problems[0].find((dir.path() / "labels" / "val" / "a.txt").string() + ":3: "), std::string::npos);
+}
+
+TEST(Dataset, LabelPathsListsAndPixels) {
+  EXPECT_EQ(label_path("/d/images/val/x.jpg"), fs::path("/d/labels/val/x.txt"));
+  EXPECT_EQ(label_path("/images/d/images/x.PNG"), fs::path("/images/d/labels/x.txt"));
+  EXPECT_EQ(label_path("d/pics/x.jpeg"), fs::path("d/pics/x.txt"));
+  EXPECT_EQ(label_path("d/images/images.jpg"), fs::path("d/labels/images.txt"));
+
+  // A .txt list of images, relative lines against the list's folder; other extensions left out; sorted.
+  test::TempDir dir;
+  make_tree(dir.path());
+  write_image(Image(8, 8, 3, 1), dir.path() / "images" / "val" / "0.png");
+  test::write_file(dir.path() / "val.txt", "./images/val/a.jpg\n\nimages/val/0.png\nimages/val/notes.md\n");
+  test::write_file(dir.path() / "d.yaml", "train: images/train\nval: val.txt\nnames: [a]\n");
+  const Dataset d = load_dataset(dir.path() / "d.yaml");
+  ASSERT_EQ(d.samples.size(), 2u);
+  EXPECT_EQ(d.samples[0].image, (dir.path() / "images" / "val" / "0.png").lexically_normal());
+  EXPECT_EQ(d.samples[1].label, (dir.path() / "labels" / "val" / "a.txt").lexically_normal());
+
+  const std::vector<LabelBox> labels = {{1, 0.5, 0.25, 0.5, 0.5}, {0, 0.1, 0.9, 0.2, 0.2}};
+  const std::vector<eval::GroundTruth> px = to_pixels(labels, 200, 100);
+  ASSERT_EQ(px.size(), 2u);
+  EXPECT_EQ(px[0].cls, 1);
+  EXPECT_FLOAT_EQ(px[0].box[0], 50.0f);
+  EXPECT_FLOAT_EQ(px[0].box[1], 0.0f);
+  EXPECT_FLOAT_EQ(px[0].box[2], 150.0f);
+  EXPECT_FLOAT_EQ(px[0].box[3], 50.0f);
+  EXPECT_FLOAT_EQ(px[1].box[0], 0.0f);
+  EXPECT_FLOAT_EQ(px[1].box[1], 80.0f);
+  EXPECT_FLOAT_EQ(px[1].box[2], 40.0f);
+  EXPECT_FLOAT_EQ(px[1].box[3], 100.0f);
+}
+
+// The val loop with predictions equal to the labels: a synth dataset's labels, through the reader's pixel
+// conversion of the decoded image's size, as score-1 detections: every class at the metrics' ceiling.
+TEST(Dataset, PerfectPredictionsGiveTheCeiling) {
+  test::TempDir dir;
+  synth::DatasetOptions o;
+  o.out = dir.path();
+  o.train = 0;
+  o.val = 6;
+  o.imgsz = 64;
+  synth::write_dataset(o);
+  const Dataset d = load_dataset(dir.path() / "data.yaml");
+  eval::DetectionMetrics m(d.config.nc());
+  for (const Sample& s : d.samples) {
+    const Image image = read_image(s.image);
+    const std::vector<eval::GroundTruth> gt = to_pixels(s.labels, image.width, image.height);
+    std::vector<Detection> preds;
+    for (const eval::GroundTruth& g : gt) preds.push_back({g.box, 1.0f, g.cls});
+    m.add_image(preds, gt);
+  }
+  const eval::MetricsResult r = m.compute();
+  EXPECT_EQ(r.images, 6);
+  EXPECT_EQ(r.instances, d.counts.instances);
+  EXPECT_NEAR(r.map50, 0.995, 1e-12);
+  EXPECT_NEAR(r.map, 0.995, 1e-12);
+  EXPECT_NEAR(r.mp, 1.0, 1e-12);
+  EXPECT_NEAR(r.mr, 1.0, 1e-12);
+  // A shifted conversion (pixels of another size) would not be perfect.
+  eval::DetectionMetrics off(d.config.nc());
+  for (const Sample& s : d.samples) {
+    const std::vector<eval::GroundTruth> gt = to_pixels(s.labels, 64, 64);
+    std::vector<Detection> preds;
+    for (const eval::GroundTruth& g : to_pixels(s.labels, 64, 48)) preds.push_back({g.box, 1.0f, g.cls});
+    off.add_image(preds, gt);
+  }
+  EXPECT_LT(off.compute().map, 0.9);
+}
+
+}  // namespace
+}  // namespace vision::data
