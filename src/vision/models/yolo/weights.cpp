@@ -198,6 +198,8 @@ void load_weights(graph::StateStore& state, const Yolo26Spec& spec, const core::
                "full checkpoint",
                where);
   state.load(file, [&](const std::string& key) {
+    // A training checkpoint's live model and optimizer state (train/checkpoint.h): not the model's weights.
+    if (key.starts_with("train.") || key.starts_with("optimizer.")) return true;
     return (!has_one2many && is_head_key(key, blocks::DetectHead::one_to_many)) ||
            (!has_one2one && is_head_key(key, blocks::DetectHead::one_to_one));
   });

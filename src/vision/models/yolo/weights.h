@@ -47,7 +47,8 @@ ModelInfo read_model_info(const core::SafetensorsFile& file);
 // Loads the file into the state of a YOLO26 graph recorded with `spec` (any heads). First the file's model must be
 // that one (its scale, nc and format: clear errors otherwise); then every state tensor must be in the file with its
 // shape (floating tensors of any dtype are converted to f32); tensors of a Detect head the graph did not record are
-// ignored; any other missing, unexpected or mis-shaped tensor is an error listing them all.
+// ignored, and so are a training checkpoint's "train.*" and "optimizer.*" tensors (train/checkpoint.h: its plain
+// names hold the EMA weights); any other missing, unexpected or mis-shaped tensor is an error listing them all.
 void load_weights(graph::StateStore& state, const Yolo26Spec& spec, const core::SafetensorsFile& file);
 
 // An exported model from a full checkpoint: each Conv's BatchNorm folded into its convolution in float64 (weight·γ/σ,

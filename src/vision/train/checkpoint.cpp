@@ -1,0 +1,272 @@
+#include "vision/train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <set>
+#include <system_error>
+
+#include "vision/core/error.h"
+#include "vision/models/yolo/weights.h"
+
+namespace vision::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kVersion = 1;
+const std::string kTrainPrefix = "train.";
+const std::string kOptimizerPrefix = "optimizer.";
+
+json real_to_json(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+double real_from_json(const json& j, const std::string& where, const char* field) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  }
+  fail("{}: checkpoint field 'training.{}' must be a number (or \"nan\", \"inf\", \"-inf\"), got {}", where, field,
+       j.dump());
+}
+
+const json& field(const json& j, const std::string& where, const char* name) {
+  auto it = j.find(name);
+  VISION_CHECK(it != j.end(), "{}: checkpoint field 'training.{}' is missing", where, name);
+  return *it;
+}
+
+int64_t int_field(const json& j, const std::string& where, const char* name) {
+  const json& v = field(j, where, name);
+  VISION_CHECK(v.is_number_integer(), "{}: checkpoint field 'training.{}' must be an integer, got {}", where, name,
+               v.dump());
+  return v.get<int64_t>();
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool same_shape(const core::Tensor& a, const core::Tensor& b) { return a.shape() == b.shape(); }
+
+}  // namespace
+
+json training_state_to_json(const TrainingState& s) {
+  return json{{"epoch", s.epoch},
+              {"iteration", s.iteration},
+              {"step", s.step},
+              {"skipped_steps", s.skipped_steps},
+              {"ema_updates", s.ema_updates},
+              {"best_fitness", real_to_json(s.best_fitness)},
+              {"loss_scale", real_to_json(static_cast<double>(s.loss_scale))},
+              {"optimizer", s.optimizer},
+              {"args", s.args},
+              {"rng", s.rng},
+              {"extra", s.extra}};
+}
+
+TrainingState training_state_from_json(const json& j, const std::string& where) {
+  VISION_CHECK(j.is_object(), "{}: checkpoint metadata 'training' must be a JSON object, got {}", where,
+               j.dump().substr(0, 80));
+  TrainingState s;
+  s.epoch = int_field(j, where, "epoch");
+  s.iteration = int_field(j, where, "iteration");
+  s.step = int_field(j, where, "step");
+  s.skipped_steps = int_field(j, where, "skipped_steps");
+  s.ema_updates = int_field(j, where, "ema_updates");
+  s.best_fitness = real_from_json(field(j, where, "best_fitness"), where, "best_fitness");
+  s.loss_scale = static_cast<float>(real_from_json(field(j, where, "loss_scale"), where, "loss_scale"));
+  const json& opt = field(j, where, "optimizer");
+  VISION_CHECK(opt.is_string(), "{}: checkpoint field 'training.optimizer' must be a string, got {}", where,
+               opt.dump());
+  s.optimizer = opt.get<std::string>();
+  s.args = field(j, where, "args");
+  const json& rng = field(j, where, "rng");
+  VISION_CHECK(rng.is_array(), "{}: checkpoint field 'training.rng' must be a list of 64-bit words", where);
+  for (const json& w : rng) {
+    VISION_CHECK(w.is_number_unsigned() || (w.is_number_integer() && w.get<int64_t>() >= 0),
+                 "{}: checkpoint field 'training.rng' holds {}, not a 64-bit unsigned word", where, w.dump());
+    s.rng.push_back(w.get<uint64_t>());
+  }
+  if (auto it = j.find("extra"); it != j.end()) s.extra = *it;
+  return s;
+}
+
+core::SafetensorsFile Checkpoint::weights(bool use_ema) const {
+  core::SafetensorsFile file;
+  file.path = path;
+  file.metadata = metadata;
+  std::map<std::string, const core::Tensor*> averaged;
+  if (use_ema)
+    for (const auto& [key, t] : ema) averaged[key] = &t;
+  for (const auto& [key, t] : model) {
+    auto it = averaged.find(key);
+    file.tensors.emplace_back(key, it == averaged.end() ? t : *it->second);
+  }
+  return file;
+}
+
+size_t remove_stale_temporaries(const fs::path& path) {
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  const std::string prefix = path.filename().string() + ".tmp.";
+  size_t removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!starts_with(name, prefix)) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long pid = std::stol(digits);
+    if (pid <= 0 || pid == static_cast<long>(::getpid())) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::error_code rm;
+    if (fs::remove(it->path(), rm)) ++removed;
+  }
+  return removed;
+}
+
+void write_checkpoint(const fs::path& path, const NamedTensors& model, const std::map<std::string, std::string>& metadata,
+                      const NamedTensors& ema, const NamedTensors& optimizer, const TrainingState& state) {
+  const std::string where = path.string();
+  VISION_CHECK(!model.empty(), "{}: a checkpoint needs the model's tensors", where);
+  VISION_CHECK(!metadata.count("checkpoint") && !metadata.count("training"),
+               "{}: the model metadata must not use the keys 'checkpoint' and 'training' (the checkpoint's own)",
+               where);
+  std::map<std::string, size_t> model_index;
+  for (size_t i = 0; i < model.size(); ++i) {
+    const std::string& key = model[i].first;
+    VISION_CHECK(!starts_with(key, kTrainPrefix) && !starts_with(key, kOptimizerPrefix),
+                 "{}: model tensor '{}' uses a prefix a checkpoint reserves ('train.', 'optimizer.')", where, key);
+    VISION_CHECK(model_index.emplace(key, i).second, "{}: model tensor '{}' is given twice", where, key);
+  }
+
+  NamedTensors tensors;
+  tensors.reserve(model.size() + 2 * ema.size() + optimizer.size());
+  std::map<std::string, const core::Tensor*> averaged;
+  for (const auto& [key, t] : ema) {
+    auto it = model_index.find(key);
+    VISION_CHECK(it != model_index.end(), "{}: EMA tensor '{}' is not one of the model's", where, key);
+    const core::Tensor& live = model[it->second].second;
+    VISION_CHECK(same_shape(t, live), "{}: EMA tensor '{}' is {}, the model's is {}", where, key, t.shape().str(),
+                 live.shape().str());
+    VISION_CHECK(averaged.emplace(key, &t).second, "{}: EMA tensor '{}' is given twice", where, key);
+  }
+  for (const auto& [key, t] : model) {
+    auto it = averaged.find(key);
+    if (it == averaged.end()) {
+      tensors.emplace_back(key, t);
+    } else {
+      tensors.emplace_back(key, *it->second);
+      tensors.emplace_back(kTrainPrefix + key, t);
+    }
+  }
+  std::set<std::string> optimizer_names;
+  for (const auto& [name, t] : optimizer) {
+    std::string full = starts_with(name, kOptimizerPrefix) ? name : kOptimizerPrefix + name;
+    VISION_CHECK(optimizer_names.insert(full).second, "{}: optimizer tensor '{}' is given twice", where, full);
+    tensors.emplace_back(std::move(full), t);
+  }
+
+  std::map<std::string, std::string> md = metadata;
+  md["checkpoint"] = json{{"version", kVersion}, {"ema", !ema.empty()}}.dump();
+  md["training"] = training_state_to_json(state).dump();
+  remove_stale_temporaries(path);
+  core::write_safetensors(path, tensors, md);
+}
+
+Checkpoint read_checkpoint(const fs::path& path) {
+  const std::string where = path.string();
+  core::SafetensorsFile file = core::read_safetensors(path);  // throws naming the file for truncated / corrupt ones
+  auto info = file.metadata.find("checkpoint");
+  VISION_CHECK(info != file.metadata.end(),
+               "{} is not a training checkpoint: its metadata has no 'checkpoint' entry (a weights file?)", where);
+  json header;
+  try {
+    header = json::parse(info->second);
+  } catch (const json::exception& e) {
+    fail("{}: checkpoint metadata 'checkpoint' is not valid JSON ({})", where, e.what());
+  }
+  VISION_CHECK(header.is_object() && header.contains("version") && header["version"].is_number_integer() &&
+                   header.contains("ema") && header["ema"].is_boolean(),
+               "{}: checkpoint metadata 'checkpoint' must be {{\"version\": N, \"ema\": bool}}, got {}", where,
+               info->second);
+  VISION_CHECK(header["version"].get<int64_t>() == kVersion,
+               "{}: checkpoint version {} is not supported (this build reads version {})", where,
+               header["version"].get<int64_t>(), kVersion);
+  const bool has_ema = header["ema"].get<bool>();
+
+  auto training = file.metadata.find("training");
+  VISION_CHECK(training != file.metadata.end(), "{}: checkpoint metadata has no 'training' entry", where);
+  json state;
+  try {
+    state = json::parse(training->second);
+  } catch (const json::exception& e) {
+    fail("{}: checkpoint metadata 'training' is not valid JSON ({})", where, e.what());
+  }
+
+  Checkpoint out;
+  out.path = path;
+  out.state = training_state_from_json(state, where);
+  out.metadata = file.metadata;
+  out.metadata.erase("checkpoint");
+  out.metadata.erase("training");
+
+  std::map<std::string, core::Tensor> live;  // "train.KEY" by KEY
+  for (auto& [name, t] : file.tensors) {
+    if (starts_with(name, kOptimizerPrefix)) {
+      out.optimizer.emplace_back(name, t);
+    } else if (starts_with(name, kTrainPrefix)) {
+      VISION_CHECK(has_ema, "{}: tensor '{}' holds the live model of an EMA, but the checkpoint has no EMA", where,
+                   name);
+      live.emplace(name.substr(kTrainPrefix.size()), t);
+    }
+  }
+  size_t matched = 0;
+  for (auto& [name, t] : file.tensors) {
+    if (starts_with(name, kOptimizerPrefix) || starts_with(name, kTrainPrefix)) continue;
+    auto it = live.find(name);
+    if (it == live.end()) {
+      out.model.emplace_back(name, t);
+      continue;
+    }
+    VISION_CHECK(same_shape(t, it->second), "{}: tensor '{}' is {}, its live model '{}{}' is {}", where, name,
+                 t.shape().str(), kTrainPrefix, name, it->second.shape().str());
+    out.ema.emplace_back(name, t);
+    out.model.emplace_back(name, it->second);
+    ++matched;
+  }
+  if (matched != live.size())
+    for (const auto& [key, t] : live)
+      VISION_CHECK(file.find(key) != nullptr, "{}: tensor '{}{}' has no '{}' (the EMA's value) beside it", where,
+                   kTrainPrefix, key, key);
+  VISION_CHECK(!has_ema || !live.empty(), "{}: the checkpoint says it has an EMA but holds no 'train.' tensors",
+               where);
+  VISION_CHECK(!out.model.empty(), "{}: the checkpoint holds no model tensors", where);
+  return out;
+}
+
+void check_checkpoint_model(const Checkpoint& checkpoint, const models::yolo::Yolo26Spec& spec) {
+  using models::yolo::scale_name;
+  const models::yolo::ModelInfo info = models::yolo::read_model_info(checkpoint.weights());
+  VISION_CHECK(info.spec.scale == spec.scale && info.spec.nc == spec.nc,
+               "{} is a checkpoint of YOLO26{} with {} classes; the model it is loaded into is YOLO26{} with {} "
+               "classes",
+               checkpoint.path.string(), scale_name(info.spec.scale), info.spec.nc, scale_name(spec.scale), spec.nc);
+}
+
+void load_checkpoint_model(graph::StateStore& state, const models::yolo::Yolo26Spec& spec,
+                           const Checkpoint& checkpoint, bool use_ema) {
+  check_checkpoint_model(checkpoint, spec);
+  models::yolo::load_weights(state, spec, checkpoint.weights(use_ema));
+}
+
+}  // namespace vision::train
