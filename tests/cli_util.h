@@ -26,4 +26,17 @@ inline std::string run_command(const std::string& command, int* status) {
 // The exit code of a command from run_command's status (-1 when it did not exit normally).
 inline int exit_code(int status) { return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 
+// A command's exit code and standard output (with whatever redirections the command line itself holds).
+struct CliRun {
+  int code = -1;
+  std::string out;
+};
+inline CliRun run_cli(const std::string& command) {
+  int status = 0;
+  CliRun r;
+  r.out = run_command(command, &status);
+  r.code = exit_code(status);
+  return r;
+}
+
 }  // namespace vision::test

@@ -17,18 +17,9 @@
 namespace vision {
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-};
+using test::CliRun;
 
-CliRun bench(const std::string& args) {
-  int status = 0;
-  CliRun r;
-  r.out = test::run_command(fmt::format("'{}' bench {} 2>&1", VISION_CLI, args), &status);
-  r.code = test::exit_code(status);
-  return r;
-}
+CliRun bench(const std::string& args) { return test::run_cli(fmt::format("'{}' bench {} 2>&1", VISION_CLI, args)); }
 
 std::vector<nlohmann::json> json_lines(const std::filesystem::path& path) {
   std::vector<nlohmann::json> rows;

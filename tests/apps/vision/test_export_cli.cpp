@@ -20,10 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string run(const std::string& args, int* code) {
-  int status = 0;
-  std::string out = test::run_command(fmt::format("'{}' {} 2>&1", VISION_CLI, args), &status);
-  *code = test::exit_code(status);
-  return out;
+  const test::CliRun r = test::run_cli(fmt::format("'{}' {} 2>&1", VISION_CLI, args));
+  *code = r.code;
+  return r.out;
 }
 
 nlohmann::json predict_json(const fs::path& model, const fs::path& image) {

@@ -22,21 +22,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-};
+using test::CliRun;
 
 // stdout only (stderr to a file) or both.
 CliRun predict(const std::string& args, bool with_stderr = true) {
-  int status = 0;
-  CliRun r;
-  r.out = test::run_command(
+  return test::run_cli(
       fmt::format("'{}' predict --model '{}/yolo26n_random.safetensors' --device cpu {} {}", VISION_CLI,
-                  VISION_FIXTURE_DIR, args, with_stderr ? "2>&1" : "2>/dev/null"),
-      &status);
-  r.code = test::exit_code(status);
-  return r;
+                  VISION_FIXTURE_DIR, args, with_stderr ? "2>&1" : "2>/dev/null"));
 }
 
 // A folder of three small images (JPEG and PNG, of two sizes) with smooth random content.

@@ -16,18 +16,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-};
+using test::CliRun;
 
-CliRun cli(const std::string& args) {
-  int status = 0;
-  CliRun r;
-  r.out = test::run_command(fmt::format("'{}' {} 2>&1", VISION_CLI, args), &status);
-  r.code = test::exit_code(status);
-  return r;
-}
+CliRun cli(const std::string& args) { return test::run_cli(fmt::format("'{}' {} 2>&1", VISION_CLI, args)); }
 
 // A synth dataset (4 val images of 64 px) and an initial model for its 6 classes, made once.
 class ValCli : public ::testing::Test {
