@@ -1,0 +1,299 @@
+#include "vision/models/yolo/trainer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+#include "vision/core/error.h"
+#include "vision/graph/loss_scaler.h"
+#include "vision/models/yolo/loss.h"
+#include "vision/models/yolo/optim_rules.h"
+
+namespace vision::models::yolo {
+
+using core::DType;
+using core::Shape;
+using core::Tensor;
+
+std::array<float, 2> progloss_weights(int64_t updates, int64_t epochs) {
+  const double span = static_cast<double>(std::max<int64_t>(epochs - 1, 1));
+  const double o2m = std::max(1.0 - static_cast<double>(updates) / span, 0.0) * 0.7 + 0.1;
+  return {static_cast<float>(o2m), static_cast<float>(std::max(1.0 - o2m, 0.0))};
+}
+
+// The dynamic loss scale of f16 training (none for f32 and bf16).
+struct Yolo26Trainer::Scaler {
+  explicit Scaler(float initial) : scaler(graph::LossScaler::Options{.initial_scale = initial}) {}
+  graph::LossScaler scaler;
+};
+
+namespace {
+
+// The gradients accumulated since the last optimizer step, in a checkpoint written between steps.
+constexpr const char* kAccumulatedGradients = "optimizer.accumulated_gradients";
+
+void check_options(const TrainerOptions& o) {
+  VISION_CHECK(o.epochs >= 1, "train: epochs must be at least 1, got {}", o.epochs);
+  VISION_CHECK(o.batch >= 1, "train: batch must be at least 1, got {}", o.batch);
+  VISION_CHECK(o.batches_per_epoch >= 1, "train: an epoch needs at least one batch, got {}", o.batches_per_epoch);
+  VISION_CHECK(o.nbs >= 1, "train: nbs must be at least 1, got {}", o.nbs);
+  check_image_size(o.imgsz, o.imgsz);
+  VISION_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16 || o.dtype == DType::f16,
+               "train: the compute dtype must be f32, bf16 or f16, not {}", core::dtype_name(o.dtype));
+  VISION_CHECK(o.lr0 > 0 && std::isfinite(o.lr0), "train: lr0 must be positive, got {}", o.lr0);
+  VISION_CHECK(o.lrf >= 0 && std::isfinite(o.lrf), "train: lrf must be ≥ 0, got {}", o.lrf);
+  VISION_CHECK(o.freeze >= 0 && o.freeze <= 23, "train: --freeze must be in [0, 23] (the model's layers), got {}",
+               o.freeze);
+}
+
+}  // namespace
+
+Yolo26Trainer::Yolo26Trainer(std::shared_ptr<graph::BackendContext> backend, const ModelInfo& info,
+                             const core::SafetensorsFile& weights, TrainerOptions options)
+    : backend_(std::move(backend)), info_(info), options_(std::move(options)) {
+  check_options(options_);
+  VISION_CHECK(!info_.fused(), "train: a training model needs BatchNorm layers, not an exported (fused) model");
+  VISION_CHECK(options_.dtype == DType::f32 || backend_->backend() == graph::Backend::cuda,
+               "train: the CPU backend trains in f32; {} needs --device cuda", core::dtype_name(options_.dtype));
+  info_.imgsz = {options_.imgsz, options_.imgsz};
+  build_graph();
+
+  const Shape shapes_images{options_.batch, 3, options_.imgsz, options_.imgsz};
+  graph::StateStore& state = executor_->state(
+      graph::Mode::train, {shapes_images, Shape{options_.batch, target_rows_, 5}, Shape{options_.batch}, Shape{2}});
+  load_weights(state, info_.spec, weights);
+
+  // The optimizer: "auto" as YOLO26.md says, else the one named with lr0 and momentum.
+  std::string name = options_.optimizer;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  double warmup_bias_lr = options_.warmup_bias_lr;
+  if (name == "auto") {
+    choice_ = train::choose_auto_optimizer(options_.train_images, options_.batch, options_.nbs, options_.epochs,
+                                           info_.spec.nc);
+    warmup_bias_lr = choice_.warmup_bias_lr;
+  } else {
+    choice_.kind = train::parse_optimizer(options_.optimizer);
+    choice_.lr = options_.lr0;
+    choice_.momentum = options_.momentum;
+    choice_.warmup_bias_lr = warmup_bias_lr;
+  }
+  const int64_t accumulate = train::accumulate_steps(options_.nbs, options_.batch);
+  train::OptimizerOptions oo;
+  oo.kind = choice_.kind;
+  oo.lr = choice_.lr;
+  oo.momentum = choice_.momentum;
+  oo.weight_decay = train::scaled_weight_decay(options_.weight_decay, options_.batch, accumulate, options_.nbs);
+  oo.max_grad_norm = options_.max_grad_norm;
+  oo.rules = yolo26_group_rules(options_.freeze);
+  optimizer_ = std::make_unique<train::Optimizer>(state, oo);
+
+  train::ScheduleOptions so;
+  so.epochs = options_.epochs;
+  so.lr0 = choice_.lr;
+  so.lrf = options_.lrf;
+  so.cos_lr = options_.cos_lr;
+  so.momentum = choice_.momentum;
+  so.warmup_epochs = options_.warmup_epochs;
+  so.warmup_momentum = options_.warmup_momentum;
+  so.warmup_bias_lr = warmup_bias_lr;
+  so.nbs = options_.nbs;
+  so.batch = options_.batch;
+  so.batches_per_epoch = options_.batches_per_epoch;
+  schedule_ = std::make_unique<train::Schedule>(so);
+
+  if (options_.ema) ema_ = std::make_unique<train::ModelEma>(state);
+  if (options_.dtype == DType::f16) scaler_ = std::make_unique<Scaler>(65536.0f);
+  optimizer_->zero_grad();
+}
+
+Yolo26Trainer::~Yolo26Trainer() = default;
+
+void Yolo26Trainer::build_graph() {
+  graph_ = std::make_shared<graph::Graph>();
+  graph::Graph& g = *graph_;
+  constexpr int64_t any = Shape::kAny;
+  const graph::SymTensor images = g.input("images", Shape{any, 3, any, any});
+  LossTargets t;
+  t.targets = g.input("targets", Shape{any, any, 5});
+  t.count = g.input("count", Shape{any}, DType::i32);
+  const graph::SymTensor weights = g.input("weights", Shape{2});
+  const Yolo26Outputs out = record_yolo26_training(images, info_.spec);
+  t.levels = out.features;
+  e2e_loss(*out.one2many, *out.one2one, t, weights);
+  executor_ = std::make_unique<graph::Executor>(
+      graph_, backend_,
+      graph::PlanOptions{
+          .deterministic = options_.deterministic, .compute_dtype = options_.dtype, .layout = options_.layout});
+  // A plan per (batch, target rows): the full batch, the epoch's last partial batch and a bucket that grows.
+  executor_->set_max_plans(3);
+}
+
+std::string Yolo26Trainer::optimizer_description() const {
+  std::string groups;
+  for (const train::ParamGroup& g : optimizer_->groups())
+    groups += fmt::format("{}{} {}", groups.empty() ? "" : ", ", g.tensors.size(), g.name());
+  const bool automatic = options_.optimizer == "auto" || options_.optimizer == "AUTO";
+  return fmt::format("{}(lr={:g}, momentum={:g}){} with parameter groups {} (weight decay {:g}){}",
+                     train::optimizer_name(choice_.kind), choice_.lr, choice_.momentum,
+                     automatic ? " chosen by optimizer=auto" : "", groups,
+                     train::scaled_weight_decay(options_.weight_decay, options_.batch,
+                                                train::accumulate_steps(options_.nbs, options_.batch), options_.nbs),
+                     optimizer_->assignment().frozen.empty()
+                         ? ""
+                         : fmt::format(", {} tensors frozen", optimizer_->assignment().frozen.size()));
+}
+
+float Yolo26Trainer::loss_scale() const { return scaler_ ? scaler_->scaler.scale() : 1.0f; }
+
+void Yolo26Trainer::pad_targets(const Tensor& targets, const Tensor& count) {
+  VISION_CHECK(targets.device() == core::Device::cpu && count.device() == core::Device::cpu,
+               "train: targets and count must be host tensors");
+  VISION_CHECK(targets.dtype() == DType::f32 && targets.rank() == 3 && targets.dim(2) == 5,
+               "train: targets must be f32 [B, M, 5] (class, x1, y1, x2, y2), got {} {}",
+               core::dtype_name(targets.dtype()), targets.shape().str());
+  VISION_CHECK(count.dtype() == DType::i32 && count.rank() == 1 && count.dim(0) == targets.dim(0),
+               "train: count must be i32 [B] with B = {} (the targets' batch), got {} {}", targets.dim(0),
+               core::dtype_name(count.dtype()), count.shape().str());
+  const int64_t b = targets.dim(0), m = targets.dim(1);
+  int64_t largest = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const int32_t n = count.data<int32_t>()[i];
+    VISION_CHECK(n >= 0 && n <= m, "train: count[{}] = {} is outside [0, {}] (the targets' rows)", i, n, m);
+    largest = std::max<int64_t>(largest, n);
+  }
+  target_rows_ = std::max(target_rows_, loss_target_rows(largest));
+  padded_targets_ = Tensor::zeros(Shape{b, target_rows_, 5});
+  const int64_t rows = std::min(m, target_rows_);
+  for (int64_t i = 0; i < b; ++i)
+    std::memcpy(padded_targets_.data<float>() + i * target_rows_ * 5, targets.data<float>() + i * m * 5,
+                static_cast<size_t>(rows * 5) * sizeof(float));
+}
+
+IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& targets, const Tensor& count) {
+  VISION_CHECK(images.rank() == 4 && images.dim(1) == 3 && images.dtype() == DType::f32,
+               "train: images must be f32 [B, 3, H, W], got {} {}", core::dtype_name(images.dtype()),
+               images.shape().str());
+  VISION_CHECK(images.dim(0) == targets.dim(0), "train: {} images but targets for {}", images.dim(0), targets.dim(0));
+  check_image_size(images.dim(2), images.dim(3));
+  pad_targets(targets, count);
+
+  IterationResult r;
+  r.iteration = iteration_;
+  const int64_t ni = iteration_;
+  schedule_->apply(*optimizer_, epoch_, ni);
+  const int64_t accumulate = schedule_->accumulate(ni);
+  r.lr = optimizer_->group_settings(0).lr;
+
+  const std::array<float, 2> w = loss_weights();
+  const Tensor weights = Tensor::from_vector(Shape{2}, std::vector<float>{w[0], w[1]});
+  const std::vector<Tensor> out = executor_->forward_train({images, padded_targets_, count, weights});
+  executor_->backward({}, grads_pending_, scaler_ ? scaler_->scaler.scale() : 1.0f);
+  grads_pending_ = true;
+  const Tensor total = backend_->download(out.at(0)), items = backend_->download(out.at(1));
+  r.loss = total.to_vector().at(0);
+  const std::vector<float> it = items.to_vector();
+  r.items = {it.at(0), it.at(1), it.at(2)};
+
+  if (ni - last_step_ >= accumulate) {
+    r.stepped = true;
+    last_step_ = ni;
+    const bool finite = !scaler_ || scaler_->scaler.unscale(executor_->state());
+    if (finite) {
+      r.step = optimizer_->step();
+    } else {
+      r.step.applied = false;
+      r.step.grad_norm = INFINITY;
+    }
+    optimizer_->zero_grad();
+    grads_pending_ = false;
+    if (r.step.applied && ema_) ema_->update(executor_->state());
+  }
+  ++iteration_;
+  return r;
+}
+
+void Yolo26Trainer::end_epoch() {
+  ++e2e_updates_;
+  ++epoch_;
+  iteration_ = std::max(iteration_, epoch_ * options_.batches_per_epoch);
+}
+
+core::SafetensorsFile Yolo26Trainer::weights(bool use_ema) const {
+  core::SafetensorsFile f;
+  f.tensors = executor_->state().to_host();
+  if (use_ema && ema_)
+    for (auto& [key, t] : ema_->to_host())
+      for (auto& [k, v] : f.tensors)
+        if (k == key) v = t;
+  f.metadata = weights_metadata(info_);
+  return f;
+}
+
+void Yolo26Trainer::save_checkpoint(const std::filesystem::path& path, const nlohmann::json& args,
+                                    double best_fitness, const nlohmann::json& extra) const {
+  train::TrainingState s;
+  s.epoch = epoch_;
+  s.iteration = iteration_;
+  s.step = optimizer_->steps();
+  s.skipped_steps = optimizer_->skipped_steps() + (scaler_ ? scaler_->scaler.skipped_steps() : 0);
+  s.ema_updates = ema_ ? ema_->updates() : 0;
+  s.best_fitness = best_fitness;
+  s.loss_scale = loss_scale();
+  s.optimizer = std::string(train::optimizer_name(choice_.kind));
+  s.args = args;
+  s.extra = extra;
+  s.extra["last_step"] = last_step_;
+  s.extra["e2e_updates"] = e2e_updates_;
+  s.extra["target_rows"] = target_rows_;
+  s.extra["grads_pending"] = grads_pending_;
+  // Between optimizer steps (gradient accumulation), the gradients summed so far are part of the state.
+  train::NamedTensors opt = optimizer_->state_dict();
+  if (grads_pending_) opt.emplace_back(kAccumulatedGradients, backend_->download(executor_->state().flat_grads()));
+  train::write_checkpoint(path, executor_->state().to_host(), weights_metadata(info_),
+                          ema_ ? ema_->to_host() : train::NamedTensors{}, opt, s);
+}
+
+train::TrainingState Yolo26Trainer::resume(const train::Checkpoint& checkpoint) {
+  train::load_checkpoint_model(executor_->state(), info_.spec, checkpoint);
+  const train::TrainingState& s = checkpoint.state;
+  VISION_CHECK(s.optimizer == train::optimizer_name(choice_.kind),
+               "{}: the checkpoint's optimizer is {} but this run uses {}", checkpoint.path.string(), s.optimizer,
+               train::optimizer_name(choice_.kind));
+  train::NamedTensors opt;
+  const core::Tensor* accumulated = nullptr;
+  for (const auto& [name, t] : checkpoint.optimizer)
+    if (name == kAccumulatedGradients)
+      accumulated = &t;
+    else
+      opt.emplace_back(name, t);
+  optimizer_->load_state_dict(opt);
+  if (ema_) {
+    VISION_CHECK(checkpoint.has_ema(), "{}: the checkpoint has no EMA but this run keeps one",
+                 checkpoint.path.string());
+    ema_->load(checkpoint.ema, s.ema_updates);
+  }
+  epoch_ = s.epoch;
+  iteration_ = s.iteration;
+  auto get = [&](const char* key, int64_t fallback) {
+    return s.extra.contains(key) ? s.extra.at(key).get<int64_t>() : fallback;
+  };
+  last_step_ = get("last_step", iteration_ - 1);
+  e2e_updates_ = get("e2e_updates", epoch_);
+  target_rows_ = std::max(target_rows_, get("target_rows", 16));
+  if (scaler_) scaler_ = std::make_unique<Scaler>(s.loss_scale);
+  optimizer_->zero_grad();
+  grads_pending_ = accumulated != nullptr;
+  if (accumulated) {
+    const core::Tensor grads = executor_->state().flat_grads();
+    VISION_CHECK(accumulated->dtype() == DType::f32 && accumulated->numel() == grads.numel(),
+                 "{}: {} has {} elements, the model {}", checkpoint.path.string(), kAccumulatedGradients,
+                 accumulated->numel(), grads.numel());
+    backend_->copy_to_device(grads.raw(), accumulated->raw(), static_cast<size_t>(grads.numel()) * 4);
+  }
+  return s;
+}
+
+}  // namespace vision::models::yolo

@@ -1,0 +1,145 @@
+// Yolo26Trainer — trains a YOLO26 in C++ (issue #15): the training graph (record_yolo26_training + E2ELoss, BatchNorm
+// in training mode), the optimizer with its parameter groups, the warmup / LR schedule, gradient accumulation to nbs,
+// mixed precision, the EMA, the ProgLoss weights and checkpoints that resume exactly. Facts: shared/YOLO26.md
+// (Training, Optimizers, Loss).
+//
+// One iteration (train_batch) does what ultralytics' trainer does for one batch:
+//   ni = global batch index; the schedule sets every group's lr and momentum for (epoch, ni) and the number of batches
+//   to accumulate; forward (both heads) + E2ELoss with the epoch's (o2m, o2o) weights; backward (gradients summed
+//   over the accumulated batches; f16: seeded with the dynamic loss scale and unscaled); when ni − last_step ≥
+//   accumulate: grad-norm clipping at 10, the optimizer step (skipped and counted when a gradient is not finite),
+//   zeroed gradients and an EMA update.
+// The generic parts (optimizer, schedule, EMA, checkpoint storage) are in vision/train/; this class wires them to the
+// model. The caller owns the loop (epochs, data, validation, logging): apps/vision/cmd_train.cpp and
+// examples/train_in_memory.cpp.
+//
+// Mixed precision: the plan's compute dtype — f32 (TF32 off), bf16 (the CUDA default: no loss scaling) or f16 with
+// dynamic loss scaling; the master weights, the optimizer, the EMA and the loss stay f32.
+//
+// Resume: a checkpoint holds the live model, the EMA, the optimizer state, the counters (epoch, ni, last optimizer
+// step, E2E weight updates), the loss scale and the run's arguments; the data order is a function of (seed, epoch)
+// (data/loader.h), so a resumed run repeats the uninterrupted run's batches and steps.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vision/core/safetensors.h"
+#include "vision/core/tensor.h"
+#include "vision/graph/backend.h"
+#include "vision/graph/executor.h"
+#include "vision/models/yolo/weights.h"
+#include "vision/models/yolo/yolo26.h"
+#include "vision/train/checkpoint.h"
+#include "vision/train/ema.h"
+#include "vision/train/optimizer.h"
+#include "vision/train/schedule.h"
+
+namespace vision::models::yolo {
+
+struct TrainerOptions {
+  int64_t epochs = 100;
+  int64_t batch = 16;
+  int64_t batches_per_epoch = 1;  // of the training data (the schedule's warmup length depends on it)
+  int64_t train_images = 0;       // of the training data (optimizer "auto" depends on it)
+  int64_t imgsz = 640;
+  std::string optimizer = "auto";  // auto, SGD, AdamW, MuSGD
+  double lr0 = 0.01, lrf = 0.01, momentum = 0.937, weight_decay = 5e-4;
+  double warmup_epochs = 3.0, warmup_momentum = 0.8, warmup_bias_lr = 0.1;
+  bool cos_lr = false;
+  int64_t nbs = 64;
+  double max_grad_norm = 10.0;
+  int freeze = 0;  // the first N layers get no updates
+  bool ema = true;
+  core::DType dtype = core::DType::f32;  // the plan's compute dtype: f32, bf16 or f16 (dynamic loss scaling)
+  core::Layout layout = core::Layout::nchw;
+  bool deterministic = false;  // PlanOptions::deterministic: the same run gives the same numbers
+};
+
+// The E2ELoss weights (o2m, o2o) after `updates` epochs (YOLO26.md "Training").
+std::array<float, 2> progloss_weights(int64_t updates, int64_t epochs);
+
+// What one train_batch did.
+struct IterationResult {
+  int64_t iteration = 0;            // the global batch index ni of this batch
+  float loss = 0;                   // the E2E total (B·…, what backward started from)
+  std::array<float, 3> items = {};  // the one-to-one head's box, cls, l1 (gains applied), what is logged
+  bool stepped = false;             // the optimizer ran after this batch (applied or skipped)
+  train::StepResult step;           // when stepped
+  double lr = 0;                    // the first group's lr for this batch
+};
+
+class Yolo26Trainer {
+ public:
+  // A model of `info` (scale, nc, names) initialised from `weights` (a full checkpoint: `vision init`, a trained
+  // model or initial_weights(info)). Throws vision::Error for bad options or weights that do not fit.
+  Yolo26Trainer(std::shared_ptr<graph::BackendContext> backend, const ModelInfo& info,
+                const core::SafetensorsFile& weights, TrainerOptions options);
+  ~Yolo26Trainer();
+  Yolo26Trainer(const Yolo26Trainer&) = delete;
+  Yolo26Trainer& operator=(const Yolo26Trainer&) = delete;
+
+  const ModelInfo& info() const { return info_; }
+  const TrainerOptions& options() const { return options_; }
+  graph::BackendContext& backend() const { return *backend_; }
+  graph::Executor& executor() { return *executor_; }
+  train::Optimizer& optimizer() { return *optimizer_; }
+  const train::Schedule& schedule() const { return *schedule_; }
+  const train::ModelEma* ema() const { return ema_.get(); }
+  std::string optimizer_description() const;  // "AdamW(lr=0.001, momentum=0.9) with parameter groups …"
+
+  // Where the run stands: epochs completed, the next batch's global index, optimizer steps.
+  int64_t epoch() const { return epoch_; }
+  int64_t iteration() const { return iteration_; }
+  int64_t batches_per_epoch() const { return options_.batches_per_epoch; }
+  std::array<float, 2> loss_weights() const { return progloss_weights(e2e_updates_, options_.epochs); }
+  float loss_scale() const;
+
+  // One batch: images [B, 3, S, S] f32 in [0, 1] (host or on the backend), targets [B, M, 5] f32 (class, x1, y1, x2,
+  // y2 in input pixels) and count [B] i32 (host). M may be any size ≥ the largest count (the trainer pads it to a
+  // bucket that only grows, so few plans are built).
+  IterationResult train_batch(const core::Tensor& images, const core::Tensor& targets, const core::Tensor& count);
+  // Ends the epoch: the E2E weights move on, epoch() += 1. The iteration counter jumps to the next epoch's first batch
+  // (a shorter epoch than batches_per_epoch is allowed).
+  void end_epoch();
+
+  // The model for validation and export: a full weights file in memory (every parameter and buffer by ultralytics
+  // name, metadata of info()): the EMA's values where it has them (use_ema and an EMA), the live model's otherwise.
+  core::SafetensorsFile weights(bool use_ema = true) const;
+
+  // Checkpoints (train/checkpoint.h): the model, EMA, optimizer and run state; `args` (the run's arguments) and
+  // `best_fitness` go into the TrainingState as given.
+  void save_checkpoint(const std::filesystem::path& path, const nlohmann::json& args, double best_fitness,
+                       const nlohmann::json& extra = nlohmann::json::object()) const;
+  // Restores a checkpoint of this model (scale and nc checked): live model, EMA, optimizer, counters, loss scale.
+  // Returns its TrainingState (args, best fitness, extra).
+  train::TrainingState resume(const train::Checkpoint& checkpoint);
+
+ private:
+  void build_graph();
+  void pad_targets(const core::Tensor& targets, const core::Tensor& count);
+
+  std::shared_ptr<graph::BackendContext> backend_;
+  ModelInfo info_;
+  TrainerOptions options_;
+  std::shared_ptr<graph::Graph> graph_;
+  std::unique_ptr<graph::Executor> executor_;
+  std::unique_ptr<train::Optimizer> optimizer_;
+  std::unique_ptr<train::Schedule> schedule_;
+  std::unique_ptr<train::ModelEma> ema_;
+  struct Scaler;
+  std::unique_ptr<Scaler> scaler_;
+  train::OptimizerChoice choice_;
+  int64_t epoch_ = 0, iteration_ = 0, last_step_ = -1, e2e_updates_ = 0;
+  int64_t target_rows_ = 16;
+  bool grads_pending_ = false;  // a backward since the last optimizer step (the next one accumulates)
+  core::Tensor padded_targets_;
+};
+
+}  // namespace vision::models::yolo
