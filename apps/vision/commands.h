@@ -10,6 +10,7 @@ void add_synth_command(CLI::App& app);
 void add_init_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
 void add_val_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 #ifdef VISION_HAS_CUDA

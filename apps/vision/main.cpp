@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   vision::cli::add_synth_command(app);
   vision::cli::add_init_command(app);
   vision::cli::add_predict_command(app);
+  vision::cli::add_train_command(app);
   vision::cli::add_val_command(app);
   vision::cli::add_export_command(app);
   vision::cli::add_bench_command(app);

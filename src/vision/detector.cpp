@@ -93,6 +93,9 @@ struct Detector::Impl {
 };
 
 Detector::Detector(const std::filesystem::path& model, const DetectorOptions& options)
+    : Detector(core::read_safetensors(model), options) {}
+
+Detector::Detector(const core::SafetensorsFile& weights, const DetectorOptions& options)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.options = options;
@@ -118,8 +121,7 @@ Detector::Detector(const std::filesystem::path& model, const DetectorOptions& op
   o.compute_dtype = dtype;
   o.layout = layout;
   models::yolo::kernels::check_postprocess_options(o.inference.postprocess);
-  m.model = std::make_unique<models::yolo::Yolo26Model>(
-      models::yolo::Yolo26Model::load(model, m.backend, o));
+  m.model = std::make_unique<models::yolo::Yolo26Model>(weights, m.backend, o);
   const models::yolo::ModelInfo& info = m.model->info();
   for (int64_t c : options.classes)
     VISION_CHECK(c >= 0 && c < info.spec.nc, "class {} is not one of the model's {} classes (0 to {})", c,
@@ -129,6 +131,19 @@ Detector::Detector(const std::filesystem::path& model, const DetectorOptions& op
 }
 
 Detector::~Detector() = default;
+
+void Detector::set_weights(const core::SafetensorsFile& weights) {
+  models::yolo::Yolo26Model& model = *impl_->model;
+  const models::yolo::ModelInfo info = models::yolo::read_model_info(weights);
+  VISION_CHECK(info.spec.scale == model.info().spec.scale && info.spec.nc == model.info().spec.nc &&
+                   info.fused() == model.info().fused(),
+               "set_weights: {} holds YOLO26{} with {} classes{}, the detector YOLO26{} with {} classes{}",
+               weights.path.empty() ? std::string("the weights") : weights.path.string(),
+               models::yolo::scale_name(info.spec.scale), info.spec.nc, info.fused() ? " (fused)" : "",
+               models::yolo::scale_name(model.info().spec.scale), model.info().spec.nc,
+               model.info().fused() ? " (fused)" : "");
+  models::yolo::load_weights(model.executor().state(), model.info().spec, weights);
+}
 Detector::Detector(Detector&&) noexcept = default;
 Detector& Detector::operator=(Detector&&) noexcept = default;
 

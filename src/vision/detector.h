@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "vision/core/dtype.h"
+#include "vision/core/safetensors.h"
 #include "vision/data/detection.h"
 #include "vision/data/image.h"
 #include "vision/models/yolo/weights.h"
@@ -50,6 +51,8 @@ class Detector {
   // Throws vision::Error naming the file or the option for a missing or invalid weights file, an image size that is
   // not a multiple of 32, an unknown device or dtype, or a device that is not available.
   explicit Detector(const std::filesystem::path& model, const DetectorOptions& options = {});
+  // The same from a weights file already in memory (a trainer's EMA weights: Yolo26Trainer::weights()).
+  explicit Detector(const core::SafetensorsFile& weights, const DetectorOptions& options = {});
   ~Detector();
   Detector(Detector&&) noexcept;
   Detector& operator=(Detector&&) noexcept;
@@ -67,6 +70,10 @@ class Detector {
   std::vector<data::Detection> detect(const data::Image& image);
 
   const DetectTiming& last_timing() const;
+
+  // Replaces the model's weights with another file's of the same model (scale, nc, format): validation during
+  // training, each epoch's EMA weights into the same plans. Throws naming both models when they differ.
+  void set_weights(const core::SafetensorsFile& weights);
 
  private:
   struct Impl;
