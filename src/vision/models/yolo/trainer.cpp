@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -189,13 +190,34 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
 
   const std::array<float, 2> w = loss_weights();
   const Tensor weights = Tensor::from_vector(Shape{2}, std::vector<float>{w[0], w[1]});
+  using Clock = std::chrono::steady_clock;
+  auto lap = [&, t = Clock::now()](double& into) mutable {
+    if (!options_.profile) return;
+    backend_->synchronize();
+    const auto now = Clock::now();
+    into = std::chrono::duration<double, std::milli>(now - t).count();
+    t = now;
+  };
+  if (options_.profile) backend_->synchronize();
+  lap(r.timing.forward);
   const std::vector<Tensor> out = executor_->forward_train({images, padded_targets_, count, weights});
+  // The loss and its items are copied aside on the device and read back after the backward is queued: no wait
+  // between the two passes.
+  if (!loss_buffer_) loss_buffer_ = backend_->allocate(4 * sizeof(float));
+  VISION_CHECK(out.size() >= 2 && out[0].numel() == 1 && out[1].numel() == 3 && out[0].dtype() == DType::f32 &&
+                   out[1].dtype() == DType::f32,
+               "train: the training plan's outputs are not the loss [] and its items [3]");
+  auto* lb = static_cast<float*>(loss_buffer_.get());
+  backend_->copy_on_device(lb, out[0].raw(), sizeof(float));
+  backend_->copy_on_device(lb + 1, out[1].raw(), 3 * sizeof(float));
+  lap(r.timing.forward);
   executor_->backward({}, grads_pending_, scaler_ ? scaler_->scaler.scale() : 1.0f);
   grads_pending_ = true;
-  const Tensor total = backend_->download(out.at(0)), items = backend_->download(out.at(1));
-  r.loss = total.to_vector().at(0);
-  const std::vector<float> it = items.to_vector();
-  r.items = {it.at(0), it.at(1), it.at(2)};
+  const std::vector<float> loss = backend_->download(Tensor::view(lb, Shape{4}, DType::f32,
+                                                                  out[0].device())).to_vector();
+  lap(r.timing.backward);
+  r.loss = loss[0];
+  r.items = {loss[1], loss[2], loss[3]};
 
   if (ni - last_step_ >= accumulate) {
     r.stepped = true;
@@ -210,6 +232,7 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
     optimizer_->zero_grad();
     grads_pending_ = false;
     if (r.step.applied && ema_) ema_->update(executor_->state());
+    lap(r.timing.optimizer);
   }
   ++iteration_;
   return r;

@@ -60,6 +60,7 @@ struct TrainerOptions {
   core::DType dtype = core::DType::f32;  // the plan's compute dtype: f32, bf16 or f16 (dynamic loss scaling)
   core::Layout layout = core::Layout::nchw;
   bool deterministic = false;  // PlanOptions::deterministic: the same run gives the same numbers
+  bool profile = false;        // wait for the device after each phase and time it (IterationResult::timing)
 };
 
 // The E2ELoss weights (o2m, o2o) after `updates` epochs (YOLO26.md "Training").
@@ -73,6 +74,11 @@ struct IterationResult {
   bool stepped = false;             // the optimizer ran after this batch (applied or skipped)
   train::StepResult step;           // when stepped
   double lr = 0;                    // the first group's lr for this batch
+  // With TrainerOptions::profile: milliseconds of the forward with the loss (inputs uploaded, outputs read back), the
+  // backward, and the optimizer step with the EMA update.
+  struct Timing {
+    double forward = 0, backward = 0, optimizer = 0;
+  } timing;
 };
 
 class Yolo26Trainer {
@@ -140,6 +146,7 @@ class Yolo26Trainer {
   int64_t target_rows_ = 16;
   bool grads_pending_ = false;  // a backward since the last optimizer step (the next one accumulates)
   core::Tensor padded_targets_;
+  std::shared_ptr<void> loss_buffer_;  // 4 floats on the backend: the loss and its items, copied aside
 };
 
 }  // namespace vision::models::yolo

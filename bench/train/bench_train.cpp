@@ -1,0 +1,139 @@
+// bench_train: one YOLO26 training step — forward (both heads), E2ELoss with both assigners, backward, the optimizer
+// step and the EMA update — through models::yolo::Yolo26Trainer, on random images with random boxes, per scale and
+// compute dtype; prints one table (ms per step, images/s, and where the step's time goes) and JSON lines for run.sh.
+//
+//   bench_train [--scales n,s] [--dtypes f32,bf16] [--batch 64] [--imgsz 640] [--steps 10] [--warmup 3]
+//               [--optimizer SGD] [--json FILE]
+// Timing: `steps` iterations after `warmup`, each waited for (the trainer reads the loss and the gradient norm back
+// every step); the phases are timed in a second pass with TrainerOptions::profile (waits after each phase).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "vision/core/dtype.h"
+#include "vision/graph/backend.h"
+#include "vision/models/yolo/trainer.h"
+
+namespace {
+
+using namespace vision;
+namespace yolo = models::yolo;
+using core::Shape;
+using core::Tensor;
+
+struct Batch {
+  Tensor images, targets, count;
+};
+
+// Images of noise with bright boxes; 1–16 boxes an image of 80 classes (sides 16 px to a third of the image).
+Batch random_batch(int64_t b, int64_t size, int64_t nc, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  Batch r{Tensor::zeros(Shape{b, 3, size, size}), Tensor::zeros(Shape{b, 16, 5}),
+          Tensor::zeros(Shape{b}, core::DType::i32)};
+  float* img = r.images.data<float>();
+  for (int64_t i = 0; i < r.images.numel(); ++i) img[i] = u(g);
+  for (int64_t i = 0; i < b; ++i) {
+    const int n = 1 + static_cast<int>(g() % 16);
+    r.count.data<int32_t>()[i] = n;
+    for (int k = 0; k < n; ++k) {
+      const float w = 16 + u(g) * (size / 3.0f - 16), h = 16 + u(g) * (size / 3.0f - 16);
+      const float x = u(g) * (size - w), y = u(g) * (size - h);
+      float* t = r.targets.data<float>() + (i * 16 + k) * 5;
+      t[0] = static_cast<float>(g() % static_cast<uint64_t>(nc)), t[1] = x, t[2] = y, t[3] = x + w, t[4] = y + h;
+    }
+  }
+  return r;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("YOLO26 training step benchmark");
+  std::string scales = "n,s", dtypes = "f32,bf16", optimizer = "SGD", json_path;
+  int64_t batch = 64, imgsz = 640;
+  int steps = 10, warmup = 3;
+  app.add_option("--scales", scales);
+  app.add_option("--dtypes", dtypes);
+  app.add_option("--batch", batch);
+  app.add_option("--imgsz", imgsz);
+  app.add_option("--steps", steps);
+  app.add_option("--warmup", warmup);
+  app.add_option("--optimizer", optimizer);
+  app.add_option("--json", json_path);
+  CLI11_PARSE(app, argc, argv);
+  auto split = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string x; std::getline(ss, x, ',');) out.push_back(x);
+    return out;
+  };
+  try {
+    auto backend = graph::make_backend(graph::parse_device_choice("cuda"));
+    const Batch b = random_batch(batch, imgsz, 80, 1);
+    std::ofstream json;
+    if (!json_path.empty()) json.open(json_path);
+    fmt::print("YOLO26 training step (forward, E2ELoss, backward, {} + EMA), batch {}, {}x{}, 80 classes\n", optimizer,
+               batch, imgsz, imgsz);
+    fmt::print("{:<6} {:<5} {:>10} {:>9} {:>10} {:>10} {:>10}\n", "scale", "dtype", "ms/step", "img/s", "fwd+loss",
+               "backward", "optim+ema");
+    for (const std::string& sc : split(scales))
+      for (const std::string& dt : split(dtypes)) {
+        const yolo::ModelInfo info = yolo::default_model_info({.scale = yolo::parse_scale(sc), .nc = 80});
+        yolo::TrainerOptions o;
+        o.epochs = 100;
+        o.batch = batch;
+        o.batches_per_epoch = 1000;
+        o.imgsz = imgsz;
+        o.optimizer = optimizer;
+        o.warmup_epochs = 0;
+        o.dtype = core::parse_dtype(dt);
+        o.layout = o.dtype == core::DType::f32 ? core::Layout::nchw : core::Layout::nhwc;
+        std::vector<double> ms, fwd, bwd, opt;
+        {
+          yolo::Yolo26Trainer t(backend, info, yolo::initial_weights(info), o);
+          for (int i = 0; i < warmup; ++i) t.train_batch(b.images, b.targets, b.count);
+          for (int i = 0; i < steps; ++i) {
+            backend->synchronize();
+            const auto t0 = std::chrono::steady_clock::now();
+            t.train_batch(b.images, b.targets, b.count);
+            backend->synchronize();
+            ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          }
+        }
+        {
+          o.profile = true;
+          yolo::Yolo26Trainer t(backend, info, yolo::initial_weights(info), o);
+          for (int i = 0; i < warmup + steps; ++i) {
+            const yolo::IterationResult r = t.train_batch(b.images, b.targets, b.count);
+            if (i < warmup) continue;
+            fwd.push_back(r.timing.forward), bwd.push_back(r.timing.backward), opt.push_back(r.timing.optimizer);
+          }
+        }
+        const double m = median(ms);
+        fmt::print("{:<6} {:<5} {:>10.2f} {:>9.1f} {:>10.2f} {:>10.2f} {:>10.2f}\n", sc, dt, m, batch * 1000.0 / m,
+                   median(fwd), median(bwd), median(opt));
+        std::fflush(stdout);
+        if (json)
+          json << fmt::format(
+              "{{\"side\": \"ours\", \"scale\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"imgsz\": {}, \"ms\": {:.4f}, "
+              "\"forward_ms\": {:.4f}, \"backward_ms\": {:.4f}, \"optimizer_ms\": {:.4f}}}\n",
+              sc, dt, batch, imgsz, m, median(fwd), median(bwd), median(opt));
+      }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
