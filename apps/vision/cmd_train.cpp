@@ -67,6 +67,7 @@ struct TrainOptions {
   bool exist_ok = false;
   bool val = true;
   bool quiet = false;
+  int64_t stop_after = 0;  // tests: behave as if interrupted after this many batches of this invocation (0: never)
 };
 
 json options_json(const TrainOptions& o) {
@@ -323,7 +324,7 @@ int run_train(TrainOptions o) {
   std::signal(SIGTERM, on_interrupt);
   const bool tty = !o.quiet && ::isatty(2);
   const auto run_start = std::chrono::steady_clock::now();
-  int64_t since_best = 0;
+  int64_t since_best = 0, batches_run = 0;
   auto save_last = [&](bool between_epochs) {
     json extra{{"best_epoch", best_epoch}, {"interrupted", !between_epochs}};
     trainer.save_checkpoint(last, options_json(o), best_fitness, extra);
@@ -359,6 +360,7 @@ int run_train(TrainOptions o) {
                    duration((nb - i - 1) / rate));
         std::fflush(stderr);
       }
+      if (o.stop_after > 0 && ++batches_run >= o.stop_after) g_interrupted = 1;
       if (g_interrupted) break;
     }
     if (tty) fmt::print(stderr, "\n");
@@ -466,6 +468,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--exist-ok", opts->exist_ok, "write into project/name even when it exists");
   cmd->add_flag("!--no-val", opts->val, "no validation after each epoch (best = last)");
   cmd->add_flag("--quiet", opts->quiet, "no progress bar");
+  cmd->add_option("--stop-after", opts->stop_after, "(tests) stop as Ctrl-C does after N batches")
+      ->group("");  // hidden
   cmd->callback([opts, cmd] {
     TrainOptions o = *opts;
     o.resume_given = cmd->count("--resume") > 0;
