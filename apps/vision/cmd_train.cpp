@@ -381,7 +381,7 @@ int run_train(TrainOptions o) {
         detector->set_weights(trainer.weights(true));
       m = validate(*detector, val, info.spec.nc, std::max<int64_t>(o.batch, 16));
     }
-    const double fitness = o.val ? m.fitness : -static_cast<double>(epoch);
+    const double fitness = o.val ? m.fitness : 0.0;
     const double n = std::max<int64_t>(seen, 1);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
     fmt::print("epoch {:>3}/{}  box {:.4f} cls {:.4f} l1 {:.4f}  P {:.3f} R {:.3f} mAP50 {:.3f} mAP50-95 {:.3f}  "
@@ -392,7 +392,7 @@ int run_train(TrainOptions o) {
     std::ofstream(csv, std::ios::app) << fmt::format("{},{:.2f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.6g}\n",
                                                      epoch + 1, elapsed, sums[0] / n, sums[1] / n, sums[2] / n, m.mp,
                                                      m.mr, m.map50, m.map, fitness, lr);
-    const bool improved = fitness > best_fitness;
+    const bool improved = !o.val || fitness > best_fitness;  // without validation `best` is the last epoch
     if (improved) best_fitness = fitness, best_epoch = epoch + 1, since_best = 0;
     else ++since_best;
     save_last(true);
@@ -455,6 +455,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--translate", opts->translate, "random translation (± fraction)")
       ->check(CLI::Range(0.0, 0.9))
       ->capture_default_str();
+  cmd->add_option("--hsv-h", opts->hsv_h, "hue gain (±, fraction)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--hsv-s", opts->hsv_s, "saturation gain (±, fraction)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--hsv-v", opts->hsv_v, "value gain (±, fraction)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   cmd->add_option("--seed", opts->seed, "random seed (data order and augmentation)")->capture_default_str();
   cmd->add_flag("--deterministic", opts->deterministic, "deterministic kernels: a run repeats bit for bit");
   cmd->add_option("--workers", opts->workers, "data loading threads")->check(CLI::Range(1, 256))->capture_default_str();
