@@ -3,6 +3,9 @@
 // rule, OpenCV's 8-bit HSV conversions and lookup-table jitter, and the flips.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdlib>
 #include <vector>
 

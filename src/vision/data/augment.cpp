@@ -277,9 +277,8 @@ const HsvTables& hsv_tables() {
   static const HsvTables t;
   return t;
 }
-}  // namespace
 
-std::array<uint8_t, 3> rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b) {
+inline std::array<uint8_t, 3> rgb_to_hsv_inline(int r, int g, int b) {
   const HsvTables& t = hsv_tables();
   const int v = std::max({r, g, b}), vmin = std::min({r, g, b}), diff = v - vmin;
   const int s = (diff * t.sdiv[v] + (1 << (kHsvShift - 1))) >> kHsvShift;
@@ -294,17 +293,46 @@ std::array<uint8_t, 3> rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b) {
   if (h < 0) h += 180;
   return {static_cast<uint8_t>(h), static_cast<uint8_t>(s), static_cast<uint8_t>(v)};
 }
+}  // namespace
 
-std::array<uint8_t, 3> hsv_to_rgb(uint8_t h8, uint8_t s8, uint8_t v8) {
+std::array<uint8_t, 3> rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b) { return rgb_to_hsv_inline(r, g, b); }
+
+namespace {
+
+// hsv_to_rgb's hue sector and position in it, per 8-bit hue (only 180 values occur).
+struct HueTable {
+  std::array<int, 256> sector{};
+  std::array<float, 256> frac{};
+  HueTable() {
+    for (int i = 0; i < 256; ++i) {
+      float h = static_cast<float>(i) * (6.0f / 180.0f);
+      while (h >= 6) h -= 6;
+      int s = static_cast<int>(std::floor(h));
+      h -= static_cast<float>(s);
+      if (s < 0 || s >= 6) s = 0, h = 0;
+      sector[i] = s;
+      frac[i] = h;
+    }
+  }
+};
+const HueTable& hue_table() {
+  static const HueTable t;
+  return t;
+}
+
+// x (in [0, 255]) rounded half to even as lrint does, without a libm call: adding 1.5·2^23 leaves no fraction bits.
+inline uint8_t round_byte(float x) {
+  constexpr float kMagic = 12582912.0f;
+  return static_cast<uint8_t>(static_cast<int>((std::clamp(x, 0.0f, 255.0f) + kMagic) - kMagic));
+}
+
+inline void hsv_to_rgb_into(int h8, int s8, int v8, uint8_t* out) {
+  const HueTable& ht = hue_table();
   const float s = static_cast<float>(s8) * (1.0f / 255.0f), v = static_cast<float>(v8) * (1.0f / 255.0f);
-  float h = static_cast<float>(h8) * (6.0f / 180.0f);
-  while (h >= 6) h -= 6;
-  int sector = static_cast<int>(std::floor(h));
-  h -= static_cast<float>(sector);
-  if (sector < 0 || sector >= 6) sector = 0, h = 0;
-  const float p = v * (1 - s), q = v * (1 - s * h), t = v * (1 - s * (1 - h));
+  const float f = ht.frac[h8];
+  const float p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
   float r, g, b;
-  switch (sector) {
+  switch (ht.sector[h8]) {
     case 0: r = v, g = t, b = p; break;
     case 1: r = q, g = v, b = p; break;
     case 2: r = p, g = v, b = t; break;
@@ -312,8 +340,17 @@ std::array<uint8_t, 3> hsv_to_rgb(uint8_t h8, uint8_t s8, uint8_t v8) {
     case 4: r = t, g = p, b = v; break;
     default: r = v, g = p, b = q; break;
   }
-  const auto byte = [](float x) { return static_cast<uint8_t>(std::clamp<long>(std::lrint(x * 255.0f), 0, 255)); };
-  return {byte(r), byte(g), byte(b)};
+  out[0] = round_byte(r * 255.0f);
+  out[1] = round_byte(g * 255.0f);
+  out[2] = round_byte(b * 255.0f);
+}
+
+}  // namespace
+
+std::array<uint8_t, 3> hsv_to_rgb(uint8_t h, uint8_t s, uint8_t v) {
+  std::array<uint8_t, 3> out;
+  hsv_to_rgb_into(h, s, v, out.data());
+  return out;
 }
 
 void apply_hsv(Image& image, double gain_h, double gain_s, double gain_v) {
@@ -329,9 +366,8 @@ void apply_hsv(Image& image, double gain_h, double gain_s, double gain_v) {
   uint8_t* p = image.pixels.data();
   const size_t n = image.pixels.size();
   for (size_t i = 0; i < n; i += 3) {
-    const auto hsv = rgb_to_hsv(p[i], p[i + 1], p[i + 2]);
-    const auto rgb = hsv_to_rgb(lut_h[hsv[0]], lut_s[hsv[1]], lut_v[hsv[2]]);
-    p[i] = rgb[0], p[i + 1] = rgb[1], p[i + 2] = rgb[2];
+    const auto hsv = rgb_to_hsv_inline(p[i], p[i + 1], p[i + 2]);
+    hsv_to_rgb_into(lut_h[hsv[0]], lut_s[hsv[1]], lut_v[hsv[2]], p + i);
   }
 }
 
