@@ -1,0 +1,213 @@
+#include "vision/data/loader.h"
+
+#include <algorithm>
+
+#include "vision/core/error.h"
+#include "vision/data/image.h"
+#include "vision/data/random.h"
+
+namespace vision::data {
+
+TrainLoader::TrainLoader(const Dataset& dataset, LoaderOptions options) : dataset_(dataset), o_(std::move(options)) {
+  VISION_CHECK(!dataset_.samples.empty(), "TrainLoader: the dataset ('{}' split of {}) has no samples",
+               dataset_.split, dataset_.config.file.string());
+  VISION_CHECK(o_.imgsz > 0 && o_.batch > 0, "TrainLoader: imgsz ({}) and batch ({}) must be positive", o_.imgsz,
+               o_.batch);
+  if (o_.workers <= 0) {
+    const unsigned hw = std::thread::hardware_concurrency();
+    workers_ = static_cast<int>(std::clamp<unsigned>(hw, 1, 8));
+  } else {
+    workers_ = o_.workers;
+  }
+  o_.prefetch = std::max(1, o_.prefetch);
+  bad_.assign(dataset_.samples.size(), 0);
+}
+
+TrainLoader::~TrainLoader() { stop(); }
+
+int64_t TrainLoader::batches_per_epoch() const {
+  const int64_t n = static_cast<int64_t>(dataset_.samples.size());
+  return (n + o_.batch - 1) / o_.batch;
+}
+
+void TrainLoader::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  ready_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  std::lock_guard lk(mu_);
+  stopping_ = false;
+  started_ = false;
+  slots_.clear();
+  error_ = nullptr;
+}
+
+void TrainLoader::start_epoch(int64_t epoch, bool mosaic) {
+  stop();
+  const size_t n = dataset_.samples.size();
+  order_.resize(n);
+  for (size_t i = 0; i < n; ++i) order_[i] = i;
+  if (o_.shuffle) {  // Fisher–Yates
+    Random rng(derive_seed(o_.seed, static_cast<uint64_t>(epoch), kPermutationStream));
+    for (size_t i = n - 1; i > 0; --i)
+      std::swap(order_[i], order_[static_cast<size_t>(rng.integer(0, static_cast<int64_t>(i)))]);
+  }
+  {
+    std::lock_guard lk(mu_);
+    epoch_ = epoch;
+    mosaic_ = mosaic;
+    next_item_ = 0;
+    next_deliver_ = 0;
+    started_ = true;
+  }
+  for (int i = 0; i < workers_; ++i) threads_.emplace_back([this] { work(); });
+}
+
+void TrainLoader::work() {
+  const int64_t n = static_cast<int64_t>(order_.size()), B = o_.batch;
+  std::unique_lock lk(mu_);
+  for (;;) {
+    work_cv_.wait(lk, [&] {
+      return stopping_ || (!error_ && next_item_ < n && next_item_ / B < next_deliver_ + o_.prefetch);
+    });
+    if (stopping_) return;
+    const int64_t k = next_item_++, b = k / B, slot = k % B;
+    if (slot == 0) {  // the batch's first item: make its slot (items are handed out in order)
+      const int64_t size = std::min(B, n - b * B);
+      Slot& s = slots_[b];
+      s.batch.index = b;
+      const core::Shape shape{size, 3, o_.imgsz, o_.imgsz};
+      s.batch.images = o_.allocate ? o_.allocate(shape) : core::Tensor::zeros(shape);
+      s.batch.boxes.resize(static_cast<size_t>(size));
+      s.batch.samples.resize(static_cast<size_t>(size));
+      s.remaining = size;
+    }
+    Slot& s = slots_.at(b);  // map nodes stay put while other batches come and go
+    lk.unlock();
+    try {
+      make_item(b, slot, s);
+    } catch (...) {
+      lk.lock();
+      if (!error_) error_ = std::current_exception();
+      ready_cv_.notify_all();
+      continue;
+    }
+    lk.lock();
+    if (--s.remaining == 0) ready_cv_.notify_all();
+  }
+}
+
+LabeledImage TrainLoader::load(size_t index, size_t& used) {
+  const size_t n = dataset_.samples.size();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t j = (index + k) % n;
+    {
+      std::lock_guard lk(bad_mu_);
+      if (bad_[j]) continue;
+    }
+    const Sample& sample = dataset_.samples[j];
+    try {
+      LabeledImage x = load_for_training(read_image(sample.image), sample.labels, o_.imgsz);
+      used = j;
+      return x;
+    } catch (const Error& e) {
+      std::lock_guard lk(bad_mu_);
+      if (!bad_[j]) {
+        bad_[j] = 1;
+        ++counts_.corrupt;
+        counts_.problems.push_back(e.what());
+      }
+    }
+  }
+  fail("TrainLoader: no image of the dataset ('{}' split of {}, {} images) can be read; the first problem: {}",
+       dataset_.split, dataset_.config.file.string(), n, counts().problems.empty() ? "?" : counts().problems[0]);
+}
+
+void TrainLoader::make_item(int64_t b, int64_t slot, Slot& s) {
+  const int64_t k = b * o_.batch + slot;
+  const size_t sample = order_[static_cast<size_t>(k)];
+  const size_t n = order_.size();
+  Random rng(derive_seed(o_.seed, static_cast<uint64_t>(epoch_), static_cast<uint64_t>(k)));
+  size_t used = sample;
+  bool first = true;
+  const SampleLoader loader = [&](size_t index) {
+    size_t j = index;
+    LabeledImage x = load(index, j);
+    if (first) used = j, first = false;  // the batch records the sample its image (not a mosaic partner) came from
+    return x;
+  };
+  LabeledImage x = o_.augment ? augment_sample(sample, n, loader, o_.imgsz, o_.aug, mosaic_, rng)
+                              : letterbox_square(loader(sample), o_.imgsz);
+  write_normalized(x.image, s.batch.images, slot);
+  s.batch.boxes[static_cast<size_t>(slot)] = std::move(x.boxes);
+  s.batch.samples[static_cast<size_t>(slot)] = used;
+}
+
+std::optional<TrainBatch> TrainLoader::next() {
+  std::unique_lock lk(mu_);
+  if (!started_ || next_deliver_ >= batches_per_epoch()) return std::nullopt;
+  const int64_t b = next_deliver_;
+  ready_cv_.wait(lk, [&] {
+    if (error_) return true;
+    const auto it = slots_.find(b);
+    return it != slots_.end() && it->second.remaining == 0;
+  });
+  if (error_) std::rethrow_exception(error_);
+  TrainBatch out = std::move(slots_.at(b).batch);
+  slots_.erase(b);
+  ++next_deliver_;
+  lk.unlock();
+  work_cv_.notify_all();
+  {
+    std::lock_guard bl(bad_mu_);
+    counts_.images += static_cast<int64_t>(out.samples.size());
+  }
+  return out;
+}
+
+LoaderCounts TrainLoader::counts() const {
+  std::lock_guard lk(bad_mu_);
+  return counts_;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+int64_t max_boxes(const TrainBatch& batch) {
+  size_t m = 0;
+  for (const auto& b : batch.boxes) m = std::max(m, b.size());
+  return static_cast<int64_t>(m);
+}
+
+void fill_targets(const TrainBatch& batch, int64_t rows, core::Tensor& targets, core::Tensor& count) {
+  const int64_t B = static_cast<int64_t>(batch.boxes.size());
+  VISION_CHECK(rows >= 0, "fill_targets: rows must not be negative, got {}", rows);
+  VISION_CHECK(max_boxes(batch) <= rows,
+               "fill_targets: an image of batch {} has {} boxes, more than the {} rows given; pass max_boxes(batch) "
+               "rows or more",
+               batch.index, max_boxes(batch), rows);
+  const core::Shape ts{B, rows, 5}, cs{B};
+  if (!targets.defined() || targets.device() != core::Device::cpu || targets.dtype() != core::DType::f32 ||
+      targets.shape() != ts)
+    targets = core::Tensor::zeros(ts, core::DType::f32);
+  if (!count.defined() || count.device() != core::Device::cpu || count.dtype() != core::DType::i32 ||
+      count.shape() != cs)
+    count = core::Tensor::zeros(cs, core::DType::i32);
+  float* t = targets.data<float>();
+  int32_t* c = count.data<int32_t>();
+  std::fill_n(t, static_cast<size_t>(B * rows * 5), 0.0f);
+  for (int64_t i = 0; i < B; ++i) {
+    const auto& boxes = batch.boxes[static_cast<size_t>(i)];
+    c[i] = static_cast<int32_t>(boxes.size());
+    float* row = t + i * rows * 5;
+    for (const TargetBox& b : boxes) {
+      row[0] = static_cast<float>(b.cls), row[1] = b.x1, row[2] = b.y1, row[3] = b.x2, row[4] = b.y2;
+      row += 5;
+    }
+  }
+}
+
+}  // namespace vision::data

@@ -1,0 +1,122 @@
+// TrainLoader — the training data loader: each epoch a seeded permutation of a Dataset's samples in batches, every
+// image decoded, augmented (augment.h) and written by worker threads straight into its slot of the batch tensor
+// (f32 NCHW, RGB / 255), `prefetch` batches ahead of the consumer.
+//
+// Determinism: the permutation is drawn from derive_seed(seed, epoch, kPermutationStream) and sample i of the epoch is
+// augmented with a Random seeded derive_seed(seed, epoch, i), so a batch's content depends only on (seed, epoch) —
+// not on the number of workers or their timing. An image that cannot be read is reported once (the message names the
+// path; counts().problems), counted, and replaced by the next readable sample in dataset order (wrapping round), so
+// batches stay full; when no sample is readable, next() throws vision::Error. Errors in a worker come out of next().
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "vision/core/tensor.h"
+#include "vision/data/augment.h"
+#include "vision/data/dataset.h"
+
+namespace vision::data {
+
+struct LoaderOptions {
+  int64_t imgsz = 640;
+  int64_t batch = 16;
+  int workers = 0;  // 0: min(hardware threads, 8)
+  uint64_t seed = 0;
+  bool augment = true;  // false: the training load and a letterbox to imgsz × imgsz (no upscaling), nothing random
+  bool shuffle = true;  // false: dataset order
+  AugmentOptions aug;
+  int prefetch = 4;  // batches ahead
+  // Where batch images live (e.g. pinned host memory): an f32 host tensor of the shape given, NCHW. Default:
+  // core::Tensor::zeros.
+  std::function<core::Tensor(const core::Shape&)> allocate = {};
+};
+
+struct TrainBatch {
+  int64_t index = 0;                         // batch index in the epoch
+  core::Tensor images;                       // f32 [B, 3, S, S] NCHW, RGB / 255, host
+  std::vector<std::vector<TargetBox>> boxes;  // per image, in its pixels
+  std::vector<size_t> samples;               // the dataset sample each image came from (after any replacement)
+};
+
+struct LoaderCounts {
+  int64_t images = 0;                 // images written into batches, over all epochs
+  int64_t corrupt = 0;                // distinct unreadable images met
+  std::vector<std::string> problems;  // one per unreadable image: "path: why"
+};
+
+// The stream of derive_seed that draws an epoch's permutation (sample seeds use the stream `epoch` with index i).
+inline constexpr uint64_t kPermutationStream = ~uint64_t{0};
+
+class TrainLoader {
+ public:
+  // The dataset must outlive the loader. Throws vision::Error for an empty dataset or a non-positive imgsz or batch.
+  TrainLoader(const Dataset& dataset, LoaderOptions options);
+  ~TrainLoader();
+  TrainLoader(const TrainLoader&) = delete;
+  TrainLoader& operator=(const TrainLoader&) = delete;
+
+  int64_t batches_per_epoch() const;  // ceil(n / batch); the last batch may be smaller
+  int workers() const { return workers_; }
+
+  // Starts (or restarts: an epoch in progress is abandoned) epoch `epoch`; `mosaic` false turns the mosaic off
+  // (close_mosaic).
+  void start_epoch(int64_t epoch, bool mosaic);
+  // The epoch's next batch, in order; nullopt after the last (or before any start_epoch).
+  std::optional<TrainBatch> next();
+
+  LoaderCounts counts() const;
+
+ private:
+  struct Slot {
+    TrainBatch batch;
+    int64_t remaining = 0;
+  };
+  void stop();
+  void work();
+  // The training load of sample `index`, or of the next readable one (its index in `used`).
+  LabeledImage load(size_t index, size_t& used);
+  void make_item(int64_t batch, int64_t slot, Slot& s);
+
+  const Dataset& dataset_;
+  LoaderOptions o_;
+  int workers_ = 1;
+
+  // Epoch state (guarded by mu_).
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_, ready_cv_;
+  std::vector<std::thread> threads_;
+  bool stopping_ = false;
+  int64_t epoch_ = 0;
+  bool mosaic_ = true;
+  bool started_ = false;
+  std::vector<size_t> order_;
+  int64_t next_item_ = 0;     // next (batch · batch size + slot) to hand out
+  int64_t next_deliver_ = 0;  // next batch next() returns
+  std::map<int64_t, Slot> slots_;
+  std::exception_ptr error_;
+
+  // Unreadable images (guarded by bad_mu_).
+  mutable std::mutex bad_mu_;
+  std::vector<char> bad_;
+  LoaderCounts counts_;
+};
+
+// The most boxes any image of the batch has.
+int64_t max_boxes(const TrainBatch& batch);
+
+// The loss targets of a batch: targets [B, rows, 5] f32 (class, x1, y1, x2, y2 in input pixels; rows past an image's
+// count are zero) and count [B] i32. Tensors that are not host tensors of those shapes and dtypes are replaced by new
+// ones; tensors that are, are written in place. Throws when an image has more than `rows` boxes (see max_boxes).
+void fill_targets(const TrainBatch& batch, int64_t rows, core::Tensor& targets, core::Tensor& count);
+
+}  // namespace vision::data

@@ -1,0 +1,240 @@
+// The training loader (vision/data/loader.h) over a small `vision synth` dataset: batches identical byte for byte
+// with 1 and 3 workers, epochs that differ, every sample once per epoch, the partial last batch, the plain
+// (augment = false) path against the decoded image, unreadable images counted once and replaced, an unreadable
+// dataset, restart and destruction mid-epoch, the allocate hook, and the loss-target layout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <numeric>
+
+#include "test_util.h"
+#include "vision/core/error.h"
+#include "vision/data/loader.h"
+#include "vision/data/synth/shapes.h"
+
+namespace vision::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+Dataset make_dataset(const test::TempDir& dir, int64_t n = 10, int64_t imgsz = 64) {
+  synth::DatasetOptions o;
+  o.out = dir.path() / "shapes";
+  o.train = n;
+  o.val = 1;
+  o.imgsz = imgsz;
+  o.seed = 11;
+  synth::write_dataset(o);
+  return load_dataset(o.out / "data.yaml", "train");
+}
+
+std::vector<TrainBatch> epoch(TrainLoader& loader, int64_t e, bool mosaic = true) {
+  loader.start_epoch(e, mosaic);
+  std::vector<TrainBatch> out;
+  while (auto b = loader.next()) out.push_back(std::move(*b));
+  return out;
+}
+
+bool same_bytes(const core::Tensor& a, const core::Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+LoaderOptions small(int workers) {
+  LoaderOptions o;
+  o.imgsz = 64;
+  o.batch = 4;
+  o.workers = workers;
+  o.seed = 3;
+  o.prefetch = 2;
+  return o;
+}
+
+TEST(Loader, SameSeedSameBatchesWhateverTheWorkers) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir);
+  TrainLoader one(d, small(1)), three(d, small(3));
+  EXPECT_EQ(one.batches_per_epoch(), 3);
+  for (int64_t e : {0, 1}) {
+    const auto a = epoch(one, e), b = epoch(three, e);
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].index, static_cast<int64_t>(i));
+      EXPECT_TRUE(same_bytes(a[i].images, b[i].images)) << "epoch " << e << " batch " << i;
+      EXPECT_EQ(a[i].boxes, b[i].boxes);
+      EXPECT_EQ(a[i].samples, b[i].samples);
+    }
+    // The last batch is partial; every sample appears once.
+    EXPECT_EQ(a[2].images.shape(), (core::Shape{2, 3, 64, 64}));
+    EXPECT_EQ(a[0].images.shape(), (core::Shape{4, 3, 64, 64}));
+    std::vector<size_t> all;
+    for (const auto& batch : a) all.insert(all.end(), batch.samples.begin(), batch.samples.end());
+    std::sort(all.begin(), all.end());
+    std::vector<size_t> want(10);
+    std::iota(want.begin(), want.end(), size_t{0});
+    EXPECT_EQ(all, want);
+  }
+  EXPECT_EQ(one.counts().images, 20);
+  EXPECT_EQ(one.counts().corrupt, 0);
+}
+
+TEST(Loader, EpochsDiffer) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir);
+  TrainLoader loader(d, small(2));
+  const auto a = epoch(loader, 0), b = epoch(loader, 1), a2 = epoch(loader, 0);
+  EXPECT_NE(a[0].samples, b[0].samples);
+  EXPECT_FALSE(same_bytes(a[0].images, b[0].images));
+  EXPECT_TRUE(same_bytes(a[0].images, a2[0].images));  // an epoch replays
+  // Without mosaic (close_mosaic) the batch differs again, and boxes stay in the image.
+  const auto c = epoch(loader, 0, false);
+  EXPECT_FALSE(same_bytes(a[0].images, c[0].images));
+  int64_t boxes = 0;
+  for (const auto& batch : c)
+    for (const auto& img : batch.boxes)
+      for (const TargetBox& t : img) {
+        ++boxes;
+        EXPECT_TRUE(t.x1 >= 0 && t.y1 >= 0 && t.x2 <= 64 && t.y2 <= 64 && t.x2 - t.x1 > 2 && t.y2 - t.y1 > 2);
+      }
+  EXPECT_GT(boxes, 0);
+  // Pixel values are samples / 255.
+  for (float v : a[1].images.to_vector()) {
+    const float s = v * 255.0f;
+    ASSERT_NEAR(s, std::round(s), 1e-3f);
+    ASSERT_TRUE(v >= 0 && v <= 1);
+  }
+}
+
+TEST(Loader, WithoutAugmentationTheImageIsTheDecodedOne) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir, 5);
+  LoaderOptions o = small(2);
+  o.augment = false;
+  o.shuffle = false;
+  TrainLoader loader(d, o);
+  const auto batches = epoch(loader, 0);
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].samples, (std::vector<size_t>{0, 1, 2, 3}));
+  const Image im = read_image(d.samples[2].image);
+  const core::Tensor want = images_to_tensor(std::span(&im, 1));
+  EXPECT_EQ(0, std::memcmp(want.raw(), batches[0].images.data<float>() + 2 * 3 * 64 * 64, want.nbytes()));
+  const auto& boxes = batches[0].boxes[2];
+  ASSERT_EQ(boxes.size(), d.samples[2].labels.size());
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const LabelBox& l = d.samples[2].labels[i];
+    EXPECT_EQ(boxes[i].cls, l.cls);
+    EXPECT_NEAR(boxes[i].x1, (l.cx - l.w / 2) * 64, 1e-3);
+    EXPECT_NEAR(boxes[i].y2, (l.cy + l.h / 2) * 64, 1e-3);
+  }
+}
+
+TEST(Loader, CorruptImageIsCountedOnceAndReplaced) {
+  test::TempDir dir;
+  Dataset d = make_dataset(dir, 6);
+  test::write_file(d.samples[3].image, std::string("this is not a JPEG at all"));
+  LoaderOptions o = small(3);
+  o.shuffle = false;
+  o.aug.mosaic = 0;  // only the sample itself is read
+  TrainLoader loader(d, o);
+  for (int64_t e : {0, 1}) {
+    const auto batches = epoch(loader, e);
+    ASSERT_EQ(batches.size(), 2u);
+    EXPECT_EQ(batches[0].images.dim(0), 4);
+    EXPECT_EQ(batches[0].samples, (std::vector<size_t>{0, 1, 2, 4}));  // 3 → the next readable, 4
+    EXPECT_EQ(batches[1].samples, (std::vector<size_t>{4, 5}));
+  }
+  const LoaderCounts c = loader.counts();
+  EXPECT_EQ(c.corrupt, 1);
+  ASSERT_EQ(c.problems.size(), 1u);
+  EXPECT_NE(c.problems[0].find(d.samples[3].image.string()), std::string::npos) << c.problems[0];
+  EXPECT_EQ(c.images, 12);
+
+  // With mosaic, shuffling and several workers: still full batches and the one problem.
+  LoaderOptions m = small(3);
+  TrainLoader mosaic(d, m);
+  const auto batches = epoch(mosaic, 0);
+  size_t n = 0;
+  for (const auto& b : batches) {
+    n += b.samples.size();
+    for (size_t s : b.samples) EXPECT_NE(s, 3u);
+  }
+  EXPECT_EQ(n, 6u);
+  EXPECT_EQ(mosaic.counts().corrupt, 1);
+}
+
+TEST(Loader, NothingReadableThrows) {
+  test::TempDir dir;
+  Dataset d = make_dataset(dir, 3);
+  for (const Sample& s : d.samples) test::write_file(s.image, std::string("garbage"));
+  TrainLoader loader(d, small(2));
+  loader.start_epoch(0, true);
+  EXPECT_THROW(loader.next(), Error);
+  EXPECT_EQ(loader.counts().corrupt, 3);
+}
+
+TEST(Loader, RestartAndDestroyMidEpoch) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir, 12);
+  TrainLoader loader(d, small(3));
+  EXPECT_FALSE(loader.next().has_value());  // no epoch started
+  loader.start_epoch(0, true);
+  ASSERT_TRUE(loader.next().has_value());
+  loader.start_epoch(0, true);  // restart: the same epoch from its first batch
+  const auto b = loader.next();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->index, 0);
+  {
+    TrainLoader other(d, small(2));
+    other.start_epoch(5, true);  // destroyed with workers busy or waiting: joins
+  }
+  while (loader.next()) {
+  }
+  EXPECT_FALSE(loader.next().has_value());
+}
+
+TEST(Loader, AllocateHookHoldsTheImages) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir, 5);
+  std::atomic<int> calls{0};
+  LoaderOptions o = small(2);
+  o.allocate = [&](const core::Shape& s) {
+    ++calls;
+    core::Tensor t = core::Tensor::zeros(s);
+    t.fill(-1.0f);  // poisoned: every element must be written
+    return t;
+  };
+  TrainLoader loader(d, o);
+  const auto batches = epoch(loader, 0);
+  EXPECT_EQ(calls.load(), 2);
+  for (const auto& b : batches)
+    for (float v : b.images.to_vector()) ASSERT_GE(v, 0.0f);
+}
+
+TEST(Loader, FillTargetsLayout) {
+  TrainBatch b;
+  b.index = 7;
+  b.boxes = {{{2, 1, 2, 3, 4}, {0, 5, 6, 7, 8}}, {}, {{5, 9, 10, 11, 12}}};
+  EXPECT_EQ(max_boxes(b), 2);
+  core::Tensor targets, count;
+  fill_targets(b, 3, targets, count);
+  ASSERT_EQ(targets.shape(), (core::Shape{3, 3, 5}));
+  ASSERT_EQ(count.shape(), (core::Shape{3}));
+  ASSERT_EQ(count.dtype(), core::DType::i32);
+  const std::vector<float> want = {2, 1, 2, 3, 4, 0, 5, 6, 7, 8, 0, 0, 0, 0, 0,  //
+                                   0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                   5, 9, 10, 11, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(targets.to_vector(), want);
+  EXPECT_EQ(std::vector<int32_t>(count.data<int32_t>(), count.data<int32_t>() + 3), (std::vector<int32_t>{2, 0, 1}));
+  // Tensors of the right shape are written in place (stale rows cleared).
+  targets.fill(99.0f);
+  const void* where = targets.raw();
+  fill_targets(b, 3, targets, count);
+  EXPECT_EQ(targets.raw(), where);
+  EXPECT_EQ(targets.to_vector(), want);
+  EXPECT_THROW(fill_targets(b, 1, targets, count), Error);
+}
+
+}  // namespace
+}  // namespace vision::data
