@@ -54,6 +54,7 @@ struct TrainOptions {
   std::string optimizer = "auto";
   double lr0 = 0.01, lrf = 0.01, momentum = 0.937, weight_decay = 5e-4, warmup_epochs = 3.0;
   bool cos_lr = false;
+  int64_t nbs = 64;
   int64_t close_mosaic = 10;
   double mosaic = 1.0, fliplr = 0.5, scale_aug = 0.5, translate = 0.1, hsv_h = 0.015, hsv_s = 0.7, hsv_v = 0.4;
   uint64_t seed = 0;
@@ -75,7 +76,7 @@ json options_json(const TrainOptions& o) {
           {"freeze", o.freeze},   {"epochs", o.epochs},     {"batch", o.batch},
           {"imgsz", o.imgsz},     {"dtype", o.dtype},       {"optimizer", o.optimizer},
           {"lr0", o.lr0},         {"lrf", o.lrf},           {"momentum", o.momentum},
-          {"weight_decay", o.weight_decay}, {"warmup_epochs", o.warmup_epochs}, {"cos_lr", o.cos_lr},
+          {"weight_decay", o.weight_decay}, {"warmup_epochs", o.warmup_epochs}, {"cos_lr", o.cos_lr}, {"nbs", o.nbs},
           {"close_mosaic", o.close_mosaic}, {"mosaic", o.mosaic}, {"fliplr", o.fliplr},
           {"scale_aug", o.scale_aug}, {"translate", o.translate}, {"hsv_h", o.hsv_h},
           {"hsv_s", o.hsv_s},     {"hsv_v", o.hsv_v},       {"seed", o.seed},
@@ -92,7 +93,7 @@ void restore_options(TrainOptions& o, const json& a) {
   take("data", o.data), take("scale", o.scale), take("weights", o.weights), take("freeze", o.freeze);
   take("epochs", o.epochs), take("batch", o.batch), take("imgsz", o.imgsz), take("dtype", o.dtype);
   take("optimizer", o.optimizer), take("lr0", o.lr0), take("lrf", o.lrf), take("momentum", o.momentum);
-  take("weight_decay", o.weight_decay), take("warmup_epochs", o.warmup_epochs), take("cos_lr", o.cos_lr);
+  take("weight_decay", o.weight_decay), take("warmup_epochs", o.warmup_epochs), take("cos_lr", o.cos_lr), take("nbs", o.nbs);
   take("close_mosaic", o.close_mosaic), take("mosaic", o.mosaic), take("fliplr", o.fliplr);
   take("scale_aug", o.scale_aug), take("translate", o.translate), take("hsv_h", o.hsv_h), take("hsv_s", o.hsv_s);
   take("hsv_v", o.hsv_v), take("seed", o.seed), take("deterministic", o.deterministic);
@@ -271,6 +272,7 @@ int run_train(TrainOptions o) {
   to.lr0 = o.lr0, to.lrf = o.lrf, to.momentum = o.momentum, to.weight_decay = o.weight_decay;
   to.warmup_epochs = o.warmup_epochs;
   to.cos_lr = o.cos_lr;
+  to.nbs = o.nbs;
   to.freeze = o.freeze;
   to.dtype = dtype;
   to.layout = cuda && dtype != core::DType::f32 ? core::Layout::nhwc : core::Layout::nchw;
@@ -325,8 +327,18 @@ int run_train(TrainOptions o) {
   const bool tty = !o.quiet && ::isatty(2);
   const auto run_start = std::chrono::steady_clock::now();
   int64_t since_best = 0, batches_run = 0;
+  // The running sums of the epoch in progress (an interrupted epoch's, carried over by a resume).
+  std::array<double, 3> sums = {0, 0, 0};
+  int64_t seen = 0;
+  if (checkpoint && checkpoint->state.extra.contains("epoch_sums")) {
+    const json& e = checkpoint->state.extra;
+    for (size_t k = 0; k < 3; ++k) sums[k] = e.at("epoch_sums").at(k).get<double>();
+    seen = e.at("epoch_seen").get<int64_t>();
+  }
+  size_t problems_shown = 0;
   auto save_last = [&](bool between_epochs) {
     json extra{{"best_epoch", best_epoch}, {"interrupted", !between_epochs}};
+    if (!between_epochs) extra["epoch_sums"] = sums, extra["epoch_seen"] = seen;
     trainer.save_checkpoint(last, options_json(o), best_fitness, extra);
   };
   const int64_t nb = loader.batches_per_epoch();
@@ -336,8 +348,8 @@ int run_train(TrainOptions o) {
     loader.start_epoch(epoch, mosaic);
     const int64_t first = trainer.iteration() - epoch * nb;  // > 0 when resumed inside the epoch
     const auto t0 = std::chrono::steady_clock::now();
-    std::array<double, 3> sums = {0, 0, 0};
-    int64_t seen = 0, instances = 0;
+    if (first == 0) sums = {0, 0, 0}, seen = 0;
+    int64_t instances = 0, timed = 0;
     double lr = 0;
     for (int64_t i = 0;; ++i) {
       std::optional<data::TrainBatch> b = loader.next();
@@ -348,13 +360,18 @@ int run_train(TrainOptions o) {
       data::fill_targets(*b, rows, targets, count);
       const yolo::IterationResult r = trainer.train_batch(b->images, targets, count);
       for (int k = 0; k < 3; ++k) sums[static_cast<size_t>(k)] += r.items[static_cast<size_t>(k)];
-      ++seen;
+      ++seen, ++timed;
       lr = r.lr;
+      if (const data::LoaderCounts lc = loader.counts(); lc.problems.size() > problems_shown) {
+        for (size_t k = problems_shown; k < lc.problems.size(); ++k)
+          fmt::print(stderr, "{}vision train: unreadable image replaced: {}\n", tty ? "\r\033[K" : "", lc.problems[k]);
+        problems_shown = lc.problems.size();
+      }
       instances = 0;
       for (const auto& boxes : b->boxes) instances += static_cast<int64_t>(boxes.size());
       if (tty) {
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const double rate = seen / std::max(s, 1e-9);
+        const double rate = timed / std::max(s, 1e-9);
         fmt::print(stderr, "\r\033[K{:>4}/{:<4} {:>4}/{}  box {:.3f} cls {:.3f} l1 {:.3f}  inst {:>3}  {:.1f} it/s  ETA {}",
                    epoch + 1, o.epochs, i + 1, nb, sums[0] / seen, sums[1] / seen, sums[2] / seen, instances, rate,
                    duration((nb - i - 1) / rate));
@@ -387,7 +404,7 @@ int run_train(TrainOptions o) {
     fmt::print("epoch {:>3}/{}  box {:.4f} cls {:.4f} l1 {:.4f}  P {:.3f} R {:.3f} mAP50 {:.3f} mAP50-95 {:.3f}  "
                "{:.1f} s ({:.0f} img/s)\n",
                epoch + 1, o.epochs, sums[0] / n, sums[1] / n, sums[2] / n, m.mp, m.mr, m.map50, m.map, train_s,
-               seen * o.batch / std::max(train_s, 1e-9));
+               timed * o.batch / std::max(train_s, 1e-9));
     std::fflush(stdout);
     std::ofstream(csv, std::ios::app) << fmt::format("{},{:.2f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.6g}\n",
                                                      epoch + 1, elapsed, sums[0] / n, sums[1] / n, sums[2] / n, m.mp,
@@ -403,6 +420,19 @@ int run_train(TrainOptions o) {
                  best_fitness, best_epoch);
       break;
     }
+  }
+  if (o.val && detector && fs::is_regular_file(best, ec)) {
+    // The best checkpoint's EMA weights: the final table, PR_curve.png and val_pred.jpg.
+    detector->set_weights(train::read_checkpoint(best).weights(true));
+    const eval::MetricsResult m = validate(*detector, val, info.spec.nc, std::max<int64_t>(o.batch, 16));
+    fmt::print("vision train: validation of {}:\n{}", best.string(), eval::format_table(m, info.names));
+    write_pr_curve(m, info.names, run_dir / "PR_curve.png");
+    const size_t n = std::min<size_t>(val.images.size(), 4);
+    std::vector<std::vector<data::Detection>> found =
+        detector->detect(std::span<const data::Image>(val.images.data(), n));
+    for (auto& f : found) std::erase_if(f, [](const data::Detection& d) { return d.score < 0.25f; });
+    write_prediction_grid(std::span<const data::Image>(val.images.data(), n), found, info.names,
+                          run_dir / "val_pred.jpg");
   }
   fmt::print("vision train: done in {}; best fitness {:.4f} at epoch {}; weights in {}\n",
              duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count()),
@@ -446,6 +476,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--weight-decay", opts->weight_decay, "weight decay")->capture_default_str();
   cmd->add_option("--warmup-epochs", opts->warmup_epochs, "warmup epochs")->capture_default_str();
   cmd->add_flag("--cos-lr", opts->cos_lr, "cosine learning-rate decay instead of linear");
+  cmd->add_option("--nbs", opts->nbs, "nominal batch size: gradients of nbs / batch batches are accumulated per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--close-mosaic", opts->close_mosaic, "turn mosaic off for the last N epochs")->capture_default_str();
   cmd->add_option("--mosaic", opts->mosaic, "mosaic probability")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   cmd->add_option("--fliplr", opts->fliplr, "horizontal flip probability")

@@ -18,6 +18,7 @@
 #include "vision/data/dataset.h"
 #include "vision/detector.h"
 #include "vision/eval/metrics.h"
+#include "results_plot.h"
 
 namespace vision::cli {
 namespace {
@@ -35,6 +36,7 @@ struct ValOptions {
   std::string device = "auto";
   std::string dtype;
   std::string save_json;
+  std::string plots;  // folder for PR_curve.png and val_pred.jpg
   int64_t workers = 0;
   bool quiet = false;
 };
@@ -91,6 +93,8 @@ int run_val(const ValOptions& o) {
   nlohmann::json coco = nlohmann::json::array();
   size_t next_sample = 0, done = 0, skipped = 0;
   std::vector<std::pair<size_t, data::Image>> batch;  // (sample index, pixels)
+  std::vector<data::Image> shown;                     // the first images, for val_pred.jpg
+  std::vector<std::vector<data::Detection>> shown_found;
   auto flush = [&] {
     if (batch.empty()) return;
     std::vector<data::Image> pixels;
@@ -101,6 +105,13 @@ int run_val(const ValOptions& o) {
       const std::vector<eval::GroundTruth> labels =
           data::to_pixels(sample.labels, pixels[i].width, pixels[i].height);
       metrics.add_image(found[i], labels);
+      if (!o.plots.empty() && shown.size() < 4) {
+        std::vector<data::Detection> confident;
+        for (const data::Detection& d : found[i])
+          if (d.score >= 0.25f) confident.push_back(d);
+        shown.push_back(pixels[i]);
+        shown_found.push_back(std::move(confident));
+      }
       if (!o.save_json.empty()) {
         const nlohmann::json id = image_id(sample.image);
         for (const data::Detection& d : found[i])
@@ -140,6 +151,12 @@ int run_val(const ValOptions& o) {
   if (skipped > 0 || c.bad_lines > 0)
     fmt::print("vision val: note: the metrics leave out the skipped images and label lines (see the messages above)\n");
 
+  if (!o.plots.empty()) {
+    fs::create_directories(o.plots);
+    write_pr_curve(result, names, fs::path(o.plots) / "PR_curve.png");
+    write_prediction_grid(shown, shown_found, names, fs::path(o.plots) / "val_pred.jpg");
+    fmt::print("vision val: PR_curve.png and val_pred.jpg (predictions with score ≥ 0.25) written to {}\n", o.plots);
+  }
   if (!o.save_json.empty()) {
     const std::string text = coco.dump() + "\n";
     data::write_file(o.save_json, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
@@ -158,6 +175,7 @@ void add_val_command(CLI::App& app) {
   auto opts = std::make_shared<ValOptions>();
   CLI::App* cmd = app.add_subcommand("val", "Detection metrics (P, R, mAP50, mAP50-95) of a model on a dataset");
   cmd->add_option("--model", opts->model, "weights file (safetensors: a checkpoint or an exported model)")->required();
+  cmd->add_option("--plots", opts->plots, "write PR_curve.png and val_pred.jpg (the first images' predictions) here");
   cmd->add_option("--data", opts->data, "the dataset's data file (.yaml or .json, ultralytics' keys)")->required();
   cmd->add_option("--split", opts->split, "the split to evaluate")
       ->check(CLI::IsMember({"train", "val", "test"}))

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/data/annotate.h"
 #include "vision/data/font.h"
 #include "vision/data/image.h"
 
@@ -32,6 +33,79 @@ void line(data::Image& im, double x0, double y0, double x1, double y1, data::Rgb
 }
 
 }  // namespace
+
+void write_pr_curve(const eval::MetricsResult& result, std::span<const std::string> names,
+                    const std::filesystem::path& png) {
+  data::Image im;
+  im.width = 640, im.height = 480, im.channels = 3;
+  im.pixels.assign(static_cast<size_t>(im.width * im.height * 3), 255);
+  const double left = 60, right = 620, top = 40, bottom = 430;
+  const data::Rgb axis{150, 150, 150};
+  line(im, left, bottom, right, bottom, axis);
+  line(im, left, top, left, bottom, axis);
+  auto px = [&](double r) { return left + r * (right - left); };
+  auto py = [&](double p) { return bottom - p * (bottom - top); };
+  std::vector<double> mean(eval::kPrCurvePoints, 0.0);
+  for (const eval::ClassMetrics& c : result.classes) {
+    if (c.pr_curve.size() != static_cast<size_t>(eval::kPrCurvePoints)) continue;
+    const data::Rgb colour = result.classes.size() <= 10 ? data::class_colour(c.cls) : data::Rgb{180, 180, 180};
+    for (int i = 1; i < eval::kPrCurvePoints; ++i) {
+      const double r0 = (i - 1.0) / (eval::kPrCurvePoints - 1), r1 = i / (eval::kPrCurvePoints - 1.0);
+      line(im, px(r0), py(c.pr_curve[static_cast<size_t>(i - 1)]), px(r1), py(c.pr_curve[static_cast<size_t>(i)]),
+           colour);
+    }
+    for (int i = 0; i < eval::kPrCurvePoints; ++i)
+      mean[static_cast<size_t>(i)] += c.pr_curve[static_cast<size_t>(i)] / static_cast<double>(result.classes.size());
+  }
+  const data::Rgb blue{31, 119, 180};
+  for (int i = 1; i < eval::kPrCurvePoints && !result.classes.empty(); ++i) {
+    const double r0 = (i - 1.0) / (eval::kPrCurvePoints - 1), r1 = i / (eval::kPrCurvePoints - 1.0);
+    for (int d = -1; d <= 1; ++d)
+      line(im, px(r0), py(mean[static_cast<size_t>(i - 1)]) + d, px(r1), py(mean[static_cast<size_t>(i)]) + d, blue);
+  }
+  if (const auto font = data::Font::default_font()) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "Precision-Recall (IoU 0.5): all classes %.3f mAP50", result.map50);
+    font->draw_text(im, buf, 60, 8, 18.0f, {0, 0, 0});
+    font->draw_text(im, "Recall", 310, 448, 14.0f, {60, 60, 60});
+    font->draw_text(im, "Precision", 2, 20, 14.0f, {60, 60, 60});
+    font->draw_text(im, "1", 44, static_cast<int64_t>(top) - 8, 12.0f, {90, 90, 90});
+    font->draw_text(im, "0", 44, static_cast<int64_t>(bottom) - 8, 12.0f, {90, 90, 90});
+    font->draw_text(im, "1", static_cast<int64_t>(right) - 4, static_cast<int64_t>(bottom) + 2, 12.0f, {90, 90, 90});
+    if (result.classes.size() <= 10) {
+      int64_t y = static_cast<int64_t>(bottom) - 18 * static_cast<int64_t>(result.classes.size()) - 10;
+      for (const eval::ClassMetrics& c : result.classes) {
+        const std::string name =
+            c.cls < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(c.cls)] : std::to_string(c.cls);
+        std::snprintf(buf, sizeof buf, "%s %.3f", name.c_str(), c.ap50);
+        font->draw_text(im, buf, static_cast<int64_t>(left) + 20, y, 14.0f, data::class_colour(c.cls));
+        y += 18;
+      }
+    }
+  }
+  data::write_image(im, png);
+}
+
+void write_prediction_grid(std::span<const data::Image> images, std::span<const std::vector<data::Detection>> found,
+                           std::span<const std::string> names, const std::filesystem::path& jpg) {
+  const size_t n = std::min<size_t>({images.size(), found.size(), 4});
+  if (n == 0) return;
+  const int64_t cols = n > 1 ? 2 : 1, rows = n > 2 ? 2 : 1;
+  int64_t cw = 0, ch = 0;
+  for (size_t i = 0; i < n; ++i) cw = std::max(cw, images[i].width), ch = std::max(ch, images[i].height);
+  data::Image grid;
+  grid.width = cw * cols, grid.height = ch * rows, grid.channels = 3;
+  grid.pixels.assign(static_cast<size_t>(grid.width * grid.height * 3), 114);
+  for (size_t i = 0; i < n; ++i) {
+    data::Image im = images[i];
+    data::draw_detections(im, found[i], names);
+    const int64_t ox = static_cast<int64_t>(i % 2) * cw, oy = static_cast<int64_t>(i / 2) * ch;
+    for (int64_t y = 0; y < im.height; ++y)
+      std::copy_n(im.pixels.data() + y * im.width * 3, im.width * 3,
+                  grid.pixels.data() + ((oy + y) * grid.width + ox) * 3);
+  }
+  data::write_image(grid, jpg);
+}
 
 void write_results_plot(const std::filesystem::path& csv, const std::filesystem::path& png) {
   std::ifstream in(csv);

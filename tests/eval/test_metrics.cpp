@@ -133,6 +133,26 @@ TEST(Metrics, FalsePositiveThenTruePositive) {
   EXPECT_NEAR(r.mr, 1.0, kTol);
 }
 
+// The PR curve at IoU 0.5: a false positive ranked first, then the true positive: precision 1/2 up to recall 1 (the
+// envelope of [1, 0, 1/2, 0] at recalls [0, 0, 1, 1]: [1, 1/2, 1/2, 0]), 0 at recall exactly 1 (the padding); a class
+// without detections is all 0.
+TEST(Metrics, PrecisionRecallCurve) {
+  DetectionMetrics m(2);
+  const std::vector<GroundTruth> labels = {{{0, 0, 10, 10}, 0}, {{50, 50, 60, 60}, 1}};
+  m.add_image(std::vector<Detection>{det({20, 20, 30, 30}, 0.9f, 0), det({0, 0, 10, 10}, 0.8f, 0)}, labels);
+  const MetricsResult r = m.compute();
+  ASSERT_EQ(r.classes.size(), 2u);
+  const std::vector<double>& c0 = r.classes[0].pr_curve;
+  ASSERT_EQ(c0.size(), static_cast<size_t>(kPrCurvePoints));
+  EXPECT_DOUBLE_EQ(c0[0], 0.5);  // recall 0 appears twice (padding, the false positive): np.interp takes the last
+  EXPECT_DOUBLE_EQ(c0[1], 0.5);
+  EXPECT_DOUBLE_EQ(c0[500], 0.5);
+  EXPECT_DOUBLE_EQ(c0[998], 0.5);
+  EXPECT_DOUBLE_EQ(c0[999], 0.0);
+  for (double p : r.classes[1].pr_curve) EXPECT_EQ(p, 0.0);
+  EXPECT_EQ(r.classes[1].pr_curve.size(), static_cast<size_t>(kPrCurvePoints));
+}
+
 TEST(Metrics, LabelKeepsLowestDetectionIndexNotBestIou) {
   // Both detections' best pair is the label; the label keeps the first in detection order (det 0, IoU 0.625), so the
   // exact box (det 1) is an FP up to 0.60 and the TP from 0.65 on (where det 0 no longer pairs).

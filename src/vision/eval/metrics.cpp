@@ -135,7 +135,10 @@ std::vector<double> smooth_box(std::span<const double> y, double fraction) {
   return out;
 }
 
-double average_precision(std::span<const double> recall, std::span<const double> precision) {
+namespace {
+// The padded recall and its precision envelope: recall [0, r…, 1], precision [1, p…, 0] made non-increasing.
+std::pair<std::vector<double>, std::vector<double>> envelope(std::span<const double> recall,
+                                                             std::span<const double> precision) {
   std::vector<double> mrec, mpre;
   mrec.reserve(recall.size() + 2);
   mpre.reserve(precision.size() + 2);
@@ -146,6 +149,12 @@ double average_precision(std::span<const double> recall, std::span<const double>
   mpre.insert(mpre.end(), precision.begin(), precision.end());
   mpre.push_back(0.0);
   for (size_t i = mpre.size() - 1; i-- > 0;) mpre[i] = std::max(mpre[i], mpre[i + 1]);  // envelope
+  return {mrec, mpre};
+}
+}  // namespace
+
+double average_precision(std::span<const double> recall, std::span<const double> precision) {
+  const auto [mrec, mpre] = envelope(recall, precision);
   const std::vector<double> x = linspace(0.0, 1.0, kApPoints);
   double prev = interp(x[0], mrec, mpre, 0.0, 0.0), ap = 0;
   for (size_t i = 1; i < x.size(); ++i) {
@@ -184,6 +193,7 @@ MetricsResult DetectionMetrics::compute() const {
     std::vector<size_t> idx;
     for (size_t i : order)
       if (records_[i].cls == m.cls) idx.push_back(i);
+    m.pr_curve.assign(kPrCurvePoints, 0.0);
     if (idx.empty()) continue;  // AP 0, P = R = 0
     const size_t np = idx.size();
     const double nl = static_cast<double>(m.instances);
@@ -199,6 +209,11 @@ MetricsResult DetectionMetrics::compute() const {
       }
       m.ap_per_iou[static_cast<size_t>(t)] = average_precision(recall, precision);
       if (t == 0) {
+        const auto [mrec, mpre] = envelope(recall, precision);
+        const std::vector<double> rx = linspace(0.0, 1.0, kPrCurvePoints);
+        m.pr_curve.resize(kPrCurvePoints);
+        for (int i = 0; i < kPrCurvePoints; ++i)
+          m.pr_curve[static_cast<size_t>(i)] = interp(rx[static_cast<size_t>(i)], mrec, mpre, 0.0, 0.0);
         for (int i = 0; i < kCurvePoints; ++i) {
           const double x = -conf_grid[static_cast<size_t>(i)];
           r_curve[k][static_cast<size_t>(i)] = interp(x, neg_conf, recall, 0.0, recall.back());

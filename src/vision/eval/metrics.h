@@ -67,7 +67,11 @@ struct ClassMetrics {
   double ap50 = 0;
   double ap = 0;  // AP50-95: the mean of ap_per_iou
   std::array<double, kNumIouThresholds> ap_per_iou = {};
+  // The precision-recall curve at IoU 0.5 (what ultralytics plots): the precision envelope of the padded curve (see
+  // average_precision) at kPrCurvePoints recalls linspace(0, 1); all 0 for a class without detections.
+  std::vector<double> pr_curve;
 };
+inline constexpr int kPrCurvePoints = 1000;
 
 struct MetricsResult {
   std::vector<ClassMetrics> classes;  // the classes present in the labels, ascending

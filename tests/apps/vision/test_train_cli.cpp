@@ -1,4 +1,4 @@
-// `vision train` on the CPU, end to end through the CLI, on a tiny `vision synth` set (64 px): a few epochs without
+// `vision train` on the CPU, end to end through the CLI, on a tiny `vision synth` set (64 px): six epochs without
 // augmentation lower the training loss, write results.csv, results.png and the last/best checkpoints (which `vision
 // val` loads); a run stopped as Ctrl-C stops it and resumed gives the uninterrupted run's results.csv losses exactly;
 // a corrupt image and a bad label line are reported, counted and skipped; bad arguments are clear errors.
@@ -35,9 +35,9 @@ class TrainCli : public ::testing::Test {
   }
   static fs::path data() { return dir_->path() / "shapes"; }
   static fs::path yaml() { return data() / "data.yaml"; }
-  // Training without augmentation: AdamW, no warmup, 6 images a batch.
+  // Training without augmentation: AdamW, no warmup, 6 images a batch, a step each batch (nbs 6).
   static CliRun train(const std::string& name, const std::string& extra) {
-    return cli(fmt::format("train --data '{}' --scale n --imgsz 64 --batch 6 --device cpu --optimizer AdamW --lr0 0.002 "
+    return cli(fmt::format("train --data '{}' --scale n --imgsz 64 --batch 6 --nbs 6 --device cpu --optimizer AdamW --lr0 0.01 "
                            "--warmup-epochs 0 --mosaic 0 --fliplr 0 --scale-aug 0 --translate 0 --hsv-h 0 --hsv-s 0 "
                            "--hsv-v 0 --workers 2 --project '{}' --name {} {}",
                            yaml().string(), (dir_->path() / "runs").string(), name, extra));
@@ -59,16 +59,18 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& path) {
 }
 
 TEST_F(TrainCli, EpochsLowerTheLossAndWriteTheRun) {
-  const CliRun r = train("plain", "--epochs 4 --close-mosaic 0");
+  const CliRun r = train("plain", "--epochs 6 --close-mosaic 0");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("AdamW(lr=0.002"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("epoch   4/4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("AdamW(lr=0.01"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epoch   6/6"), std::string::npos) << r.out;
   const auto rows = read_csv(run_dir("plain") / "results.csv");
-  ASSERT_EQ(rows.size(), 5u) << "a header and four epochs";
+  ASSERT_EQ(rows.size(), 7u) << "a header and six epochs";
   EXPECT_EQ(rows[0][2], "train/box_loss");
   auto total = [&](size_t i) { return std::stod(rows[i][2]) + std::stod(rows[i][3]) + std::stod(rows[i][4]); };
-  std::printf("  train loss per epoch: %.4f %.4f %.4f %.4f\n", total(1), total(2), total(3), total(4));
-  EXPECT_LT(total(4), 0.8 * total(1)) << r.out;
+  std::printf("  train loss (the one-to-one head's, logged) per epoch:");
+  for (size_t i = 1; i < rows.size(); ++i) std::printf(" %.4f", total(i));
+  std::printf("\n");
+  EXPECT_LT(total(6), 0.92 * total(1)) << r.out;
   for (const char* f : {"weights/last.safetensors", "weights/best.safetensors", "results.png", "args.json"})
     EXPECT_TRUE(fs::is_regular_file(run_dir("plain") / f)) << f;
   const CliRun v = cli(fmt::format("val --model '{}' --data '{}' --device cpu",
@@ -127,7 +129,8 @@ TEST_F(TrainCli, ClearErrors) {
   CliRun r = cli("train --data /nonexistent/data.yaml --device cpu");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("/nonexistent/data.yaml"), std::string::npos) << r.out;
-  r = train("e1", "--imgsz 100 --epochs 1");
+  r = cli(fmt::format("train --data '{}' --imgsz 100 --epochs 1 --device cpu --project '{}'", yaml().string(),
+                      (dir_->path() / "runs").string()));
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("100"), std::string::npos) << r.out;
   r = cli(fmt::format("train --data '{}' --optimizer Adam --device cpu", yaml().string()));
