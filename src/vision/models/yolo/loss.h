@@ -32,17 +32,17 @@
 #include <string>
 
 #include "vision/graph/graph.h"
+#include "vision/models/yolo/blocks/detect.h"
 #include "vision/models/yolo/kernels/loss/assigner.h"
 #include "vision/models/yolo/kernels/loss/ciou.h"
 #include "vision/models/yolo/kernels/loss/loss_sum.h"
 
 namespace vision::models::yolo {
 
-// The raw outputs of one detect head, the anchors of P3, P4, P5 concatenated (detect_decode.h's layout).
-struct HeadOutputs {
-  graph::SymTensor ltrb;    // [B, 4, A] LTRB distances in grid units
-  graph::SymTensor logits;  // [B, nc, A] class logits
-};
+// The raw outputs of one detect head, the anchors of P3, P4, P5 concatenated (detect_decode.h's layout): ltrb
+// [B, 4, A] LTRB distances in grid units, logits [B, nc, A] class logits. The Detect head's own type, so that the
+// training graph hands record_yolo26_training's heads straight to the loss.
+using blocks::HeadOutputs;
 
 // What both heads' losses share: the targets and the level maps that give the input size (and so the anchor grid).
 struct LossTargets {
