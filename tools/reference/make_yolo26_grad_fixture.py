@@ -19,11 +19,15 @@ Stored (every float tensor the float64 result rounded to f32):
     loss.<head>.box / .cls / .l1 [1] (ungained, divided by target_scores_sum), <head> o2m and o2o
     grad.<key>          the gradient of loss.total for every trainable parameter (366 tensors, ultralytics keys)
     bn.<key>            every BatchNorm running_mean / running_var after the step
-    err.<name> [4] f32  the reference's own float32 error against its float64 result: ‖f32 − f64‖/‖f64‖,
+    err.<name> [8] f32  the reference's own float32 error against its float64 result: ‖f32 − f64‖/‖f64‖,
                         max|f32 − f64|, and the same for the change of the tensor in the step (bn.* only: new − old,
-                        whose error the running statistics' large old part hides; NaN elsewhere)
+                        whose error the running statistics' large old part hides; NaN elsewhere); [0:4] of the float32
+                        run in NCHW, [4:8] of one in channels_last
 
-The float32 run is PyTorch on the CPU in float32 (no TF32 there); its gradients are not stored, only their errors.
+Both float32 runs are PyTorch on the CPU (no TF32 there); channels_last takes other convolution and BatchNorm kernels,
+and on this step its gradients' errors are about 3.5× those of NCHW (median 8.7e-5 against 2.5e-5). The CPU test holds
+ours to the NCHW run's errors; the CUDA test, whose natural peer (PyTorch on CUDA) the fixture cannot run, to the
+larger of the two. Their gradients are not stored, only the errors.
 bf16 is left out: PyTorch 1.13's CPU autocast does not emulate what our bf16 plans do (bf16 activations with f32
 BatchNorm statistics and losses), so its error would bound nothing meaningful.
 
@@ -76,12 +80,14 @@ def draw_targets(gen):
     return targets.float(), torch.tensor(counts, dtype=torch.int32)
 
 
-def step(model, images, targets, count, dtype):
+def step(model, images, targets, count, dtype, channels_last=False):
     """One training forward + backward in dtype on a copy of the model: the results named as in the fixture, the
-    BatchNorm buffers after the step and each head's assignment."""
-    m = copy.deepcopy(model).to(dtype)
+    BatchNorm buffers after the step and each head's assignment. channels_last: the model and the input in that memory
+    format (other convolution and BatchNorm kernels, so other rounding)."""
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    m = copy.deepcopy(model).to(dtype).to(memory_format=fmt)
     m.train()
-    out = m(images.to(dtype) / 255)
+    out = m((images.to(dtype) / 255).contiguous(memory_format=fmt))
     heads = {h: out[k] for h, k in HEADS.items()}
     total, components, terms, assignments = e2e_loss(heads, targets.to(dtype), count, (H, W), *WEIGHTS)
     total.backward()
@@ -117,7 +123,8 @@ def main():
         if not reasons:
             ref64, gt64 = step(model, images, targets, count, torch.float64)
             ref32, gt32 = step(model, images, targets, count, torch.float32)
-            if any(not torch.equal(gt64[h], gt32[h]) for h in HEADS):
+            cl32, gtcl = step(model, images, targets, count, torch.float32, channels_last=True)
+            if any(not torch.equal(gt64[h], gt32[h]) or not torch.equal(gt64[h], gtcl[h]) for h in HEADS):
                 reasons.append("the float32 reference assigns differently")
             zero = [n for n, t in ref64.items() if n.startswith("grad.") and t.norm() == 0]
             if zero:  # a level without a positive of a head: its box branch gets no gradient
@@ -133,14 +140,16 @@ def main():
                "weights": torch.tensor(WEIGHTS, dtype=torch.float32)}
     worst = {}
     for name, r in ref64.items():
-        d = ref32[name].double() - r
-        rel = (d.norm() / r.norm()).item() if r.norm() > 0 else math.nan
-        err = [rel, d.abs().max().item(), math.nan, math.nan]
-        if name.startswith("bn."):
-            before = old[name[3:]].double()
-            delta, delta32 = r - before, ref32[name].double() - before
-            dd = delta32 - delta
-            err[2:] = [(dd.norm() / delta.norm()).item(), dd.abs().max().item()]
+        err = []
+        for f32 in (ref32, cl32):
+            d = f32[name].double() - r
+            err += [(d.norm() / r.norm()).item() if r.norm() > 0 else math.nan, d.abs().max().item()]
+            if name.startswith("bn."):
+                delta = r - old[name[3:]].double()
+                err += [(d.norm() / delta.norm()).item(), d.abs().max().item()]
+            else:
+                err += [math.nan, math.nan]
+        rel = err[0]
         tensors[name] = r
         tensors["err." + name] = torch.tensor(err, dtype=torch.float32)
         cat = name.split(".")[0]
