@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/yolo/yolo26_fixture.h"
@@ -73,7 +74,8 @@ struct StepResult {
   std::map<std::string, std::vector<float>> grads;    // by parameter key
   std::map<std::string, std::vector<float>> buffers;  // BatchNorm running_mean / running_var by key
   size_t parameters = 0;                              // trainable tensors in the state
-  double seconds = 0;                                 // the fixture step's forward_train + backward
+  double seconds = 0;                                 // the fixture step's forward_train + backward (and
+                                                      // the loss outputs' download)
 };
 
 // One training step on the fixture batch with the fixture's weights loaded in Mode::train. Before it, a step on random
@@ -98,12 +100,12 @@ inline StepResult run_step(graph::Executor& ex) {
   ex.backend().synchronize();
   const auto start = std::chrono::steady_clock::now();
   const std::vector<core::Tensor> out = ex.forward_train(in);
+  EXPECT_EQ(out.size(), kLossOutputs.size());
+  for (size_t i = 0; i < out.size() && i < kLossOutputs.size(); ++i)  // before backward reuses the arena
+    r.outputs[kLossOutputs[i]] = ex.backend().download(out[i]).to_vector();
   ex.backward();
   ex.backend().synchronize();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(out.size(), kLossOutputs.size());
-  for (size_t i = 0; i < out.size() && i < kLossOutputs.size(); ++i)
-    r.outputs[kLossOutputs[i]] = ex.backend().download(out[i]).to_vector();
   for (const graph::StateEntry& e : state.entries()) {
     if (e.kind == graph::StateKind::parameter) {
       ++r.parameters;
@@ -143,6 +145,7 @@ constexpr double kReductionFloor = 4e-6;
 
 // Per category: the compared tensors and the worst one, by error / bound.
 struct Summary {
+  explicit Summary(std::string name) : category(std::move(name)) {}
   std::string category;
   int compared = 0;
   double worst_ratio = -1, worst_rel = 0, worst_bound = 0;
