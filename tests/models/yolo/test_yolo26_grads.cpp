@@ -1,0 +1,20 @@
+// YOLO26n's gradients on the CPU backend against the independent PyTorch reference (yolo26_grads_fixture.h): one
+// training step of record_yolo26_training + e2e_loss — BatchNorm on batch statistics, the one-to-one head on detached
+// features, E2ELoss with (o2m, o2o) = (0.8, 0.2) — on 4 images of 160×160 with 0–20 boxes each: the loss and its terms,
+// every parameter's gradient and every BatchNorm running statistic within 2× the reference's own float32 error.
+#include <gtest/gtest.h>
+
+#include "models/yolo/yolo26_grads_fixture.h"
+
+using namespace vision;
+using namespace vision::test::yolo26_grads;
+
+namespace {
+
+TEST(Yolo26Grads, EveryGradientMatchesTheReference) {
+  graph::Executor ex(training_loss_graph(fixture().at("targets").dim(1)), graph::cpu_backend());
+  const StepResult r = run_step(ex);
+  expect_matches_fixture(r);
+}
+
+}  // namespace
