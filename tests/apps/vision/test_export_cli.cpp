@@ -75,6 +75,27 @@ TEST(ExportCli, FusedModelsPredictLikeTheCheckpoint) {
   EXPECT_EQ(got16[0]["class"], want[0]["class"]);
   EXPECT_NEAR(got16[0]["confidence"].get<double>(), want[0]["confidence"].get<double>(), 2e-2);
 
+  // A training checkpoint (train/checkpoint.h) holds the live model under "train." and the optimizer state under
+  // "optimizer." beside the EMA weights: only the model is exported, the same tensors as from the plain weights.
+  core::SafetensorsFile ckpt = core::read_safetensors(full);
+  const size_t n_model = ckpt.tensors.size();
+  for (size_t i = 0; i < n_model; ++i) {
+    const auto [name, t] = ckpt.tensors[i];  // copies: the vector grows below
+    if (name.find(".bn.") == std::string::npos) continue;
+    ckpt.tensors.emplace_back("train." + name, t);
+    ckpt.tensors.emplace_back("optimizer." + name + ".momentum_buffer", t);
+  }
+  const fs::path ckpt_path = dir.path() / "checkpoint.safetensors", from_ckpt = dir.path() / "from_ckpt.safetensors";
+  core::write_safetensors(ckpt_path, ckpt.tensors, ckpt.metadata);
+  out = run(fmt::format("export --model '{}' --out '{}'", ckpt_path.string(), from_ckpt.string()), &code);
+  ASSERT_EQ(code, 0) << out;
+  const core::SafetensorsFile c = core::read_safetensors(from_ckpt);
+  ASSERT_EQ(c.tensors.size(), b.tensors.size()) << "tensors beside the model were exported";
+  for (size_t i = 0; i < c.tensors.size(); ++i) {
+    EXPECT_EQ(c.tensors[i].first, b.tensors[i].first);
+    EXPECT_EQ(c.tensors[i].second.to_vector(), b.tensors[i].second.to_vector()) << c.tensors[i].first;
+  }
+
   // Exporting an exported model, or onto the input itself, is refused.
   out = run(fmt::format("export --model '{}' --out '{}'", f16.string(), (dir.path() / "again.safetensors").string()),
             &code);

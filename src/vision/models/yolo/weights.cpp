@@ -211,7 +211,9 @@ ExportedWeights fold_batchnorm(const core::SafetensorsFile& full, core::DType dt
   const double eps = static_cast<double>(blocks::kBatchNormEps);
   ExportedWeights out;
   for (const auto& [name, t] : full.tensors) {
-    if (is_head_key(name, blocks::DetectHead::one_to_many)) continue;
+    // Only the model's own tensors: a training checkpoint also holds the live model ("train.…") and the optimizer
+    // state ("optimizer.…") beside the EMA weights under the plain names (train/checkpoint.h).
+    if (!name.starts_with("model.") || is_head_key(name, blocks::DetectHead::one_to_many)) continue;
     const size_t bn = name.rfind(".bn.");
     if (bn != std::string::npos) {
       if (!name.ends_with(".bn.weight")) continue;  // bias and statistics are read with the weight
