@@ -330,6 +330,13 @@ int run_train(TrainOptions o) {
   // The running sums of the epoch in progress (an interrupted epoch's, carried over by a resume).
   std::array<double, 3> sums = {0, 0, 0};
   int64_t seen = 0;
+  // results.csv's time column counts the whole run: the seconds of the invocations before a resume too.
+  const double elapsed_before = checkpoint && checkpoint->state.extra.contains("elapsed")
+                                    ? checkpoint->state.extra.at("elapsed").get<double>()
+                                    : 0.0;
+  auto run_seconds = [&] {
+    return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  };
   if (checkpoint && checkpoint->state.extra.contains("epoch_sums")) {
     const json& e = checkpoint->state.extra;
     for (size_t k = 0; k < 3; ++k) sums[k] = e.at("epoch_sums").at(k).get<double>();
@@ -337,7 +344,7 @@ int run_train(TrainOptions o) {
   }
   size_t problems_shown = 0;
   auto save_last = [&](bool between_epochs) {
-    json extra{{"best_epoch", best_epoch}, {"interrupted", !between_epochs}};
+    json extra{{"best_epoch", best_epoch}, {"interrupted", !between_epochs}, {"elapsed", run_seconds()}};
     if (!between_epochs) extra["epoch_sums"] = sums, extra["epoch_seen"] = seen;
     trainer.save_checkpoint(last, options_json(o), best_fitness, extra);
   };
@@ -400,7 +407,7 @@ int run_train(TrainOptions o) {
     }
     const double fitness = o.val ? m.fitness : 0.0;
     const double n = std::max<int64_t>(seen, 1);
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    const double elapsed = run_seconds();
     fmt::print("epoch {:>3}/{}  box {:.4f} cls {:.4f} l1 {:.4f}  P {:.3f} R {:.3f} mAP50 {:.3f} mAP50-95 {:.3f}  "
                "{:.1f} s ({:.0f} img/s)\n",
                epoch + 1, o.epochs, sums[0] / n, sums[1] / n, sums[2] / n, m.mp, m.mr, m.map50, m.map, train_s,
@@ -434,8 +441,7 @@ int run_train(TrainOptions o) {
     write_prediction_grid(std::span<const data::Image>(val.images.data(), n), found, info.names,
                           run_dir / "val_pred.jpg");
   }
-  fmt::print("vision train: done in {}; best fitness {:.4f} at epoch {}; weights in {}\n",
-             duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count()),
+  fmt::print("vision train: done in {}; best fitness {:.4f} at epoch {}; weights in {}\n", duration(run_seconds()),
              best_fitness, best_epoch, weights_dir.string());
   const data::LoaderCounts c = loader.counts();
   if (c.corrupt > 0 || train_set.counts.bad_lines > 0)
