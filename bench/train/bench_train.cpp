@@ -3,7 +3,7 @@
 // compute dtype; prints one table (ms per step, images/s, and where the step's time goes) and JSON lines for run.sh.
 //
 //   bench_train [--scales n,s] [--dtypes f32,bf16] [--batch 64] [--imgsz 640] [--steps 10] [--warmup 3]
-//               [--optimizer SGD] [--json FILE]
+//               [--optimizer SGD] [--json FILE] [--profile]
 // The images live on the device (as the peer's do); the upload of the host batch is timed on its own and printed.
 // Timing: `steps` iterations after `warmup`, each waited for (the trainer reads the loss and the gradient norm back
 // every step); the phases are timed in a second pass with TrainerOptions::profile (waits after each phase).
@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +20,7 @@
 
 #include "vision/core/dtype.h"
 #include "vision/graph/backend.h"
+#include "vision/graph/plan.h"
 #include "vision/models/yolo/trainer.h"
 
 namespace {
@@ -73,6 +75,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup);
   app.add_option("--optimizer", optimizer);
   app.add_option("--json", json_path);
+  bool profile = false;
+  app.add_flag("--profile", profile, "per-op profile of one step's forward and backward (stderr)");
   CLI11_PARSE(app, argc, argv);
   auto split = [](const std::string& s) {
     std::vector<std::string> out;
@@ -128,6 +132,20 @@ int main(int argc, char** argv) {
             t.train_batch(b.images, b.targets, b.count);
             backend->synchronize();
             ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          }
+          if (profile) {
+            // The training plan's steps: the forward (the plan's inputs as the trainer gives them: the batch's 16
+            // target rows are its bucket) and one train_batch's backward.
+            graph::Plan& plan = *t.executor().last_train_plan();
+            const std::array<float, 2> w = t.loss_weights();
+            const Tensor weights = Tensor::from_vector(Shape{2}, std::vector<float>{w[0], w[1]});
+            const auto fwd = plan.profile_forward({b.images, b.targets, b.count, weights}, 5);
+            std::vector<graph::Plan::StepTime> bwd;
+            plan.set_backward_profile(&bwd);
+            t.train_batch(b.images, b.targets, b.count);
+            plan.set_backward_profile(nullptr);
+            std::fprintf(stderr, "--- YOLO26%s %s forward (train mode)\n%s--- backward\n%s", sc.c_str(), dt.c_str(),
+                         graph::Plan::format_profile(fwd, 25).c_str(), graph::Plan::format_profile(bwd, 25).c_str());
           }
         }
         {

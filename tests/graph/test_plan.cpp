@@ -140,6 +140,37 @@ TEST(Plan, ProfileTimesEveryStepInOrderAndLeavesTheOutputAsForwardDoes) {
   EXPECT_THROW(plan.profile_forward({x}, 0), Error);
 }
 
+TEST(Plan, BackwardProfileTimesEveryStepInReverseOrderAndLeavesTheGradientsAsBackwardDoes) {
+  auto g = residual_graph();
+  Executor ex(g, cpu_backend());
+  auto x = random_tensor(Shape{2, 3, 4, 5});
+  ex.forward_train({x});
+  ex.backward();
+  const std::vector<float> want = ex.state().flat_grads().to_vector();
+  Plan& plan = *ex.last_train_plan();
+  std::vector<Plan::StepTime> times;
+  plan.set_backward_profile(&times);
+  ex.forward_train({x});
+  ex.state().flat_grads().fill(-1.0f);  // poison: the profiled backward must write every gradient again
+  ex.backward();
+  plan.set_backward_profile(nullptr);
+  EXPECT_EQ(ex.state().flat_grads().to_vector(), want);
+  // One entry per step with a backward, from the last step to the first.
+  std::vector<const PlanStep*> with_backward;
+  for (const PlanStep& s : plan.steps())
+    if (s.backward) with_backward.insert(with_backward.begin(), &s);
+  ASSERT_EQ(times.size(), with_backward.size());
+  ASSERT_GT(times.size(), 1u);
+  for (size_t i = 0; i < times.size(); ++i) {
+    EXPECT_EQ(times[i].name, with_backward[i]->name) << i;
+    EXPECT_EQ(times[i].op, with_backward[i]->op->name()) << i;
+    EXPECT_GE(times[i].ms, 0.0);
+  }
+  ex.forward_train({x});
+  ex.backward();  // no longer profiled
+  EXPECT_EQ(times.size(), with_backward.size());
+}
+
 TEST(Plan, BackwardAccumulatesMultiConsumerGradientsAndMatchesFiniteDifferences) {
   auto g = residual_graph();
   Executor ex(g, cpu_backend());

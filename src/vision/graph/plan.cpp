@@ -778,6 +778,8 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, fl
   VISION_CHECK(grad_outputs.empty() || grad_outputs.size() == graph_outputs_.size(),
                "backward: {} output gradients for {} outputs", grad_outputs.size(), graph_outputs_.size());
   std::vector<bool> written(values_.size(), false);
+  std::vector<std::pair<size_t, std::shared_ptr<void>>> marks;  // (step, the mark after it): with a backward profile
+  const std::shared_ptr<void> start = backward_profile_ ? backend_->mark() : nullptr;
   if (!accumulate) {
     // Parameters of steps the loss does not reach keep a zero gradient.
     for (auto& s : steps_)
@@ -883,6 +885,15 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, fl
     }
     for (auto& [dst, src] : adds) backend_->add_into(dst, src);
     for (auto& [dst, src] : converts) backend_->convert(dst, src, /*accumulate=*/true);
+    if (backward_profile_) marks.emplace_back(si, backend_->mark());
+  }
+  if (backward_profile_) {
+    const void* from = start.get();
+    for (const auto& [si, m] : marks) {
+      const PlanStep& s = steps_[si];
+      backward_profile_->push_back({s.name, s.op->name(), s.format, backend_->elapsed_ms(from, m.get())});
+      from = m.get();
+    }
   }
 }
 

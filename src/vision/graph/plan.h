@@ -105,6 +105,11 @@ class Plan {
   std::vector<StepTime> profile_forward(const std::vector<Tensor>& inputs, int repeats = 10);
   // The same as a table: the steps sorted by time (the top `top`, 0 = all), ms, share, and totals per op name.
   static std::string format_profile(const std::vector<StepTime>& times, size_t top = 0);
+  // Where a backward's time goes: while `into` is set, each backward brackets every step it runs (the op's backward
+  // with its gradient additions and conversions) with backend timestamps and appends one StepTime per step, in the
+  // order they ran (the first entry also holds the zeroing of the gradients and the seeding). Waits for the device at
+  // the end of such a backward. nullptr stops it.
+  void set_backward_profile(std::vector<StepTime>* into) { backward_profile_ = into; }
 
   // Inference on a backend with graph capture (CUDA): the first run is eager, the second captures the
   // steps into a graph, later runs replay it. On by default.
@@ -156,6 +161,7 @@ class Plan {
   std::shared_ptr<void> constants_;  // per-plan constants and derived tensors
   size_t arena_bytes_ = 0;
   bool forward_done_ = false;
+  std::vector<StepTime>* backward_profile_ = nullptr;
   bool graph_replay_ = true;
   bool has_derived_ = false;
   std::optional<uint64_t> refreshed_version_;  // the state version the derived tensors were computed from
