@@ -3,7 +3,8 @@
 # table with the speed-up over PyTorch's best mode per scale and dtype (required: ≥ 1.5×; see NOTES.md).
 # Build first: cmake --preset default -DVISION_BENCH=ON && cmake --build build --target bench_train
 # Usage: bench/train/run.sh [BUILD_DIR] [--scales n,s] [--batch 64] [--imgsz 640] [--steps 10]
-# Environment: PYTHON (a CUDA PyTorch; default python3), OUT_DIR (JSON lines and the table; default a temp dir).
+# Environment: PYTHON (a CUDA PyTorch; default python3), OUT_DIR (JSON lines and the table; default a temp dir),
+# OURS_ARGS (more bench_train options, e.g. --profile: the per-op profile of the step on stderr).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$(cd "$here/../.." && pwd)/build
@@ -21,7 +22,7 @@ done
 out=${OUT_DIR:-$(mktemp -d /tmp/bench_train.XXXXXX)}
 mkdir -p "$out"
 "$build/bench/train/bench_train" --scales "$scales" --dtypes f32,bf16 --batch "$batch" --imgsz "$imgsz" \
-  --steps "$steps" --json "$out/ours.jsonl"
+  --steps "$steps" --json "$out/ours.jsonl" ${OURS_ARGS:-}
 "${PYTHON:-python3}" "$here/peer.py" --scales "$scales" --modes f32,bf16 --batch "$batch" --imgsz "$imgsz" \
   --steps "$steps" --json "$out/peer.jsonl"
 "${PYTHON:-python3}" - "$out" <<'PY' | tee "$out/table.txt"
