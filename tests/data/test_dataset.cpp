@@ -67,6 +67,90 @@ TEST(Dataset, ReadsTheSynthDataFile) {
   EXPECT_GT(n, 0);
 }
 
+// Two loads compared field by field.
+void expect_same(const Dataset& a, const Dataset& b) {
+  ASSERT_EQ(a.samples.size(), b.samples.size());
+  for (size_t i = 0; i < a.samples.size(); ++i) {
+    EXPECT_EQ(a.samples[i].image, b.samples[i].image) << i;
+    EXPECT_EQ(a.samples[i].label, b.samples[i].label) << i;
+    ASSERT_EQ(a.samples[i].labels.size(), b.samples[i].labels.size()) << i;
+    for (size_t k = 0; k < a.samples[i].labels.size(); ++k) {
+      const LabelBox &x = a.samples[i].labels[k], &y = b.samples[i].labels[k];
+      EXPECT_EQ(x.cls, y.cls);  // the doubles exactly: the cache must not round them
+      EXPECT_EQ(x.cx, y.cx);
+      EXPECT_EQ(x.cy, y.cy);
+      EXPECT_EQ(x.w, y.w);
+      EXPECT_EQ(x.h, y.h);
+    }
+  }
+  EXPECT_EQ(a.problems, b.problems);
+  EXPECT_EQ(a.counts.images, b.counts.images);
+  EXPECT_EQ(a.counts.label_files, b.counts.label_files);
+  EXPECT_EQ(a.counts.missing_labels, b.counts.missing_labels);
+  EXPECT_EQ(a.counts.instances, b.counts.instances);
+  EXPECT_EQ(a.counts.bad_lines, b.counts.bad_lines);
+}
+
+TEST(Dataset, LabelCacheServesAnUnchangedSplitAndIsRebuiltWhenItChanges) {
+  test::TempDir dir;
+  synth::DatasetOptions o;
+  o.out = dir.path() / "shapes";
+  o.train = 1;
+  o.val = 5;
+  o.imgsz = 64;
+  synth::write_dataset(o);
+  const fs::path yaml = o.out / "data.yaml", labels = o.out / "labels" / "val";
+  // A bad line and an image without labels, so problems and counts have something to keep.
+  test::write_file(labels / "000001.txt", test::read_file(labels / "000001.txt") + "7 0.5 0.5 0.1 0.1\n");
+  fs::remove(labels / "000002.txt");
+
+  const Dataset parsed = load_dataset(yaml, "val");
+  EXPECT_FALSE(parsed.from_cache);
+  EXPECT_EQ(parsed.cache, o.out / "labels" / "val.cache");
+  ASSERT_TRUE(fs::is_regular_file(parsed.cache));
+  EXPECT_EQ(parsed.counts.missing_labels, 1);
+  EXPECT_EQ(parsed.counts.bad_lines, 1);
+  const Dataset cached = load_dataset(yaml, "val");
+  EXPECT_TRUE(cached.from_cache);
+  expect_same(parsed, cached);
+  const Dataset uncached = load_dataset(yaml, "val", /*use_cache=*/false);
+  EXPECT_FALSE(uncached.from_cache);
+  expect_same(parsed, uncached);
+
+  // A label file changed: parsed again, and the cache rewritten for the next load.
+  test::write_file(labels / "000000.txt", "0 0.5 0.5 0.25 0.25\n1 0.25 0.25 0.125 0.125\n1 0.75 0.75 0.125 0.125\n"
+                                          "2 0.5 0.25 0.0625 0.0625\n2 0.5 0.75 0.0625 0.0625\n0 0.1 0.1 0.1 0.1\n"
+                                          "0 0.9 0.9 0.1 0.1\n0 0.1 0.9 0.1 0.1\n0 0.9 0.1 0.1 0.1\n"
+                                          "5 0.3 0.3 0.1 0.1\n5 0.7 0.7 0.1 0.1\n5 0.3 0.7 0.1 0.1\n4 0.7 0.3 0.1 0.1\n");
+  const Dataset changed = load_dataset(yaml, "val");
+  EXPECT_FALSE(changed.from_cache);
+  ASSERT_EQ(changed.samples[0].labels.size(), 13u);  // more than vision synth writes (1–12)
+  EXPECT_EQ(changed.samples[0].labels[12].cls, 4);
+  EXPECT_EQ(changed.counts.instances, parsed.counts.instances - static_cast<int64_t>(parsed.samples[0].labels.size()) + 13);
+  EXPECT_TRUE(load_dataset(yaml, "val").from_cache);
+  // A label file added back, and an image removed.
+  test::write_file(labels / "000002.txt", "3 0.5 0.5 0.2 0.2\n");
+  Dataset d = load_dataset(yaml, "val");
+  EXPECT_FALSE(d.from_cache);
+  EXPECT_EQ(d.counts.missing_labels, 0);
+  fs::remove(o.out / "images" / "val" / "000004.jpg");
+  d = load_dataset(yaml, "val");
+  EXPECT_FALSE(d.from_cache);
+  EXPECT_EQ(d.samples.size(), 4u);
+  const Dataset now = load_dataset(yaml, "val");
+  EXPECT_TRUE(now.from_cache);
+  expect_same(d, now);
+
+  // A corrupt or foreign cache is rebuilt without an error.
+  for (const char* junk : {"{\"version\": 1, \"fingerprint\": \"", "not json", "{\"version\": 99}"}) {
+    test::write_file(now.cache, junk);
+    const Dataset again = load_dataset(yaml, "val");
+    EXPECT_FALSE(again.from_cache) << junk;
+    expect_same(now, again);
+    EXPECT_TRUE(load_dataset(yaml, "val").from_cache) << junk;
+  }
+}
+
 TEST(Dataset, NamesFormsAndPath) {
   test::TempDir dir;
   make_tree(dir.path() / "data");

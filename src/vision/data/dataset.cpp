@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <unistd.h>
 
 #include "vision/core/error.h"
 
@@ -587,7 +588,117 @@ std::vector<fs::path> list_images(std::span<const fs::path> sources) {
   return images;
 }
 
-Dataset load_dataset(const fs::path& data_file, const std::string& split) {
+namespace {
+
+// The label cache: one JSON file per split beside its labels, valid while the fingerprint — the image paths, each
+// label file's presence, size and modification time, nc and the cache version — is unchanged.
+constexpr int kLabelCacheVersion = 1;
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+std::string label_fingerprint(const std::vector<fs::path>& images, int64_t nc) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](const auto& v) { h = fnv1a(h, &v, sizeof v); };
+  mix(kLabelCacheVersion);
+  mix(nc);
+  for (const fs::path& image : images) {
+    const std::string path = image.string();
+    mix(path.size());
+    h = fnv1a(h, path.data(), path.size());
+    const fs::path label = label_path(image);
+    std::error_code ec;
+    const bool exists = fs::is_regular_file(label, ec);
+    mix(exists);
+    if (!exists) continue;
+    const auto size = static_cast<uint64_t>(fs::file_size(label, ec));
+    const auto time = static_cast<int64_t>(fs::last_write_time(label, ec).time_since_epoch().count());
+    mix(size);
+    mix(time);
+  }
+  return fmt::format("{:016x}", h);
+}
+
+// Samples, problems and counts from a cache whose fingerprint matches; false for any other file (missing, another
+// fingerprint or version, malformed: it is rebuilt).
+bool read_label_cache(const fs::path& file, const std::string& fingerprint, const std::vector<fs::path>& images,
+                      Dataset& d) {
+  std::ifstream in(file);
+  if (!in) return false;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.at("version").get<int>() != kLabelCacheVersion || j.at("fingerprint").get<std::string>() != fingerprint)
+      return false;
+    const nlohmann::json& samples = j.at("samples");
+    if (samples.size() != images.size()) return false;
+    std::vector<Sample> out;
+    DatasetCounts counts;
+    out.reserve(images.size());
+    for (size_t i = 0; i < images.size(); ++i) {
+      Sample s{images[i], label_path(images[i]), {}};
+      const nlohmann::json& e = samples[i];
+      if (e.at("label").get<bool>()) ++counts.label_files;
+      else ++counts.missing_labels;
+      for (const nlohmann::json& b : e.at("boxes"))
+        s.labels.push_back({b.at(0).get<int64_t>(), b.at(1).get<double>(), b.at(2).get<double>(), b.at(3).get<double>(),
+                            b.at(4).get<double>()});
+      counts.instances += static_cast<int64_t>(s.labels.size());
+      out.push_back(std::move(s));
+    }
+    std::vector<std::string> problems = j.at("problems").get<std::vector<std::string>>();
+    counts.bad_lines = static_cast<int64_t>(problems.size());
+    counts.images = static_cast<int64_t>(out.size());
+    d.samples = std::move(out);
+    d.problems = std::move(problems);
+    d.counts = counts;
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Writes the cache atomically (a temporary file renamed over it); a folder that cannot be written is no error: the
+// next run parses the labels again.
+void write_label_cache(const fs::path& file, const std::string& fingerprint, const Dataset& d) {
+  nlohmann::json samples = nlohmann::json::array();
+  for (const Sample& s : d.samples) {
+    nlohmann::json boxes = nlohmann::json::array();
+    for (const LabelBox& b : s.labels) boxes.push_back({b.cls, b.cx, b.cy, b.w, b.h});
+    std::error_code ec;
+    samples.push_back({{"label", fs::is_regular_file(s.label, ec)}, {"boxes", std::move(boxes)}});
+  }
+  const nlohmann::json j{{"version", kLabelCacheVersion}, {"fingerprint", fingerprint}, {"samples", std::move(samples)},
+                         {"problems", d.problems}};
+  const fs::path tmp = fs::path(file).concat(fmt::format(".tmp{}", static_cast<long>(::getpid())));
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return;
+    out << j.dump();
+    if (!out.flush()) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, file, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
+}  // namespace
+
+fs::path label_cache_path(const std::vector<fs::path>& sources) {
+  if (sources.empty()) return {};
+  const fs::path& first = sources.front();
+  std::error_code ec;
+  if (fs::is_directory(first, ec)) return fs::path(label_path(first / "x.jpg").parent_path()).concat(".cache");
+  return fs::path(first).replace_extension(".cache");
+}
+
+Dataset load_dataset(const fs::path& data_file, const std::string& split, bool use_cache) {
   Dataset d;
   d.config = read_data_config(data_file);
   d.split = split;
@@ -597,6 +708,15 @@ Dataset load_dataset(const fs::path& data_file, const std::string& split) {
     std::string where;
     for (const fs::path& p : sources) where += (where.empty() ? "" : ", ") + p.string();
     fail("{}: the '{}' split has no images (.jpg, .jpeg, .png) in {}", data_file.string(), split, where);
+  }
+  std::string fingerprint;
+  if (use_cache) {
+    d.cache = label_cache_path(sources);
+    fingerprint = label_fingerprint(images, d.config.nc());
+    if (read_label_cache(d.cache, fingerprint, images, d)) {
+      d.from_cache = true;
+      return d;
+    }
   }
   for (const fs::path& image : images) {
     Sample s{image, label_path(image), {}};
@@ -614,6 +734,7 @@ Dataset load_dataset(const fs::path& data_file, const std::string& split) {
     d.samples.push_back(std::move(s));
   }
   d.counts.images = static_cast<int64_t>(d.samples.size());
+  if (use_cache) write_label_cache(d.cache, fingerprint, d);
   return d;
 }
 

@@ -102,10 +102,20 @@ struct Dataset {
   std::vector<Sample> samples;
   DatasetCounts counts;
   std::vector<std::string> problems;  // one per bad label line, "file:line: why", in sample order
+  std::filesystem::path cache;        // the label cache file (empty without one)
+  bool from_cache = false;            // the labels came from it, not from the label files
 };
 
 // Reads the data file and the split's label files. Throws as read_data_config does, and when the split lists no
 // images (naming the split's paths).
-Dataset load_dataset(const std::filesystem::path& data_file, const std::string& split = "val");
+// Label cache (with use_cache, as ultralytics' labels/<split>.cache): the parsed labels, the problems and the counts
+// are kept in a JSON file beside the labels (label_cache_path), written atomically, and a later load takes them from
+// it while the image paths, nc and every label file's presence, size and modification time are unchanged (a changed,
+// added or removed label or image, or a malformed cache, parses the label files again and rewrites it). A folder that
+// cannot be written is no error.
+Dataset load_dataset(const std::filesystem::path& data_file, const std::string& split = "val", bool use_cache = true);
+// The cache file of a split: for a folder of images `…/images/train`, `…/labels/train.cache` (the labels folder it
+// maps to, with .cache); for a list file `train.txt`, `train.cache` beside it.
+std::filesystem::path label_cache_path(const std::vector<std::filesystem::path>& sources);
 
 }  // namespace vision::data
