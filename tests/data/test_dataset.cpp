@@ -151,6 +151,67 @@ TEST(Dataset, LabelCacheServesAnUnchangedSplitAndIsRebuiltWhenItChanges) {
   }
 }
 
+TEST(Dataset, CocoAnnotations) {
+  test::TempDir dir;
+  const fs::path root = dir.path() / "coco";
+  fs::create_directories(root / "annotations");
+  fs::create_directories(root / "images" / "val2017");
+  write_image(Image(40, 20, 3, 90), root / "images" / "val2017" / "b.jpg");
+  write_image(Image(64, 32, 3, 90), root / "images" / "val2017" / "a.jpg");
+  test::write_file(root / "annotations" / "instances_val2017.json", R"({
+    "images": [{"id": 7, "file_name": "a.jpg", "width": 64, "height": 32},
+               {"id": 9, "file_name": "b.jpg", "width": 40, "height": 20},
+               {"id": 11, "file_name": "gone.jpg", "width": 40, "height": 20}],
+    "categories": [{"id": 3, "name": "bee"}, {"id": 1, "name": "ant"}],
+    "annotations": [
+      {"id": 1, "image_id": 7, "category_id": 3, "bbox": [8, 4, 16, 8], "iscrowd": 0},
+      {"id": 2, "image_id": 7, "category_id": 1, "bbox": [48, 16, 32, 32]},
+      {"id": 3, "image_id": 9, "category_id": 1, "bbox": [0, 0, 10, 5], "iscrowd": 1},
+      {"id": 4, "image_id": 9, "category_id": 5, "bbox": [0, 0, 10, 5]},
+      {"id": 5, "image_id": 9, "category_id": 1, "bbox": [0, 0, 0, 5]},
+      {"id": 6, "image_id": 9, "category_id": 3, "bbox": [10, 5, 20, 10]},
+      {"id": 8, "image_id": 11, "category_id": 3, "bbox": [10, 5, 20, 10]}]})");
+  test::write_file(root / "data.yaml", "val: annotations/instances_val2017.json\ntrain: images/val2017\n"
+                                       "names: [ant, bee]\n");
+  const Dataset d = load_dataset(root / "data.yaml", "val");
+  ASSERT_EQ(d.samples.size(), 2u);  // gone.jpg is not there
+  EXPECT_EQ(d.samples[0].image, root / "images" / "val2017" / "a.jpg");  // sorted by path
+  EXPECT_EQ(d.samples[0].label, root / "annotations" / "instances_val2017.json");
+  ASSERT_EQ(d.samples[0].labels.size(), 2u);
+  const LabelBox& bee = d.samples[0].labels[0];  // category 3: the second id, class 1
+  EXPECT_EQ(bee.cls, 1);
+  EXPECT_DOUBLE_EQ(bee.cx, 16.0 / 64);
+  EXPECT_DOUBLE_EQ(bee.cy, 8.0 / 32);
+  EXPECT_DOUBLE_EQ(bee.w, 16.0 / 64);
+  EXPECT_DOUBLE_EQ(bee.h, 8.0 / 32);
+  const LabelBox& ant = d.samples[0].labels[1];  // clipped to the image: x 48..64, y 16..32
+  EXPECT_EQ(ant.cls, 0);
+  EXPECT_DOUBLE_EQ(ant.cx, 56.0 / 64);
+  EXPECT_DOUBLE_EQ(ant.cy, 24.0 / 32);
+  EXPECT_DOUBLE_EQ(ant.w, 16.0 / 64);
+  EXPECT_DOUBLE_EQ(ant.h, 16.0 / 32);
+  ASSERT_EQ(d.samples[1].labels.size(), 1u);  // the crowd region skipped, the two bad ones reported
+  EXPECT_EQ(d.samples[1].labels[0].cls, 1);
+  EXPECT_DOUBLE_EQ(d.samples[1].labels[0].cx, 20.0 / 40);
+  EXPECT_EQ(d.counts.images, 2);
+  EXPECT_EQ(d.counts.instances, 3);
+  EXPECT_EQ(d.counts.bad_lines, 3);
+  ASSERT_EQ(d.problems.size(), 3u);
+  EXPECT_NE(d.problems[0].find("image 11: gone.jpg not found"), std::string::npos) << d.problems[0];
+  EXPECT_NE(d.problems[1].find("annotation 4: category 5"), std::string::npos) << d.problems[1];
+  EXPECT_NE(d.problems[2].find("annotation 5: bbox size 0"), std::string::npos) << d.problems[2];
+
+  // Another class count, and a file that is not COCO, are errors naming the file.
+  test::write_file(root / "three.yaml", "val: annotations/instances_val2017.json\ntrain: images/val2017\n"
+                                        "names: [ant, bee, cat]\n");
+  EXPECT_NE(error_of([&] { load_dataset(root / "three.yaml"); }).find("2 categories, but the data file"),
+            std::string::npos);
+  test::write_file(root / "annotations" / "other.json", "[1, 2]");
+  test::write_file(root / "other.yaml", "val: annotations/other.json\ntrain: images/val2017\nnames: [ant, bee]\n");
+  EXPECT_NE(error_of([&] { load_dataset(root / "other.yaml"); }).find("needs the arrays images, annotations"),
+            std::string::npos);
+}
+
 TEST(Dataset, NamesFormsAndPath) {
   test::TempDir dir;
   make_tree(dir.path() / "data");

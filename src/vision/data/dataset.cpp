@@ -688,6 +688,110 @@ void write_label_cache(const fs::path& file, const std::string& fingerprint, con
   if (ec) fs::remove(tmp, ec);
 }
 
+bool is_coco_source(const fs::path& source) {
+  std::error_code ec;
+  return fs::is_regular_file(source, ec) && lower(source.extension().string()) == ".json";
+}
+
+// Where a COCO image's file_name lives (see dataset.h); empty when it is nowhere.
+fs::path coco_image_path(const fs::path& root, const fs::path& json, const std::string& file_name) {
+  std::string stem = json.stem().string();
+  if (stem.starts_with("instances_")) stem = stem.substr(10);
+  const fs::path dir = json.parent_path();
+  std::error_code ec;
+  for (const fs::path& base : {root, dir, dir.parent_path() / stem, root / "images" / stem, root / stem}) {
+    const fs::path p = (base / file_name).lexically_normal();
+    if (fs::is_regular_file(p, ec)) return p;
+  }
+  return {};
+}
+
+// The samples of a COCO annotations file: one per image entry whose file exists (a missing one is a problem), its
+// non-crowd boxes normalised to the image's width and height; categories map to class indices in id order.
+void read_coco(const fs::path& json, const DataConfig& config, Dataset& d) {
+  const std::string name = json.string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(json, "COCO annotations file"));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not a COCO annotations file: {}", name, e.what());
+  }
+  VISION_CHECK(j.is_object() && j.contains("images") && j["images"].is_array() && j.contains("annotations") &&
+                   j["annotations"].is_array() && j.contains("categories") && j["categories"].is_array(),
+               "{}: a COCO annotations file needs the arrays images, annotations and categories", name);
+  std::vector<int64_t> ids;
+  try {
+    for (const nlohmann::json& c : j["categories"]) ids.push_back(c.at("id").get<int64_t>());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: a category without an integer id: {}", name, e.what());
+  }
+  std::sort(ids.begin(), ids.end());
+  VISION_CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end(), "{}: two categories share an id", name);
+  VISION_CHECK(static_cast<int64_t>(ids.size()) == config.nc(),
+               "{}: {} categories, but the data file {} names {} classes", name, ids.size(), config.file.string(),
+               config.nc());
+  std::map<int64_t, int64_t> class_of;
+  for (size_t i = 0; i < ids.size(); ++i) class_of[ids[i]] = static_cast<int64_t>(i);
+
+  struct Entry {
+    fs::path image;
+    double width = 0, height = 0;
+    std::vector<LabelBox> boxes;
+  };
+  std::map<int64_t, Entry> images;  // by image id
+  for (const nlohmann::json& im : j["images"]) {
+    try {
+      const int64_t id = im.at("id").get<int64_t>();
+      const std::string file = im.at("file_name").get<std::string>();
+      const double w = im.at("width").get<double>(), h = im.at("height").get<double>();
+      if (!(w > 0 && h > 0)) {
+        d.problems.push_back(fmt::format("{}: image {} ({}): width and height must be positive", name, id, file));
+        continue;
+      }
+      const fs::path p = coco_image_path(config.root, json, file);
+      if (p.empty()) {
+        d.problems.push_back(fmt::format("{}: image {}: {} not found", name, id, file));
+        continue;
+      }
+      images[id] = Entry{p, w, h, {}};
+    } catch (const nlohmann::json::exception& e) {
+      d.problems.push_back(fmt::format("{}: an image entry without id, file_name, width and height: {}", name, e.what()));
+    }
+  }
+  for (const nlohmann::json& a : j["annotations"]) {
+    try {
+      if (a.contains("iscrowd") && a["iscrowd"].get<int64_t>() != 0) continue;  // crowd regions are no targets
+      const int64_t id = a.at("id").get<int64_t>(), image = a.at("image_id").get<int64_t>(),
+                    category = a.at("category_id").get<int64_t>();
+      const auto e = images.find(image);
+      if (e == images.end()) continue;  // an image skipped above, or not listed
+      const auto c = class_of.find(category);
+      const std::vector<double> b = a.at("bbox").get<std::vector<double>>();
+      std::string why;
+      if (c == class_of.end()) why = fmt::format("category {} is not among the categories", category);
+      else if (b.size() != 4) why = fmt::format("bbox has {} values, not 4 (x, y, w, h)", b.size());
+      else if (!(b[2] > 0 && b[3] > 0)) why = fmt::format("bbox size {}×{} is not positive", b[2], b[3]);
+      if (why.empty()) {
+        const double W = e->second.width, H = e->second.height;
+        const double x1 = std::clamp(b[0], 0.0, W), y1 = std::clamp(b[1], 0.0, H),
+                     x2 = std::clamp(b[0] + b[2], 0.0, W), y2 = std::clamp(b[1] + b[3], 0.0, H);
+        if (x2 > x1 && y2 > y1)
+          e->second.boxes.push_back({c->second, (x1 + x2) / 2 / W, (y1 + y2) / 2 / H, (x2 - x1) / W, (y2 - y1) / H});
+        else
+          why = "bbox lies outside the image";
+      }
+      if (!why.empty()) d.problems.push_back(fmt::format("{}: annotation {}: {}", name, id, why));
+    } catch (const nlohmann::json::exception& e) {
+      d.problems.push_back(fmt::format("{}: an annotation without id, image_id, category_id and bbox: {}", name, e.what()));
+    }
+  }
+  for (auto& [id, e] : images) {
+    ++d.counts.label_files;
+    d.counts.instances += static_cast<int64_t>(e.boxes.size());
+    d.samples.push_back(Sample{e.image, json, std::move(e.boxes)});
+  }
+}
+
 }  // namespace
 
 fs::path label_cache_path(const std::vector<fs::path>& sources) {
@@ -702,15 +806,19 @@ Dataset load_dataset(const fs::path& data_file, const std::string& split, bool u
   Dataset d;
   d.config = read_data_config(data_file);
   d.split = split;
-  const std::vector<fs::path>& sources = d.config.split(split);
-  const std::vector<fs::path> images = list_images(sources);
-  if (images.empty()) {
+  std::vector<fs::path> sources, coco;  // YOLO-format sources; COCO annotation files
+  for (const fs::path& p : d.config.split(split)) (is_coco_source(p) ? coco : sources).push_back(p);
+  for (const fs::path& json : coco) read_coco(json, d.config, d);
+  const std::vector<fs::path> images = sources.empty() ? std::vector<fs::path>{} : list_images(sources);
+  if (images.empty() && d.samples.empty()) {
     std::string where;
-    for (const fs::path& p : sources) where += (where.empty() ? "" : ", ") + p.string();
+    for (const fs::path& p : d.config.split(split)) where += (where.empty() ? "" : ", ") + p.string();
     fail("{}: the '{}' split has no images (.jpg, .jpeg, .png) in {}", data_file.string(), split, where);
   }
+  // The label cache serves YOLO-format splits (a COCO file is parsed as fast as a cache would be).
+  const bool cached = use_cache && coco.empty();
   std::string fingerprint;
-  if (use_cache) {
+  if (cached) {
     d.cache = label_cache_path(sources);
     fingerprint = label_fingerprint(images, d.config.nc());
     if (read_label_cache(d.cache, fingerprint, images, d)) {
@@ -724,7 +832,6 @@ Dataset load_dataset(const fs::path& data_file, const std::string& split, bool u
     if (fs::exists(s.label, ec)) {
       ++d.counts.label_files;
       LabelFile labels = read_labels(s.label, d.config.nc());
-      d.counts.bad_lines += static_cast<int64_t>(labels.problems.size());
       for (std::string& p : labels.problems) d.problems.push_back(std::move(p));
       s.labels = std::move(labels.boxes);
     } else {
@@ -733,8 +840,12 @@ Dataset load_dataset(const fs::path& data_file, const std::string& split, bool u
     d.counts.instances += static_cast<int64_t>(s.labels.size());
     d.samples.push_back(std::move(s));
   }
+  if (!coco.empty())
+    std::stable_sort(d.samples.begin(), d.samples.end(),
+                     [](const Sample& a, const Sample& b) { return a.image < b.image; });
+  d.counts.bad_lines = static_cast<int64_t>(d.problems.size());
   d.counts.images = static_cast<int64_t>(d.samples.size());
-  if (use_cache) write_label_cache(d.cache, fingerprint, d);
+  if (cached) write_label_cache(d.cache, fingerprint, d);
   return d;
 }
 

@@ -16,6 +16,16 @@
 // with whatever is indented below them (ultralytics' `download: |` scripts included). Anything else malformed is a
 // vision::Error naming file:line.
 //
+// COCO: a split may also be (or include) a COCO annotations file (.json: `images` with id, file_name, width and
+// height; `annotations` with id, image_id, category_id, bbox [x, y, w, h] in pixels and iscrowd; `categories` with
+// id). Its categories are the classes in id order (as many as the data file names); an image's file_name is looked
+// up under the root (`path`), the annotations' folder, and then `<stem>` beside that folder, `<root>/images/<stem>` and
+// `<root>/<stem>`, where stem is the file's name without .json and a leading "instances_" (COCO's
+// annotations/instances_val2017.json with val2017/ or images/val2017/). Crowd regions are skipped; a box is clipped to
+// its image and normalised; an image that is not found, an unknown category, a bbox that is not 4 values of positive
+// size, or one outside the image is reported (`file: image|annotation ID: why`), skipped and counted with the bad
+// label lines. Its samples' label path is the annotations file.
+//
 // Images: the split's .jpg/.jpeg/.png files (any case), sorted by path. An image's label file is its path with the
 // last `images` folder replaced by `labels` and the extension by .txt (ultralytics' img2label_paths); a missing label
 // file means no objects. A label line is `class cx cy w h`, normalised to the image's width and height; a bad line

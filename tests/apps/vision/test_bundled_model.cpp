@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -60,6 +61,30 @@ TEST(BundledModel, FindsTheShapesOfTheSamples) {
   EXPECT_EQ(all[1], 33);  // labels
   EXPECT_GT(all[4], 0.95) << "mAP50\n" << r.out;
   EXPECT_GT(all[5], 0.90) << "mAP50-95\n" << r.out;
+
+  // The same labels as COCO annotations (pixel boxes of the 320×320 images, category ids 1–6): the same table.
+  nlohmann::json coco{{"images", nlohmann::json::array()}, {"annotations", nlohmann::json::array()},
+                      {"categories", nlohmann::json::array()}};
+  for (int c = 0; c < 6; ++c) coco["categories"].push_back({{"id", c + 1}, {"name", fmt::format("c{}", c)}});
+  int64_t image_id = 0, box_id = 0;
+  for (const auto& e : fs::directory_iterator(dir.path() / "samples" / "images")) {
+    coco["images"].push_back({{"id", ++image_id}, {"file_name", "images/" + e.path().filename().string()}, {"width", 320},
+                              {"height", 320}});
+    std::istringstream lines(test::read_file(dir.path() / "samples" / "labels" / e.path().filename().replace_extension(".txt")));
+    for (double c, x, y, w, h; lines >> c >> x >> y >> w >> h;)
+      coco["annotations"].push_back({{"id", ++box_id}, {"image_id", image_id}, {"category_id", c + 1},
+                                     {"bbox", {(x - w / 2) * 320, (y - h / 2) * 320, w * 320, h * 320}},
+                                     {"iscrowd", 0}});
+  }
+  EXPECT_EQ(box_id, 33);
+  test::write_file(dir.path() / "samples" / "instances_samples.json", coco.dump());
+  test::write_file(dir.path() / "samples" / "coco.yaml",
+                   "train: instances_samples.json\nval: instances_samples.json\n"
+                   "names: [circle, square, triangle, star, cross, ring]\n");
+  const test::CliRun c = cli(fmt::format("val --model '{}' --data '{}' --device cpu --quiet", kModel.string(),
+                                         (dir.path() / "samples" / "coco.yaml").string()));
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(all_row(c.out), all) << c.out;
 }
 
 TEST(BundledModel, PredictAnnotatesEverySample) {
