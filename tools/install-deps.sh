@@ -3,7 +3,7 @@
 # NVRTC, cuDNN 9 and cuBLAS) is not a Debian package here: install it from NVIDIA, or build -DVISION_CUDA=OFF.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libfmt-dev libcli11-dev
-      libstb-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libturbojpeg0-dev libspng-dev
+      libstb-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libturbojpeg0-dev libspng-dev
       fonts-dejavu-core)
 missing=()
 for p in "${pkgs[@]}"; do

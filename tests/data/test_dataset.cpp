@@ -1,4 +1,4 @@
-// The YOLO-format dataset reader (vision/data/dataset.h): data files (YAML subset and JSON, names as a map or a
+// The YOLO-format dataset reader (vision/data/dataset.h): data files (YAML through yaml-cpp and JSON, names as a map or a
 // list, block or flow, `path` resolution, missing folders, malformed lines), label files (every kind of bad line
 // reported with file:line and skipped), label paths, the pixel conversion and the val loop with predictions equal to
 // the labels (mAP50 = the metrics' 0.995 ceiling).
@@ -266,13 +266,18 @@ TEST(Dataset, DataFileErrors) {
       {"train: images/train\nval: images/nope\nnames: [a]\n", "images/nope' does not exist"},
       {"train: images/train\nval: images/val\n", "no 'names'"},
       {"train: images/train\nval: images/val\nnc: 2\nnames: [a]\n", "d.yaml:3: nc 2 does not match the 1 names"},
-      {"train: images/train\nval: images/val\nnames:\n  0: a\n  2: b\n", "d.yaml:3: 'names' has no class 1"},
-      {"train: images/train\nval: images/val\nnames: [a\n", "d.yaml:3: unterminated flow collection"},
-      {"train: images/train\nval: images/val\nthis is not yaml\nnames: [a]\n", "d.yaml:3: expected `key: value`"},
-      {"train: images/train\nval: 'images/val\nnames: [a]\n", "d.yaml:2: unterminated quoted string"},
-      {"train: images/train\nval: images/val\nnames:\n  - a\n   - b\n", "d.yaml:5: inconsistent indentation"},
-      {"train: images/train\nval: images/val\nnames:\n  - a\n  0: b\n", "d.yaml:5: expected a list item"},
-      {"train: images/train\n  oops: 1\nval: images/val\nnames: [a]\n", "d.yaml:2: unexpected indented line"},
+      {"train: images/train\nval: images/val\nnames:\n  0: a\n  2: b\n", "d.yaml:4: 'names' has no class 1"},
+      // Malformed YAML: yaml-cpp's message at file:line.
+      {"train: images/train\nval: images/val\nnames: [a\n", "d.yaml:4: end of sequence flow not found"},
+      {"train: images/train\nval: images/val\nthis is not yaml\nnames: [a]\n", "d.yaml:4: illegal map value"},
+      {"train: images/train\nval: images/val\nnames:\n  - a\n  0: b\n", "d.yaml:5: end of map not found"},
+      {"train: images/train\n  oops: 1\nval: images/val\nnames: [a]\n", "d.yaml:2: illegal map value"},
+      // Known keys of the wrong form.
+      {"train: images/train\nval: {a: b}\nnames: [a]\n", "d.yaml:2: 'val' must be a path or a list of paths"},
+      {"train: images/train\nval: images/val\nnames: [[a, b]]\n", "d.yaml:3: each item of 'names' must be a single value"},
+      {"train: images/train\nval: images/val\nnames: cat\n", "d.yaml:3: 'names' must be a list or an {index: name} map"},
+      {"train: images/train\nval: images/val\nnc: two\nnames: [a]\n", "d.yaml:3: 'nc' must be a positive integer"},
+      {"- train\n- val\n", "the data file must be a YAML map"},
       {"names: [a]\n", "no 'train' or 'val' split"},
   };
   for (const Case& c : cases) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 #include <optional>
 #include <sstream>
 #include <unistd.h>
@@ -62,271 +63,6 @@ std::optional<double> parse_double(std::string_view s) {
   return v;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// The YAML subset
-
-// A parsed value: a scalar, or a list or map of scalars.
-struct Value {
-  enum class Kind { null, scalar, list, map } kind = Kind::null;
-  std::string scalar;
-  std::vector<std::pair<std::string, std::string>> items;  // list: (empty, value); map: (key, value)
-  int line = 0;
-};
-
-class YamlReader {
- public:
-  YamlReader(const fs::path& file, const std::string& text) : file_(file.string()) {
-    std::istringstream in(text);
-    int number = 0;
-    for (std::string raw; std::getline(in, raw);) {
-      ++number;
-      if (!raw.empty() && raw.back() == '\r') raw.pop_back();
-      if (number == 1 && raw.starts_with("\xEF\xBB\xBF")) raw.erase(0, 3);  // a UTF-8 byte order mark
-      lines_.push_back({number, raw});
-    }
-  }
-
-  // The top-level keys that `wanted` names, parsed; the others are skipped with their indented blocks.
-  std::map<std::string, Value> read(std::span<const std::string_view> wanted) {
-    std::map<std::string, Value> out;
-    size_t i = 0;
-    while (i < lines_.size()) {
-      const int number = lines_[i].number;
-      std::string text = strip_comment(lines_[i].text, number);
-      if (trim(text).empty() || text == "---" || text == "...") {
-        ++i;
-        continue;
-      }
-      VISION_CHECK(!std::isspace(static_cast<unsigned char>(text[0])),
-                   "{}:{}: unexpected indentation (expected a top-level `key: value`)", file_, number);
-      const auto [key, rest] = split_key(text, number);
-      ++i;
-      // The block below the key: indented lines, and `- item` lines at the key's indentation.
-      std::vector<std::pair<int, std::string>> block;
-      while (i < lines_.size()) {
-        const std::string& raw = lines_[i].text;
-        const bool blank = trim(raw).empty() || trim(raw).front() == '#';
-        const bool indented = !raw.empty() && std::isspace(static_cast<unsigned char>(raw[0]));
-        const bool dash = rest.empty() && (raw == "-" || raw.starts_with("- "));
-        if (!blank && !indented && !dash) break;
-        if (!blank) block.emplace_back(lines_[i].number, raw);
-        ++i;
-      }
-      if (std::find(wanted.begin(), wanted.end(), key) == wanted.end()) continue;  // unknown: ignored
-      VISION_CHECK(!out.contains(key), "{}:{}: duplicate key '{}'", file_, number, key);
-      out[key] = parse_value(rest, block, number);
-    }
-    return out;
-  }
-
- private:
-  struct Line {
-    int number;
-    std::string text;
-  };
-
-  // The line without a comment: `#` at the start or after whitespace, outside quotes.
-  std::string strip_comment(const std::string& s, int number) const {
-    char quote = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      const char c = s[i];
-      if (quote) {
-        if (c == quote) {
-          if (quote == '\'' && i + 1 < s.size() && s[i + 1] == '\'') ++i;  // '' inside single quotes
-          else quote = 0;
-        } else if (quote == '"' && c == '\\') {
-          ++i;
-        }
-        continue;
-      }
-      if (c == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(s[i - 1])))) {
-        std::string out = s.substr(0, i);
-        while (!out.empty() && std::isspace(static_cast<unsigned char>(out.back()))) out.pop_back();
-        return out;
-      }
-      if ((c == '\'' || c == '"') && opens_quote(s, i)) quote = c;
-    }
-    std::string out = s;
-    while (!out.empty() && std::isspace(static_cast<unsigned char>(out.back()))) out.pop_back();
-    return out;
-  }
-
-  // A quote opens a quoted scalar only where a value starts (not inside a plain scalar such as don't).
-  static bool opens_quote(std::string_view s, size_t i) {
-    size_t j = i;
-    while (j > 0 && std::isspace(static_cast<unsigned char>(s[j - 1]))) --j;
-    return j == 0 || std::string_view(":[{,-").find(s[j - 1]) != std::string_view::npos;
-  }
-
-  // The index of the first `: ` (or a final `:`) outside quotes in s, or npos.
-  static size_t find_colon(std::string_view s) {
-    char quote = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      const char c = s[i];
-      if (quote) {
-        if (c == quote) quote = 0;
-        else if (quote == '"' && c == '\\') ++i;
-        continue;
-      }
-      if ((c == '\'' || c == '"') && i == 0) quote = c;
-      else if (c == ':' && (i + 1 == s.size() || std::isspace(static_cast<unsigned char>(s[i + 1])))) return i;
-    }
-    return std::string_view::npos;
-  }
-
-  std::pair<std::string, std::string> split_key(std::string_view text, int number) const {
-    const size_t colon = find_colon(text);
-    VISION_CHECK(colon != std::string_view::npos, "{}:{}: expected `key: value`, got '{}'", file_, number, text);
-    std::string key = unquote(trim(text.substr(0, colon)), number);
-    VISION_CHECK(!key.empty(), "{}:{}: empty key", file_, number);
-    return {key, std::string(trim(text.substr(colon + 1)))};
-  }
-
-  std::string unquote(std::string_view s, int number) const {
-    s = trim(s);
-    if (s.empty() || (s.front() != '\'' && s.front() != '"')) return std::string(s);
-    const char q = s.front();
-    std::string out;
-    size_t i = 1;
-    for (; i < s.size(); ++i) {
-      const char c = s[i];
-      if (c == q) {
-        if (q == '\'' && i + 1 < s.size() && s[i + 1] == '\'') {
-          out += '\'';
-          ++i;
-          continue;
-        }
-        break;
-      }
-      if (q == '"' && c == '\\' && i + 1 < s.size()) {
-        const char e = s[++i];
-        switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case '\\': out += '\\'; break;
-          case '"': out += '"'; break;
-          case '/': out += '/'; break;
-          default:
-            fail("{}:{}: unsupported escape \\{} in {}", file_, number, e, s);
-        }
-        continue;
-      }
-      out += c;
-    }
-    VISION_CHECK(i < s.size(), "{}:{}: unterminated quoted string {}", file_, number, s);
-    VISION_CHECK(trim(s.substr(i + 1)).empty(), "{}:{}: unexpected text after the quoted string {}", file_, number,
-                 s);
-    return out;
-  }
-
-  // Splits the inside of a flow collection at the commas outside quotes.
-  std::vector<std::string_view> split_flow(std::string_view s, int number) const {
-    std::vector<std::string_view> parts;
-    char quote = 0;
-    size_t start = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      const char c = s[i];
-      if (quote) {
-        if (c == quote) quote = 0;
-        else if (quote == '"' && c == '\\') ++i;
-        continue;
-      }
-      if ((c == '\'' || c == '"') && opens_quote(s, i)) quote = c;
-      else if (c == '[' || c == '{' || c == ']' || c == '}')
-        fail("{}:{}: nested flow collections are not supported", file_, number);
-      else if (c == ',') {
-        parts.push_back(trim(s.substr(start, i - start)));
-        start = i + 1;
-      }
-    }
-    VISION_CHECK(!quote, "{}:{}: unterminated quoted string", file_, number);
-    parts.push_back(trim(s.substr(start)));
-    if (parts.size() == 1 && parts[0].empty()) parts.clear();             // []
-    if (!parts.empty() && parts.back().empty()) parts.pop_back();         // a trailing comma
-    for (std::string_view p : parts) VISION_CHECK(!p.empty(), "{}:{}: empty item in a flow collection", file_, number);
-    return parts;
-  }
-
-  Value parse_value(std::string rest, const std::vector<std::pair<int, std::string>>& block, int number) const {
-    Value v;
-    v.line = number;
-    if (rest.empty()) {
-      if (block.empty()) return v;  // null
-      return parse_block(block, number);
-    }
-    VISION_CHECK(rest[0] != '|' && rest[0] != '>' && rest[0] != '&' && rest[0] != '*' && rest[0] != '!',
-                 "{}:{}: block scalars, anchors and tags are not supported here", file_, number);
-    if (rest[0] == '[' || rest[0] == '{') {
-      // A flow collection may continue on the indented lines below.
-      size_t used = 0;
-      const char close = rest[0] == '[' ? ']' : '}';
-      while (rest.back() != close && used < block.size()) {
-        const std::string more = strip_comment(block[used].second, block[used].first);
-        rest.push_back(' ');
-        rest.append(trim(more));
-        ++used;
-      }
-      VISION_CHECK(rest.back() == close, "{}:{}: unterminated flow collection (no closing '{}')", file_, number,
-                   close);
-      VISION_CHECK(used == block.size(), "{}:{}: unexpected indented line after the flow collection", file_,
-                   block[used].first);
-      const std::string_view inner = std::string_view(rest).substr(1, rest.size() - 2);
-      if (close == ']') {
-        v.kind = Value::Kind::list;
-        for (std::string_view p : split_flow(inner, number)) v.items.emplace_back("", unquote(p, number));
-      } else {
-        v.kind = Value::Kind::map;
-        for (std::string_view p : split_flow(inner, number)) {
-          const size_t colon = find_colon(p);
-          VISION_CHECK(colon != std::string_view::npos, "{}:{}: expected `key: value` in the flow map, got '{}'",
-                       file_, number, p);
-          v.items.emplace_back(unquote(p.substr(0, colon), number), unquote(p.substr(colon + 1), number));
-        }
-      }
-      return v;
-    }
-    VISION_CHECK(block.empty(), "{}:{}: unexpected indented line below a key that has a value", file_,
-                 block.empty() ? number : block[0].first);
-    v.kind = Value::Kind::scalar;
-    v.scalar = unquote(rest, number);
-    return v;
-  }
-
-  Value parse_block(const std::vector<std::pair<int, std::string>>& block, int number) const {
-    Value v;
-    v.line = number;
-    auto indent_of = [](const std::string& s) { return s.find_first_not_of(' '); };
-    const size_t indent = indent_of(block[0].second);
-    const bool list = block[0].second.compare(indent, 1, "-") == 0;
-    v.kind = list ? Value::Kind::list : Value::Kind::map;
-    for (const auto& [n, raw] : block) {
-      VISION_CHECK(raw.find('\t') == std::string::npos || raw.find('\t') > indent_of(raw),
-                   "{}:{}: tabs are not allowed in indentation", file_, n);
-      VISION_CHECK(indent_of(raw) == indent, "{}:{}: inconsistent indentation (nested values are not supported)",
-                   file_, n);
-      const std::string text = strip_comment(raw, n).substr(indent);
-      if (list) {
-        VISION_CHECK(text == "-" || text.starts_with("- "), "{}:{}: expected a list item `- value`, got '{}'", file_,
-                     n, text);
-        const std::string_view item = trim(std::string_view(text).substr(1));
-        VISION_CHECK(!item.empty() && item[0] != '[' && item[0] != '{' && find_colon(item) == std::string_view::npos,
-                     "{}:{}: a list item must be a plain or quoted value, got '{}'", file_, n, item);
-        v.items.emplace_back("", unquote(item, n));
-      } else {
-        VISION_CHECK(!text.starts_with("- "), "{}:{}: a list item in a map", file_, n);
-        const auto [key, value] = split_key(text, n);
-        VISION_CHECK(!value.empty() && value[0] != '[' && value[0] != '{',
-                     "{}:{}: a map entry must have a plain or quoted value, got '{}'", file_, n, text);
-        v.items.emplace_back(key, unquote(value, n));
-      }
-    }
-    return v;
-  }
-
-  std::string file_;
-  std::vector<Line> lines_;
-};
-
 // The keys, from YAML or JSON, in one form.
 struct RawConfig {
   std::optional<std::string> path;
@@ -339,32 +75,52 @@ struct RawConfig {
 
 constexpr std::string_view kKeys[] = {"path", "train", "val", "test", "nc", "names"};
 
+// The data file through yaml-cpp: the known keys of the top-level map (others ignored, whatever is below them);
+// scalars, sequences of scalars, and for names a map of scalars. Messages name file:line.
 RawConfig read_yaml(const fs::path& file) {
-  YamlReader reader(file, read_text(file, "data file"));
-  const std::map<std::string, Value> keys = reader.read(kKeys);
+  const std::string name = file.string();
+  YAML::Node root;
+  try {
+    root = YAML::Load(read_text(file, "data file"));
+  } catch (const YAML::Exception& e) {
+    fail("{}:{}: {}", name, e.mark.line + 1, e.msg);
+  }
+  VISION_CHECK(root.IsMap(), "{}: the data file must be a YAML map of keys (train, val, names, …)", name);
   RawConfig raw;
-  auto where = [&](const Value& v) { return fmt::format("{}:{}", file.string(), v.line); };
-  for (const auto& [key, v] : keys) {
-    if (v.kind == Value::Kind::null) continue;
+  auto where = [&](const YAML::Node& n) { return fmt::format("{}:{}", name, n.Mark().line + 1); };
+  auto scalars = [&](const YAML::Node& n, const std::string& key) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (const auto& item : n) {
+      const YAML::Node v = n.IsMap() ? item.second : item;
+      VISION_CHECK(v.IsScalar(), "{}: each item of '{}' must be a single value", where(v), key);
+      items.emplace_back(n.IsMap() ? item.first.Scalar() : std::string(), v.Scalar());
+    }
+    return items;
+  };
+  for (const auto& kv : root) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string();
+    const YAML::Node& v = kv.second;
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys) || v.IsNull()) continue;
     if (key == "path") {
-      VISION_CHECK(v.kind == Value::Kind::scalar, "{}: 'path' must be a single value", where(v));
-      raw.path = v.scalar;
+      VISION_CHECK(v.IsScalar(), "{}: 'path' must be a single value", where(v));
+      raw.path = v.Scalar();
     } else if (key == "nc") {
-      VISION_CHECK(v.kind == Value::Kind::scalar, "{}: 'nc' must be a number", where(v));
-      raw.nc = parse_int(v.scalar);
-      VISION_CHECK(raw.nc && *raw.nc > 0, "{}: 'nc' must be a positive integer, got '{}'", where(v), v.scalar);
+      VISION_CHECK(v.IsScalar(), "{}: 'nc' must be a number", where(v));
+      raw.nc = parse_int(v.Scalar());
+      VISION_CHECK(raw.nc && *raw.nc > 0, "{}: 'nc' must be a positive integer, got '{}'", where(v), v.Scalar());
       raw.where_nc = where(v);
     } else if (key == "names") {
-      VISION_CHECK(v.kind != Value::Kind::scalar, "{}: 'names' must be a list or an {{index: name}} map", where(v));
+      VISION_CHECK(v.IsSequence() || v.IsMap(), "{}: 'names' must be a list or an {{index: name}} map", where(v));
       raw.has_names = true;
-      raw.names_is_map = v.kind == Value::Kind::map;
-      raw.names = v.items;
+      raw.names_is_map = v.IsMap();
+      raw.names = scalars(v, key);
       raw.where_names = where(v);
     } else {  // a split
+      VISION_CHECK(!v.IsMap(), "{}: '{}' must be a path or a list of paths", where(v), key);
       std::vector<std::string>& paths = raw.splits[key];
-      if (v.kind == Value::Kind::scalar) paths.push_back(v.scalar);
-      VISION_CHECK(v.kind != Value::Kind::map, "{}: '{}' must be a path or a list of paths", where(v), key);
-      for (const auto& item : v.items) paths.push_back(item.second);
+      if (v.IsScalar()) paths.push_back(v.Scalar());
+      else
+        for (const auto& item : scalars(v, key)) paths.push_back(item.second);
     }
   }
   return raw;

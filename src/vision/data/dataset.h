@@ -1,20 +1,17 @@
 // Dataset — a YOLO-format detection dataset as ultralytics reads one (and `vision synth` writes one): a data file
 // naming the splits and the classes, images, and one label file per image.
 //
-// The data file is YAML (the flat subset ultralytics' data files use; no YAML library) or JSON (the same keys):
+// The data file is YAML (read with yaml-cpp) or JSON, with the keys ultralytics' data files use:
 //
 //   path: ../datasets/shapes   # optional: the root the split paths are relative to; a relative `path` is taken
 //                              # relative to the data file's folder, and without `path` the root is that folder
 //   train: images/train        # a folder of images (searched recursively), a .txt file listing image paths (one a
-//   val: images/val            # line, relative ones against the list's folder), or a list of either
+//   val: images/val            # line, relative ones against the list's folder), a COCO annotations file, or a list
 //   nc: 6                      # optional; must agree with names
-//   names: {0: circle, 1: square}   # a {index: name} map (block or flow) or a list [circle, square] (block or flow)
+//   names: {0: circle, 1: square}   # a {index: name} map or a list [circle, square]
 //
-// YAML subset: `#` comments (at the start of a line or after a space, outside quotes), `key: value` at the top level,
-// values plain or quoted ('single' with '' for a quote, "double" with backslash escapes), flow lists `[a, b]` and flow
-// maps `{0: a}`, and under a key with no value an indented block list (`- a`) or map (`0: a`). Other keys are ignored
-// with whatever is indented below them (ultralytics' `download: |` scripts included). Anything else malformed is a
-// vision::Error naming file:line.
+// Other keys are ignored, whatever is below them (ultralytics' `download: |` scripts included). Malformed YAML, or a
+// known key of the wrong form, is a vision::Error naming file:line.
 //
 // COCO: a split may also be (or include) a COCO annotations file (.json: `images` with id, file_name, width and
 // height; `annotations` with id, image_id, category_id, bbox [x, y, w, h] in pixels and iscrowd; `categories` with
