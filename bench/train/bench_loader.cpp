@@ -31,8 +31,11 @@ struct Row {
   double images_per_s = 0, ms_per_batch = 0;
 };
 
-Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, bool augment, int epochs) {
+Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, bool augment, int epochs,
+            bool zeroed = false) {
   data::LoaderOptions o;
+  // zeroed: a new zero-filled tensor per batch (what the loader did before it pooled its batch buffers).
+  if (zeroed) o.allocate = [](const core::Shape& shape) { return core::Tensor::zeros(shape); };
   o.imgsz = imgsz;
   o.batch = batch;
   o.workers = workers;
@@ -50,7 +53,8 @@ Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, b
   std::sort(seconds.begin(), seconds.end());
   const double med = seconds[seconds.size() / 2];
   const double n = static_cast<double>(d.samples.size());
-  return {imgsz, augment ? "default augmentation" : "decode only", loader.workers(), n / med,
+  return {imgsz, augment ? (zeroed ? "default aug, zeroed" : "default augmentation") : "decode only", loader.workers(),
+          n / med,
           1000.0 * med / static_cast<double>(loader.batches_per_epoch())};
 }
 
@@ -63,6 +67,8 @@ int main(int argc, char** argv) {
   int64_t images = 64, batch = 16;
   int epochs = 3;
   std::string keep;
+  bool zeroed = false;
+  app.add_flag("--zeroed", zeroed, "also time each worker count with a new zero-filled batch tensor per batch");
   app.add_option("--imgsz", sizes, "image sizes (the synth images are made at each size)");
   app.add_option("--workers", workers, "worker counts; 0 = every hardware thread (up to 8)");
   app.add_option("--images", images, "images in the synth dataset")->check(CLI::PositiveNumber);
@@ -82,7 +88,10 @@ int main(int argc, char** argv) {
       so.overwrite = true;
       data::synth::write_dataset(so);
       const data::Dataset d = data::load_dataset(so.out / "data.yaml", "train");
-      for (int w : workers) rows.push_back(measure(d, imgsz, batch, w, true, epochs));
+      for (int w : workers) {
+        rows.push_back(measure(d, imgsz, batch, w, true, epochs));
+        if (zeroed) rows.push_back(measure(d, imgsz, batch, w, true, epochs, true));
+      }
       rows.push_back(measure(d, imgsz, batch, 0, false, epochs));
     }
     if (keep.empty()) fs::remove_all(root);

@@ -212,6 +212,28 @@ TEST(Loader, AllocateHookHoldsTheImages) {
     for (float v : b.images.to_vector()) ASSERT_GE(v, 0.0f);
 }
 
+// The default allocation reuses a dropped batch's buffer for a later batch without zeroing it: every element must be
+// written again. Epoch 1 of a loader whose buffers hold epoch 0's images equals epoch 1 of a fresh loader.
+TEST(Loader, BatchBuffersAreReusedAndRewrittenWhole) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir);
+  TrainLoader reused(d, small(2));
+  std::vector<const void*> seen;
+  reused.start_epoch(0, true);
+  while (auto b = reused.next()) seen.push_back(b->images.raw());  // each batch dropped before the next is asked for
+  const std::vector<TrainBatch> again = epoch(reused, 1);
+  size_t recycled = 0;
+  for (const TrainBatch& b : again) recycled += std::count(seen.begin(), seen.end(), b.images.raw()) > 0;
+  EXPECT_GT(recycled, 0u) << "no buffer of epoch 0 was reused";
+  TrainLoader fresh(d, small(2));
+  const std::vector<TrainBatch> want = epoch(fresh, 1);
+  ASSERT_EQ(again.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(same_bytes(again[i].images, want[i].images)) << "batch " << i;
+  // A batch still held is never handed out again.
+  for (size_t i = 0; i < again.size(); ++i)
+    for (size_t j = i + 1; j < again.size(); ++j) EXPECT_NE(again[i].images.raw(), again[j].images.raw());
+}
+
 TEST(Loader, FillTargetsLayout) {
   TrainBatch b;
   b.index = 7;

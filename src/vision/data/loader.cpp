@@ -8,7 +8,22 @@
 
 namespace vision::data {
 
-TrainLoader::TrainLoader(const Dataset& dataset, LoaderOptions options) : dataset_(dataset), o_(std::move(options)) {
+// Batch buffers by size: a batch tensor's memory comes back here when its last user drops it, and the next batch of
+// that size takes it (at most kKept buffers a size are kept; the others are freed). A recycled buffer has its pages
+// mapped already, and nothing is zeroed: a fresh zero-filled tensor per batch cost a memset of the whole batch (315 MB
+// at batch 64 of 640²) under the loader's lock, and its page faults.
+struct TrainLoader::BatchPool {
+  static constexpr size_t kKept = 16;
+  std::mutex mu;
+  std::map<size_t, std::vector<void*>> free;  // by byte count
+  ~BatchPool() {
+    for (auto& [bytes, buffers] : free)
+      for (void* p : buffers) std::free(p);
+  }
+};
+
+TrainLoader::TrainLoader(const Dataset& dataset, LoaderOptions options)
+    : dataset_(dataset), o_(std::move(options)), pool_(std::make_shared<BatchPool>()) {
   VISION_CHECK(!dataset_.samples.empty(), "TrainLoader: the dataset ('{}' split of {}) has no samples",
                dataset_.split, dataset_.config.file.string());
   VISION_CHECK(o_.imgsz > 0 && o_.batch > 0, "TrainLoader: imgsz ({}) and batch ({}) must be positive", o_.imgsz,
@@ -81,7 +96,7 @@ void TrainLoader::work() {
       Slot& s = slots_[b];
       s.batch.index = b;
       const core::Shape shape{size, 3, o_.imgsz, o_.imgsz};
-      s.batch.images = o_.allocate ? o_.allocate(shape) : core::Tensor::zeros(shape);
+      s.batch.images = o_.allocate ? o_.allocate(shape) : allocate_batch(shape);
       s.batch.boxes.resize(static_cast<size_t>(size));
       s.batch.samples.resize(static_cast<size_t>(size));
       s.remaining = size;
@@ -99,6 +114,25 @@ void TrainLoader::work() {
     lk.lock();
     if (--s.remaining == 0) ready_cv_.notify_all();
   }
+}
+
+core::Tensor TrainLoader::allocate_batch(const core::Shape& shape) {
+  const size_t bytes = (static_cast<size_t>(shape.numel()) * sizeof(float) + 63) / 64 * 64;
+  void* p = nullptr;
+  {
+    std::lock_guard lk(pool_->mu);
+    std::vector<void*>& buffers = pool_->free[bytes];
+    if (!buffers.empty()) p = buffers.back(), buffers.pop_back();
+  }
+  if (!p) p = std::aligned_alloc(64, bytes);
+  VISION_CHECK(p, "TrainLoader: out of host memory allocating a batch of {} bytes", bytes);
+  std::shared_ptr<void> owner(p, [pool = pool_, bytes](void* q) {
+    std::lock_guard lk(pool->mu);
+    std::vector<void*>& buffers = pool->free[bytes];
+    if (buffers.size() < BatchPool::kKept) buffers.push_back(q);
+    else std::free(q);
+  });
+  return core::Tensor::wrap(std::move(owner), p, shape, core::DType::f32, core::Device::cpu);
 }
 
 LabeledImage TrainLoader::load(size_t index, size_t& used) {

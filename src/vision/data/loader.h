@@ -15,6 +15,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -36,8 +37,9 @@ struct LoaderOptions {
   bool shuffle = true;  // false: dataset order
   AugmentOptions aug;
   int prefetch = 4;  // batches ahead
-  // Where batch images live (e.g. pinned host memory): an f32 host tensor of the shape given, NCHW. Default:
-  // core::Tensor::zeros.
+  // Where batch images live (e.g. pinned host memory): an f32 host tensor of the shape given, NCHW. Default: the
+  // loader's own pool (a batch's buffer is reused for a later batch once every tensor using it is dropped; buffers are
+  // not zeroed, since every image overwrites its whole slot).
   std::function<core::Tensor(const core::Shape&)> allocate = {};
 };
 
@@ -87,8 +89,12 @@ class TrainLoader {
   LabeledImage load(size_t index, size_t& used);
   void make_item(int64_t batch, int64_t slot, Slot& s);
 
+  struct BatchPool;
+  core::Tensor allocate_batch(const core::Shape& shape);
+
   const Dataset& dataset_;
   LoaderOptions o_;
+  std::shared_ptr<BatchPool> pool_;
   int workers_ = 1;
 
   // Epoch state (guarded by mu_).
