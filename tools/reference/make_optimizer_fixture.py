@@ -96,8 +96,8 @@ def hyper(groups, base_lr, momentum, decay_groups, wd):
 
 
 def bf(x, on):
-    """x (float64) rounded to bf16 (through f32, as torch converts) when on."""
-    return x.to(torch.float32).to(torch.bfloat16).to(torch.float64) if on else x
+    """x rounded to bf16 (through f32, as torch converts) when on, kept in x's dtype."""
+    return x.to(torch.float32).to(torch.bfloat16).to(x.dtype) if on else x
 
 
 def newton_schulz(u, rounding, steps=5):
@@ -146,6 +146,23 @@ def run_torch(kind, init, grads, groups, lr, mom, decay):
     return out
 
 
+def musgd_update(p, g, buf1, buf2, lr, beta, wd, rounding, muon=None):
+    """One MuSGD step of a tensor p with gradient g (any float dtype: the arithmetic runs in p's): the Muon part when
+    muon (default: p has rank >= 2; buf1 its momentum buffer, ignored otherwise), then Nesterov SGD with buffer buf2
+    (the plain SGD of the other groups). Returns the new (p, buf1, buf2); the inputs are not modified."""
+    shape = p.shape
+    if muon if muon is not None else len(shape) >= 2:
+        buf1 = buf1 + (1 - beta) * (g - buf1)
+        u = (1 - beta) * g + beta * buf1
+        x = newton_schulz(u.reshape(shape[0], -1), rounding).reshape(shape)
+        scale = math.sqrt(max(1.0, shape[-2] / shape[-1]))
+        p = p - lr * 0.2 * scale * x
+    gp = g + wd * p
+    buf2 = beta * buf2 + gp
+    p = p - lr * (gp + beta * buf2)
+    return p, buf1, buf2
+
+
 def run_musgd(init, grads, groups, lr, mom, decay, rounding, prefix):
     p = {k: init[k].to(torch.float64) for k in KEYS}
     buf1 = {k: torch.zeros_like(p[k]) for k in KEYS}
@@ -156,16 +173,7 @@ def run_musgd(init, grads, groups, lr, mom, decay, rounding, prefix):
             j = groups.index(group_of(k, True))
             lr_, beta, wd = float(lr[s, j]), float(mom[s, j]), float(decay[j])
             g = grads[s][k].to(torch.float64)
-            shape = SHAPES[k]
-            if len(shape) >= 2:
-                buf1[k] = buf1[k] + (1 - beta) * (g - buf1[k])
-                u = (1 - beta) * g + beta * buf1[k]
-                x = newton_schulz(u.reshape(shape[0], -1), rounding).reshape(shape)
-                scale = math.sqrt(max(1.0, shape[-2] / shape[-1]))
-                p[k] = p[k] - lr_ * 0.2 * scale * x
-            gp = g + wd * p[k]
-            buf2[k] = beta * buf2[k] + gp
-            p[k] = p[k] - lr_ * (gp + beta * buf2[k])
+            p[k], buf1[k], buf2[k] = musgd_update(p[k], g, buf1[k], buf2[k], lr_, beta, wd, rounding)
             out[f"{prefix}.{s}.{k}"] = p[k]
     if prefix == "musgd":
         for k in KEYS:
