@@ -117,9 +117,10 @@ inline StepResult run_step(graph::Executor& ex) {
   return r;
 }
 
-// Which float32 run of the reference bounds ours: its NCHW run (the CPU test), or the larger error of its NCHW and
-// channels_last runs (the CUDA test: the fixture cannot run PyTorch on CUDA, the GPU's natural peer, and its two CPU
-// runs bracket what another f32 implementation gets; channels_last's gradient errors are ~3.5× NCHW's).
+// Which float32 run of the reference bounds ours: its NCHW run, or the larger error of its NCHW and channels_last runs
+// (both tests: the fixture cannot run PyTorch on CUDA, the GPU's natural peer, and the CPU engine's oneDNN kernels
+// differ from machine to machine; the reference's two CPU runs bracket what another f32 implementation gets, and
+// channels_last's gradient errors are ~3.5× NCHW's).
 enum class Peer { nchw, larger_of_two };
 
 // The reference's own f32 error of a fixture tensor: relative norm and max |·| (and the same for a BatchNorm

@@ -1,11 +1,10 @@
-// Yolo26Trainer on CUDA: f32 steps (deterministic, no TF32) follow the CPU twin's losses closely; bf16 and f16 (loss
-// scaling) training lowers the loss of a fixed batch; resume in f32 with deterministic plans repeats the
+// Yolo26Trainer on CUDA: the first f32 steps (deterministic, no TF32) follow the CPU twin's losses closely; bf16 and
+// f16 (loss scaling) training lowers the loss of a fixed batch; resume in f32 with deterministic plans repeats the
 // uninterrupted run within 1e-5 relative.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "models/yolo/trainer_test_util.h"
@@ -22,21 +21,10 @@ std::shared_ptr<graph::BackendContext> cuda_backend() {
   return graph::make_backend(graph::parse_device_choice("cuda"));
 }
 
-// The weights with every f32 value moved by about one unit in the last place (a relative N(0, 2^-23) change): a run
-// from them measures how far rounding alone carries the trajectory apart (an anchor that changes its assignment makes
-// the loss jump), which bounds what any correct f32 implementation can promise.
-core::SafetensorsFile perturbed(core::SafetensorsFile w) {
-  std::mt19937_64 g(99);
-  std::normal_distribution<double> n(0.0, std::ldexp(1.0, -23));
-  for (auto& [name, t] : w.tensors) {
-    if (t.dtype() != core::DType::f32) continue;
-    t = t.clone();  // tensors share their memory when copied
-    float* v = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(v[i] * (1.0 + n(g)));
-  }
-  return w;
-}
-
+// The first three iterations (the first forward, then two steps): a tiny model trained at lr 0.01 from 64-pixel
+// images amplifies rounding quickly after that (on the H200 the CUDA run's loss left the CPU's by 2.7e-4 at iteration
+// 3 and 6e-3 at iteration 5, and a CPU run from weights moved by one ulp by 9e-5 and 1.9e-3), so the later trajectory
+// is held to the float64 reference by Yolo26TrainTrajectoryGpu, whose bounds come from 16 float32 runs.
 TEST(Yolo26TrainerGpu, F32FollowsTheCpu) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   const yolo::ModelInfo info = tiny_info();
@@ -45,20 +33,14 @@ TEST(Yolo26TrainerGpu, F32FollowsTheCpu) {
   o.deterministic = true;
   const std::vector<Batch> batches = {make_batch(2, 3), make_batch(2, 4), make_batch(2, 5)};
   yolo::Yolo26Trainer cpu(graph::cpu_backend(), info, init, o);
-  yolo::Yolo26Trainer cpu_rounded(graph::cpu_backend(), info, perturbed(init), o);
   yolo::Yolo26Trainer gpu(cuda_backend(), info, init, o);
-  const std::vector<float> a = run(cpu, 6, batches), r = run(cpu_rounded, 6, batches), b = run(gpu, 6, batches);
-  // Per iteration: within 2× the CPU's own divergence under one-ulp changes of the weights (never below 1e-4
-  // relative: the first iterations' rounding alone), and never worse than 2% of the loss.
-  double allowed = 1e-4;
+  const std::vector<float> a = run(cpu, 3, batches), b = run(gpu, 3, batches);
+  const double bounds[] = {1e-5, 1e-4, 1e-4};  // the first forward; after one and two steps (measured: 4e-7, 1e-6, 3e-5)
   for (size_t i = 0; i < a.size(); ++i) {
-    const double own = std::abs(r[i] - a[i]) / std::abs(a[i]), ours = std::abs(b[i] - a[i]) / std::abs(a[i]);
-    allowed = std::max(allowed, 2 * own);  // a divergence once reached does not shrink back by itself
-    std::printf("  iteration %zu: cpu %.6f cuda %.6f (rel %.2e), cpu from rounded weights %.6f (rel %.2e), bound %.2e\n",
-                i, a[i], b[i], ours, r[i], own, allowed);
-    EXPECT_LE(ours, std::min(allowed, 0.02)) << "iteration " << i;
+    const double rel = std::abs(b[i] - a[i]) / std::abs(a[i]);
+    std::printf("  iteration %zu: cpu %.6f cuda %.6f (rel %.2e, bound %.0e)\n", i, a[i], b[i], rel, bounds[i]);
+    EXPECT_LE(rel, bounds[i]) << "iteration " << i;
   }
-  EXPECT_LE(std::abs(b[0] - a[0]), 1e-5 * std::abs(a[0])) << "the first forward, before any step";
   EXPECT_NE(a.front(), a.back());  // the model changed
 }
 
