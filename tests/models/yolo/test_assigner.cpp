@@ -146,7 +146,11 @@ int64_t expect_matches_reference(const AssignerCase& c, const AssignerOptions& o
       }
       for (int64_t k = 0; k < nc; ++k) {
         const size_t j = static_cast<size_t>((b * nc + k) * n + a);
-        EXPECT_NEAR(out.target_scores[j], ref.out.target_scores[j], 2e-5) << "image " << b << " anchor " << a;
+        // t = align·max overlap / max align with align = σ^α·overlap^6: the f32 overlap's relative error comes out
+        // ~13× larger in t (6× in each align, and the overlap ratio); one machine's f32 run was 4.7e-5 relative off
+        // at t = 0.552 (2.6e-5 absolute).
+        EXPECT_NEAR(out.target_scores[j], ref.out.target_scores[j], 2e-5 + 1e-4 * std::fabs(ref.out.target_scores[j]))
+            << "image " << b << " anchor " << a;
       }
     }
   return compared;
