@@ -134,12 +134,12 @@ constexpr double kCap = 1e-3;          // never worse than this, relative
 // first iterations is a single draw that its summation order can make far smaller.
 constexpr double kFloor = 4e-6;
 
-// The reference's float32 runs (make_yolo26_train_fixture.py VARIANTS: NCHW, channels_last, the batch in reverse
-// order, the initial weights perturbed by ±1 ulp): float32 implementations of the same arithmetic with their own
-// rounding. Ours is one more.
+// The reference's float32 runs (make_yolo26_train_fixture.py VARIANTS, 16: NCHW or channels_last × the batch in order
+// or reversed × the initial weights as given or perturbed by ±1 ulp): float32 implementations of the same arithmetic
+// with their own rounding. Ours is one more.
 inline size_t variant_count() {
-  return static_cast<size_t>(std::count(fixture().metadata.at("variants").begin(),
-                                        fixture().metadata.at("variants").end(), ',')) + 1;
+  const std::string& names = fixture().metadata.at("variants");
+  return static_cast<size_t>(std::count(names.begin(), names.end(), ',')) + 1;
 }
 
 // The reference's own float32 divergence of a per-iteration value at iteration i, from err [N, V] (each float32 run's
