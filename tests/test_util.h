@@ -21,6 +21,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "vision/core/dtype.h"
@@ -35,12 +36,24 @@ namespace vision::test {
 // ---------------------------------------------------------------------------------------------------------------
 // Random inputs
 
-// Fresh random values in [lo, hi) (never zeros); the seed varies per call unless VISION_TEST_SEED is set.
+// Replayable random inputs. The suite's base seed is VISION_TEST_SEED (0 when unset; tools/test.sh sets a fresh one
+// each run, so inputs stay fresh). rng() is re-seeded at the start of every test from the base and the test's full
+// name (tests/test_seed.cpp), so a test's inputs do not depend on which tests ran before it, and a failing test prints
+// the VISION_TEST_SEED that replays it, alone or in the whole suite.
+inline uint64_t base_seed() {
+  const char* s = std::getenv("VISION_TEST_SEED");
+  return s ? std::strtoull(s, nullptr, 10) : 0;
+}
+inline uint64_t test_seed(std::string_view test_name, uint64_t base = base_seed()) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name, then mixed with the base (splitmix64's finaliser)
+  for (const char c : test_name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  uint64_t z = h ^ (base + 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 inline std::mt19937_64& rng() {
-  static std::mt19937_64 r([] {
-    const char* s = std::getenv("VISION_TEST_SEED");
-    return s ? std::strtoull(s, nullptr, 10) : std::random_device{}();
-  }());
+  static std::mt19937_64 r(test_seed(""));
   return r;
 }
 

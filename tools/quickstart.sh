@@ -9,7 +9,7 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   preset=cpu
 fi
 cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset"
+cmake --build --preset "$preset" --target vision_cli   # the library and the CLI; tools/test.sh builds the tests
 dir=build; [ "$preset" = cpu ] && dir=build-cpu
 # The main job: the bundled YOLO26n (trained by `vision train` on a `vision synth` set: tools/train_synth.sh) detects
 # the shapes in the sample images and writes them annotated to runs/quickstart (on the GPU when one is usable).

@@ -8,6 +8,10 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "test: no CUDA toolkit found: testing the CPU-only build alone"
   presets=(cpu)
 fi
+# Fresh random inputs each run, replayable: every test derives its seed from this and its name, and a failing test
+# prints the VISION_TEST_SEED that replays it.
+export VISION_TEST_SEED="${VISION_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+echo "test: VISION_TEST_SEED=$VISION_TEST_SEED"
 status=0
 for p in "${presets[@]}"; do
   echo "=== preset $p"

@@ -20,6 +20,7 @@
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
 #include "vision/data/annotate.h"
+#include "vision/data/dataset.h"
 #include "vision/data/image.h"
 #include "vision/detector.h"
 
@@ -45,6 +46,7 @@ struct PredictOptions {
   bool save_conf = false;
   bool json = false;
   int64_t workers = 0;
+  int64_t max_pixels = data::kDefaultMaxPixels;
   bool quiet = false;
 };
 
@@ -108,7 +110,19 @@ int run_predict(const PredictOptions& o) {
   Detector detector(o.model, detector_options(o));
   const std::vector<std::string>& names = detector.names();
   if (!o.save.empty()) {
+    // Never write over what the user gave: an input image (--save is the source folder) or, with --save-txt, the
+    // label file a dataset keeps for an input (--save is the dataset's root).
     std::error_code ec;
+    for (const fs::path& p : paths) {
+      const fs::path image = fs::path(o.save) / p.filename();
+      VISION_CHECK(!fs::equivalent(image, p, ec),
+                   "--save {}: the annotated copy of {} would overwrite the image itself; choose another folder",
+                   o.save, p.string());
+      const fs::path label = fs::path(o.save) / "labels" / fs::path(p.filename()).replace_extension(".txt");
+      VISION_CHECK(!o.save_txt || !fs::equivalent(label, data::label_path(p), ec),
+                   "--save {} --save-txt: {} would overwrite the label file of {}; choose another folder", o.save,
+                   label.string(), p.string());
+    }
     fs::create_directories(o.save_txt ? fs::path(o.save) / "labels" : fs::path(o.save), ec);
     VISION_CHECK(!ec, "--save {}: cannot create the folder: {}", o.save, ec.message());
   }
@@ -119,7 +133,9 @@ int run_predict(const PredictOptions& o) {
 
   const size_t workers =
       o.workers > 0 ? static_cast<size_t>(o.workers) : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
-  Prefetcher prefetch(paths, std::max<size_t>(2 * static_cast<size_t>(o.batch), workers));
+  data::DecodeOptions decode;
+  decode.max_pixels = o.max_pixels;
+  Prefetcher prefetch(paths, workers, std::max<size_t>(2 * static_cast<size_t>(o.batch), workers), decode);
   Progress progress("predict", paths.size(), !o.quiet && !o.json);
   nlohmann::json json = nlohmann::json::array();
   size_t done = 0, failed = 0, images = 0, detections = 0;
@@ -167,6 +183,7 @@ int run_predict(const PredictOptions& o) {
 
   while (!prefetch.done()) {
     Loaded l = prefetch.next();
+    for (const std::string& w : l.warnings) progress.message(fmt::format("vision predict: warning: {}", w));
     if (!l.error.empty()) {
       ++failed;
       progress.message(fmt::format("vision predict: skipped {}", l.error));
@@ -226,8 +243,12 @@ void add_predict_command(CLI::App& app) {
   cmd->add_flag("--save-txt", opts->save_txt, "also write YOLO-format labels (class cx cy w h) to SAVE/labels");
   cmd->add_flag("--save-conf", opts->save_conf, "add the score to each --save-txt line");
   cmd->add_flag("--json", opts->json, "print the detections as JSON instead of lines");
-  cmd->add_option("--workers", opts->workers, "image decoding threads (default: the cores, at most 8)")
+  cmd->add_option("--workers", opts->workers, "image decoding threads, a fixed pool (default: the cores, at most 8)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-pixels", opts->max_pixels,
+                  "refuse images of more pixels (width x height) than this, before decoding them")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))
+      ->capture_default_str();
   cmd->add_flag("--quiet", opts->quiet, "no progress bar or summary on standard error");
   cmd->callback([opts] {
     if (const int rc = run_predict(*opts); rc != 0) throw CLI::RuntimeError(rc);

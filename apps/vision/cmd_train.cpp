@@ -100,6 +100,17 @@ void restore_options(TrainOptions& o, const json& a) {
   take("patience", o.patience), take("val", o.val), take("reinit_classes", o.reinit_classes);
 }
 
+// A value the trainer kept in the checkpoint's 'training.extra'; the wrong type is an error naming the file.
+template <typename T>
+T extra_value(const train::Checkpoint& c, const char* key) {
+  try {
+    return c.state.extra.at(key).get<T>();
+  } catch (const json::exception& e) {
+    fail("{}: checkpoint field 'training.extra.{}' is missing or of the wrong type ({})", c.path.string(), key,
+         e.what());
+  }
+}
+
 std::atomic<int> g_interrupted{0};
 extern "C" void on_interrupt(int sig) {
   if (g_interrupted.fetch_add(1) > 0) {  // a second Ctrl-C: stop now
@@ -230,15 +241,29 @@ int run_train(TrainOptions o) {
     VISION_CHECK(fs::is_regular_file(p, ec), "--resume: {} does not exist (give a run folder or its last.safetensors)",
                  p.string());
     checkpoint = train::read_checkpoint(p);
-    restore_options(o, checkpoint->state.args);
+    try {
+      restore_options(o, checkpoint->state.args);
+    } catch (const json::exception& e) {
+      fail("--resume: {}: checkpoint field 'training.args' holds a value of the wrong type ({})", p.string(),
+           e.what());
+    }
     run_dir = p.parent_path().parent_path();
   }
   std::error_code ec;
+  try {
+    yolo::check_image_size(o.imgsz, o.imgsz);
+  } catch (const Error& e) {
+    fail("--imgsz {}: {}", o.imgsz, e.what());
+  }
+  VISION_CHECK(o.batch >= 1 && o.batch <= 65536 && o.epochs >= 1 && o.epochs <= 1000000,
+               "--batch ({}) must be in 1–65536 and --epochs ({}) in 1–1000000", o.batch, o.epochs);
   VISION_CHECK(!o.data.empty(), "--data is required (unless --resume)");
   VISION_CHECK(fs::is_regular_file(o.data, ec), "--data {}: no such file", o.data);
 
   const data::Dataset train_set = data::load_dataset(o.data, "train");
   const data::Dataset val_set = data::load_dataset(o.data, "val");
+  for (const data::Dataset* d : {&train_set, &val_set})
+    if (!d->cache_problem.empty()) fmt::print(stderr, "vision train: warning: label cache {}\n", d->cache_problem);
   for (const std::string& p : train_set.problems) fmt::print(stderr, "vision train: skipped label line {}\n", p);
 
   auto backend = graph::make_backend(graph::parse_device_choice(o.device));
@@ -283,7 +308,7 @@ int run_train(TrainOptions o) {
   if (checkpoint) {
     const train::TrainingState s = trainer.resume(*checkpoint);
     best_fitness = s.best_fitness;
-    if (s.extra.contains("best_epoch")) best_epoch = s.extra.at("best_epoch").get<int64_t>();
+    if (s.extra.contains("best_epoch")) best_epoch = extra_value<int64_t>(*checkpoint, "best_epoch");
     VISION_CHECK(trainer.epoch() < o.epochs || trainer.iteration() < o.epochs * loader.batches_per_epoch(),
                  "--resume: {} has finished its {} epochs; nothing to resume", checkpoint->path.string(), o.epochs);
   } else {
@@ -292,6 +317,8 @@ int run_train(TrainOptions o) {
   const fs::path weights_dir = run_dir / "weights", last = weights_dir / "last.safetensors",
                  best = weights_dir / "best.safetensors", csv = run_dir / "results.csv";
   fs::create_directories(weights_dir);
+  // Temporaries that a killed earlier run left ("last.safetensors.tmp.<pid>", "best.safetensors.tmp.<pid>").
+  for (const fs::path& p : {last, best}) train::remove_stale_temporaries(p);
   if (checkpoint)
     truncate_csv(csv, trainer.epoch());
   else
@@ -332,15 +359,14 @@ int run_train(TrainOptions o) {
   int64_t seen = 0;
   // results.csv's time column counts the whole run: the seconds of the invocations before a resume too.
   const double elapsed_before = checkpoint && checkpoint->state.extra.contains("elapsed")
-                                    ? checkpoint->state.extra.at("elapsed").get<double>()
+                                    ? extra_value<double>(*checkpoint, "elapsed")
                                     : 0.0;
   auto run_seconds = [&] {
     return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   };
   if (checkpoint && checkpoint->state.extra.contains("epoch_sums")) {
-    const json& e = checkpoint->state.extra;
-    for (size_t k = 0; k < 3; ++k) sums[k] = e.at("epoch_sums").at(k).get<double>();
-    seen = e.at("epoch_seen").get<int64_t>();
+    sums = extra_value<std::array<double, 3>>(*checkpoint, "epoch_sums");
+    seen = extra_value<int64_t>(*checkpoint, "epoch_seen");
   }
   size_t problems_shown = 0;
   auto save_last = [&](bool between_epochs) {
@@ -420,7 +446,8 @@ int run_train(TrainOptions o) {
     if (improved) best_fitness = fitness, best_epoch = epoch + 1, since_best = 0;
     else ++since_best;
     save_last(true);
-    if (improved) fs::copy_file(last, best, fs::copy_options::overwrite_existing);
+    // Atomically, as `last` is written: a copy killed half-way must not leave a truncated `best`.
+    if (improved) core::copy_file_atomic(last, best);
     write_results_plot(csv, run_dir / "results.png");
     if (o.val && o.patience > 0 && since_best >= o.patience) {
       fmt::print("vision train: no improvement for {} epochs (best {} at epoch {}): stopping early\n", o.patience,
@@ -430,7 +457,11 @@ int run_train(TrainOptions o) {
   }
   if (o.val && detector && fs::is_regular_file(best, ec)) {
     // The best checkpoint's EMA weights: the final table, PR_curve.png and val_pred.jpg.
-    detector->set_weights(train::read_checkpoint(best).weights(true));
+    try {
+      detector->set_weights(train::read_checkpoint(best).weights(true));
+    } catch (const Error& e) {
+      fail("{}; the last epoch's weights are in {}", e.what(), last.string());
+    }
     const eval::MetricsResult m = validate(*detector, val, info.spec.nc, std::max<int64_t>(o.batch, 16));
     fmt::print("vision train: validation of {}:\n{}", best.string(), eval::format_table(m, info.names));
     write_pr_curve(m, info.names, run_dir / "PR_curve.png");

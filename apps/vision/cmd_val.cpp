@@ -38,6 +38,7 @@ struct ValOptions {
   std::string save_json;
   std::string plots;  // folder for PR_curve.png and val_pred.jpg
   int64_t workers = 0;
+  int64_t max_pixels = data::kDefaultMaxPixels;
   bool quiet = false;
 };
 
@@ -59,6 +60,12 @@ int run_val(const ValOptions& o) {
   std::error_code ec;
   VISION_CHECK(fs::is_regular_file(o.model, ec), "--model {}: no such file", o.model);
   VISION_CHECK(fs::is_regular_file(o.data, ec), "--data {}: no such file", o.data);
+  if (!o.plots.empty()) {  // before the run, so that a bad folder does not waste it
+    std::error_code ec;
+    fs::create_directories(o.plots, ec);
+    VISION_CHECK(!ec && fs::is_directory(o.plots, ec), "--plots {}: cannot create the folder: {}", o.plots,
+                 ec ? ec.message() : "a file of that name exists");
+  }
   const data::Dataset dataset = data::load_dataset(o.data, o.split);
   const std::vector<std::string>& names = dataset.config.names;
 
@@ -80,13 +87,17 @@ int run_val(const ValOptions& o) {
                models::yolo::scale_name(detector.info().spec.scale), detector.device(),
                core::dtype_name(detector.dtype()), o.split, o.data, dataset.counts.images, dataset.counts.instances,
                dataset.counts.label_files);
+  if (!dataset.cache_problem.empty())
+    fmt::print(stderr, "vision val: warning: label cache {}\n", dataset.cache_problem);
   for (const std::string& p : dataset.problems) fmt::print(stderr, "vision val: skipped label line {}\n", p);
 
   std::vector<fs::path> paths;
   for (const data::Sample& s : dataset.samples) paths.push_back(s.image);
   const size_t workers =
       o.workers > 0 ? static_cast<size_t>(o.workers) : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
-  Prefetcher prefetch(paths, std::max<size_t>(2 * static_cast<size_t>(o.batch), workers));
+  data::DecodeOptions decode;
+  decode.max_pixels = o.max_pixels;
+  Prefetcher prefetch(paths, workers, std::max<size_t>(2 * static_cast<size_t>(o.batch), workers), decode);
   Progress progress("val", paths.size(), !o.quiet);
 
   eval::DetectionMetrics metrics(dataset.config.nc());
@@ -129,6 +140,7 @@ int run_val(const ValOptions& o) {
   };
   while (!prefetch.done()) {
     Loaded l = prefetch.next();
+    for (const std::string& w : l.warnings) progress.message(fmt::format("vision val: warning: {}", w));
     const size_t index = next_sample++;
     if (!l.error.empty()) {
       ++skipped;
@@ -152,7 +164,6 @@ int run_val(const ValOptions& o) {
     fmt::print("vision val: note: the metrics leave out the skipped images and label lines (see the messages above)\n");
 
   if (!o.plots.empty()) {
-    fs::create_directories(o.plots);
     write_pr_curve(result, names, fs::path(o.plots) / "PR_curve.png");
     write_prediction_grid(shown, shown_found, names, fs::path(o.plots) / "val_pred.jpg");
     fmt::print("vision val: PR_curve.png and val_pred.jpg (predictions with score ≥ 0.25) written to {}\n", o.plots);
@@ -199,8 +210,12 @@ void add_val_command(CLI::App& app) {
   cmd->add_option("--dtype", opts->dtype, "compute dtype: f16 (CUDA default), bf16 or f32 (the CPU's)")
       ->check(CLI::IsMember({"f16", "bf16", "f32"}));
   cmd->add_option("--save-json", opts->save_json, "write the detections to this file in COCO's results format");
-  cmd->add_option("--workers", opts->workers, "image decoding threads (default: the cores, at most 8)")
+  cmd->add_option("--workers", opts->workers, "image decoding threads, a fixed pool (default: the cores, at most 8)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-pixels", opts->max_pixels,
+                  "refuse images of more pixels (width x height) than this, before decoding them")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))
+      ->capture_default_str();
   cmd->add_flag("--quiet", opts->quiet, "no progress bar or header on standard error");
   cmd->callback([opts] {
     if (const int rc = run_val(*opts); rc != 0) throw CLI::RuntimeError(rc);

@@ -1,5 +1,5 @@
 // Shared by the CLI commands that run a model over image files (predict, val): images decoded on worker threads
-// ahead of the model, and a one-line progress bar.
+// ahead of the model (a fixed pool, with bounded memory), and a one-line progress bar.
 #pragma once
 
 #include <fmt/format.h>
@@ -10,7 +10,11 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
-#include <future>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -23,40 +27,103 @@ namespace fs = std::filesystem;
 struct Loaded {
   fs::path path;
   data::Image image;
-  std::string error;  // why the image could not be read (empty when it was)
+  std::string error;                  // why the image could not be read (empty when it was)
+  std::vector<std::string> warnings;  // what was odd about a file that was read (a malformed EXIF block, …)
 };
 
-// Decodes the sources on worker threads, at most `window` ahead of the consumer, in order.
+// The memory that images being decoded may hold at once, unless one image alone needs more.
+inline constexpr uint64_t kDecodeBudgetBytes = uint64_t{1} << 30;
+
+// Decodes the sources in order on a fixed pool of `workers` threads, at most `window` images ahead of the consumer.
+// Memory is bounded whatever the files claim: an image's share (its file's bytes and its pixels, by its header) is
+// reserved before it is decoded and given back when the consumer takes it, and no more than `budget` bytes are
+// reserved at once — except by the image the consumer waits for, which always goes ahead (alone, when it is larger
+// than the budget).
 class Prefetcher {
  public:
-  Prefetcher(std::vector<fs::path> paths, size_t window) : paths_(std::move(paths)), window_(window) { fill(); }
-  bool done() const { return pending_.empty(); }
+  Prefetcher(std::vector<fs::path> paths, size_t workers, size_t window, data::DecodeOptions decode,
+             uint64_t budget = kDecodeBudgetBytes)
+      : paths_(std::move(paths)), window_(std::max<size_t>(window, 1)), decode_(decode), budget_(budget) {
+    decode_.warnings = nullptr;  // each image's warnings go into its Loaded
+    const size_t n = std::clamp<size_t>(workers, 1, std::max<size_t>(paths_.size(), 1));
+    for (size_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~Prefetcher() {
+    {
+      std::lock_guard lk(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  bool done() const { return taken_ >= paths_.size(); }
   Loaded next() {
-    Loaded l = pending_.front().get();
-    pending_.pop_front();
-    fill();
-    return l;
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return ready_.count(taken_) > 0; });
+    auto node = ready_.extract(taken_);
+    reserved_ -= node.mapped().second;
+    ++taken_;
+    lk.unlock();
+    cv_.notify_all();
+    return std::move(node.mapped().first);
   }
 
  private:
-  void fill() {
-    while (pending_.size() < window_ && next_ < paths_.size()) {
-      pending_.push_back(std::async(std::launch::async, [p = paths_[next_]] {
-        Loaded l{p, {}, {}};
+  void work() {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stopping_ || (claimed_ < paths_.size() && claimed_ < taken_ + window_); });
+      if (stopping_) return;
+      const size_t i = claimed_++;
+      lk.unlock();
+      Loaded l{paths_[i], {}, {}, {}};
+      uint64_t share = 0;
+      std::vector<uint8_t> bytes;
+      try {
+        bytes = data::read_file(paths_[i], data::max_image_file_bytes(decode_.max_pixels));
+        share = bytes.size();
+        const data::ImageSize size = data::probe_image(bytes, paths_[i].string());
+        if (size.width > 0 && size.height > 0 && size.width * size.height <= decode_.max_pixels)
+          share += 3 * static_cast<uint64_t>(size.width * size.height);
+      } catch (const std::exception& e) {
+        l.error = e.what();
+      }
+      lk.lock();
+      cv_.wait(lk, [&] { return stopping_ || i == taken_ || reserved_ + share <= budget_; });
+      if (stopping_) return;
+      reserved_ += share;
+      lk.unlock();
+      if (l.error.empty()) {
         try {
-          l.image = data::read_image(p);
+          data::DecodeOptions d = decode_;
+          d.warnings = &l.warnings;
+          l.image = data::decode_image(bytes, paths_[i].string(), d);
         } catch (const std::exception& e) {
           l.error = e.what();
         }
-        return l;
-      }));
-      ++next_;
+      }
+      bytes = {};
+      lk.lock();
+      ready_.emplace(i, std::make_pair(std::move(l), share));
+      cv_.notify_all();
     }
   }
+
   std::vector<fs::path> paths_;
   size_t window_;
-  size_t next_ = 0;
-  std::deque<std::future<Loaded>> pending_;
+  data::DecodeOptions decode_;
+  uint64_t budget_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t claimed_ = 0;           // paths handed to workers
+  std::atomic<size_t> taken_ = 0;  // images handed to the consumer
+  uint64_t reserved_ = 0;        // bytes reserved by images decoding or decoded and not yet taken
+  bool stopping_ = false;
+  std::map<size_t, std::pair<Loaded, uint64_t>> ready_;  // decoded (or failed) images and their shares, by index
+  std::vector<std::thread> threads_;
 };
 
 // A one-line progress bar on standard error (only when it is a terminal).

@@ -1,6 +1,7 @@
 // Tests of safetensors reading (one hand-made corrupt file per rule the reader enforces) and atomic writing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <random>
 
 #include "test_util.h"
+#include "vision/core/json.h"
 #include "vision/core/safetensors.h"
 
 using namespace vision::core;
@@ -113,11 +115,11 @@ TEST_F(Safetensors, HeaderLengthAbsurd) {
 }
 
 TEST_F(Safetensors, HeaderNotWellFormedJson) {
-  expect_read_error(write_raw(R"({"w": {"dtype": "F32", )"), {"not well-formed JSON"});
+  expect_read_error(write_raw(R"({"w": {"dtype": "F32", )"), {"is not valid JSON"});
 }
 
 TEST_F(Safetensors, HeaderNotUtf8) {
-  expect_read_error(write_raw("{\"w\xff\": 1}"), {"not well-formed JSON"});
+  expect_read_error(write_raw("{\"w\xff\": 1}"), {"is not valid JSON"});
 }
 
 TEST_F(Safetensors, HeaderNotAnObject) {
@@ -461,6 +463,43 @@ TEST_F(Safetensors, BadInputsThrowAndKeepExistingFile) {
   }
   EXPECT_EQ(vision::test::read_file(p), before);
   EXPECT_EQ(dir_entries(), std::vector<std::string>{"keep.safetensors"});
+}
+
+// A header nested deeper than any real one (issue #33: the model loader crashed with a stack overflow on deep JSON)
+// is refused before it is built; so is deep JSON anywhere parse_json reads.
+TEST_F(Safetensors, DeeplyNestedHeaderIsRefused) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  expect_read_error(write_raw("{\"w\": " + deep + "}"), {"the header nests JSON deeper than 8 levels"});
+  EXPECT_NE(vision::test::error_of([&] { vision::core::parse_json(deep, "x"); }).find("x nests JSON deeper than 64"),
+            std::string::npos);
+  EXPECT_EQ(vision::core::parse_json("[[[1]]]", "x", 3), nlohmann::json::parse("[[[1]]]"));
+  EXPECT_NE(vision::test::error_of([&] { vision::core::parse_json("[[[[1]]]]", "x", 3); }).find("deeper than 3"),
+            std::string::npos);
+  EXPECT_NE(vision::test::error_of([&] { vision::core::parse_json("{\"a\": ", "y"); }).find("y is not valid JSON"),
+            std::string::npos);
+}
+
+// copy_file_atomic: the copy is whole; a failed one (the source missing) leaves the target as it was and no
+// temporary behind.
+TEST_F(Safetensors, CopyFileAtomic) {
+  const fs::path from = dir_ / "from.bin", to = dir_ / "to.bin";
+  std::string big(3 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7919 % 251);
+  vision::test::write_file(from, big);
+  vision::test::write_file(to, "old");
+  vision::core::copy_file_atomic(from, to);
+  EXPECT_EQ(vision::test::read_file(to), big);
+  vision::test::write_file(to, "old");
+  EXPECT_NE(vision::test::error_of([&] { vision::core::copy_file_atomic(dir_ / "absent", to); }).find("absent"),
+            std::string::npos);
+  EXPECT_EQ(vision::test::read_file(to), "old");
+  EXPECT_NE(vision::test::error_of([&] { vision::core::copy_file_atomic(from, dir_ / "no" / "dir.bin"); })
+                .find("does not exist"),
+            std::string::npos);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"from.bin", "to.bin"}));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // the labels (mAP50 = the metrics' 0.995 ceiling).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -288,7 +289,7 @@ TEST(Dataset, DataFileErrors) {
   }
   EXPECT_NE(error_of([&] { read_data_config(dir.path() / "missing.yaml"); }).find("missing.yaml"), std::string::npos);
   test::write_file(dir.path() / "d.json", "{\"names\": [\"a\"], \"val\": ");
-  EXPECT_NE(error_of([&] { read_data_config(dir.path() / "d.json"); }).find("d.json: invalid JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_data_config(dir.path() / "d.json"); }).find("d.json is not valid JSON"), std::string::npos);
   // A split that is absent, and one without images.
   test::write_file(f, "val: images/val\nnames: [a]\n");
   EXPECT_NE(error_of([&] { load_dataset(f, "train"); }).find("no 'train' split"), std::string::npos);
@@ -418,6 +419,108 @@ TEST(Dataset, PerfectPredictionsGiveTheCeiling) {
     off.add_image(preds, gt);
   }
   EXPECT_LT(off.compute().map, 0.9);
+}
+
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hostile datasets (issue #33)
+
+TEST(DatasetHostile, CocoImagesSharingAnIdAreAnError) {
+  // Before, the second entry replaced the first: image 0's annotations went to the other image, no problem reported.
+  test::TempDir dir;
+  const fs::path root = dir.path();
+  fs::create_directories(root / "images");
+  write_image(Image(40, 20, 3, 90), root / "images" / "a.jpg");
+  write_image(Image(40, 20, 3, 90), root / "images" / "b.jpg");
+  test::write_file(root / "ann.json", R"({
+    "images": [{"id": 1, "file_name": "images/a.jpg", "width": 40, "height": 20},
+               {"id": 1, "file_name": "images/b.jpg", "width": 40, "height": 20}],
+    "categories": [{"id": 1}],
+    "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 5]}]})");
+  test::write_file(root / "data.yaml", "val: ann.json\ntrain: images\nnames: [x]\n");
+  const std::string e = error_of([&] { load_dataset(root / "data.yaml", "val"); });
+  EXPECT_NE(e.find("'images/a.jpg' and 'images/b.jpg' share the id 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("ann.json"), std::string::npos) << e;
+}
+
+TEST(DatasetHostile, ATamperedLabelCacheIsCheckedAndRebuilt) {
+  test::TempDir dir;
+  synth::DatasetOptions o;
+  o.out = dir.path() / "shapes";
+  o.train = 1;
+  o.val = 3;
+  o.imgsz = 64;
+  synth::write_dataset(o);
+  const fs::path yaml = o.out / "data.yaml";
+  const Dataset good = load_dataset(yaml, "val");
+  ASSERT_TRUE(load_dataset(yaml, "val").from_cache);
+  const std::string cache = test::read_file(good.cache);
+  const auto box = nlohmann::json::parse(cache)["samples"][0]["boxes"][0];
+  ASSERT_TRUE(box.is_array());
+  // The fingerprint covers the label files, not the cache's own content: each tampered box is found by the checks a
+  // label line gets, the cache is named, and the labels come from the label files.
+  for (const auto& [replacement, why] : std::vector<std::pair<std::string, std::string>>{
+           {"[99, 0.5, 0.5, 0.1, 0.1]", "class 99 is not one of the 6"},
+           {"[-1, 0.5, 0.5, 0.1, 0.1]", "class -1"},
+           {"[0, 1e300, 0.5, 0.1, 0.1]", "cx 1e+300 is outside"},
+           {"[0, 0.5, 0.5, 0, 0.1]", "w 0 is not positive"},
+           {"[0, 0.5, 0.5, -0.1, 0.1]", "w -0.1 is outside"},
+           {"[0, 0.5]", "not [class, cx, cy, w, h]"},
+           {"[0.5, 0.5, 0.5, 0.1, 0.1]", "not [class, cx, cy, w, h]"}}) {
+    nlohmann::json j = nlohmann::json::parse(cache);
+    j["samples"][0]["boxes"][0] = nlohmann::json::parse(replacement);
+    test::write_file(good.cache, j.dump());
+    const Dataset d = load_dataset(yaml, "val");
+    EXPECT_FALSE(d.from_cache) << replacement;
+    EXPECT_NE(d.cache_problem.find(good.cache.string()), std::string::npos) << d.cache_problem;
+    EXPECT_NE(d.cache_problem.find(why), std::string::npos) << replacement << ": " << d.cache_problem;
+    expect_same(good, d);
+    EXPECT_TRUE(load_dataset(yaml, "val").cache_problem.empty());  // rewritten
+  }
+  // A cache nested deeper than any real one is refused as malformed, not walked.
+  test::write_file(good.cache, std::string(100000, '[') + std::string(100000, ']'));
+  const Dataset deep = load_dataset(yaml, "val");
+  EXPECT_FALSE(deep.from_cache);
+  EXPECT_NE(deep.cache_problem.find("deeper"), std::string::npos) << deep.cache_problem;
+}
+
+TEST(DatasetHostile, OddFilesAreReportedNotFatal) {
+  test::TempDir dir;
+  const fs::path root = dir.path();
+  make_tree(root);
+  write_image(Image(40, 20, 3, 90), root / "images" / "val" / "b.jpg");
+  test::write_file(root / "labels" / "val" / "b.txt", "0 0.5 0.5 0.2 0.2\n");
+  test::write_file(root / "data.yaml", "path: .\ntrain: images/train\nval: images/val\nnames: [x]\n");
+  // A folder where a label file should be: that image has no labels, the split loads, the problem is reported.
+  fs::create_directories(root / "labels" / "val" / "a.txt");
+  const Dataset d = load_dataset(root / "data.yaml", "val", /*use_cache=*/false);
+  ASSERT_EQ(d.samples.size(), 2u);
+  EXPECT_TRUE(d.samples[0].labels.empty());
+  EXPECT_EQ(d.samples[1].labels.size(), 1u);
+  ASSERT_EQ(d.problems.size(), 1u);
+  EXPECT_NE(d.problems[0].find("a folder where the image's label file should be"), std::string::npos)
+      << d.problems[0];
+  // A dataset with no labels at all loads (every image is background).
+  fs::remove_all(root / "labels");
+  const Dataset none = load_dataset(root / "data.yaml", "val", /*use_cache=*/false);
+  EXPECT_EQ(none.counts.images, 2);
+  EXPECT_EQ(none.counts.instances, 0);
+  EXPECT_EQ(none.counts.missing_labels, 2);
+  // A split folder without images is an error naming it.
+  fs::create_directories(root / "images" / "empty");
+  test::write_file(root / "empty.yaml", "train: images/empty\nval: images/empty\nnames: [x]\n");
+  EXPECT_NE(error_of([&] { load_dataset(root / "empty.yaml", "val"); }).find("has no images"), std::string::npos);
+  // Deeply nested YAML and JSON data files: a message naming the file, not "bad file" or a crash.
+  test::write_file(root / "deep.yaml", "names: [x]\ntrain: " + std::string(5000, '[') + std::string(5000, ']') + "\n");
+  std::string e = error_of([&] { read_data_config(root / "deep.yaml"); });
+  EXPECT_NE(e.find("deep.yaml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("nests deeper"), std::string::npos) << e;
+  test::write_file(root / "deep.json", "{\"names\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  e = error_of([&] { read_data_config(root / "deep.json"); });
+  EXPECT_NE(e.find("deep.json nests JSON deeper than 64 levels"), std::string::npos) << e;
+  // A data file that is a folder.
+  fs::create_directories(root / "folder.yaml");
+  EXPECT_NE(error_of([&] { read_data_config(root / "folder.yaml"); }).find("is a folder"), std::string::npos);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -536,6 +538,166 @@ TEST(ImageTensor, NormalisedNchwAndNhwc) {
         }
   EXPECT_NE(error_of([&] { write_normalized(random_image(4, 3), nchw, 0); }).find("does not fit"), std::string::npos);
   EXPECT_NE(error_of([&] { write_normalized(images[0], nchw, 2); }).find("outside"), std::string::npos);
+}
+
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hostile files: sizes a header claims, metadata chunks, malformed EXIF (issue #33)
+
+// A PNG of only a header claiming width × height (8-bit RGB) and the given image data (no pixels of that size).
+Bytes png_claiming(uint32_t width, uint32_t height, const Bytes& idat) {
+  Bytes out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  Bytes ihdr;
+  put32(ihdr, width), put32(ihdr, height);
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});
+  put_chunk(out, "IHDR", ihdr);
+  put_chunk(out, "IDAT", idat);
+  put_chunk(out, "IEND", {});
+  return out;
+}
+
+// The JPEG with the size in its SOF segment replaced.
+Bytes jpeg_claiming(Bytes jpeg, uint16_t width, uint16_t height) {
+  for (size_t at = 2; at + 9 < jpeg.size(); ++at)
+    if (jpeg[at] == 0xFF && (jpeg[at + 1] == 0xC0 || jpeg[at + 1] == 0xC2)) {
+      jpeg[at + 5] = uint8_t(height >> 8), jpeg[at + 6] = uint8_t(height);
+      jpeg[at + 7] = uint8_t(width >> 8), jpeg[at + 8] = uint8_t(width);
+      return jpeg;
+    }
+  ADD_FAILURE() << "no SOF segment";
+  return jpeg;
+}
+
+// Seconds a call takes.
+template <typename F>
+double seconds_of(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(ImageHostile, DecompressionBombsAreRefusedFromTheirSize) {
+  // A 268-byte PNG and a JPEG of a few hundred bytes whose headers say 16384 × 16384 (it took 14 s and 800 MB before
+  // the file was found corrupt): over the default pixel limit; and within a raised limit, or at 12000 × 12000 within
+  // the default one, refused from the file's size before the pixels are allocated.
+  const Bytes png = png_claiming(16384, 16384, zlib_stored(Bytes(200, 0)));
+  const Bytes jpeg = jpeg_claiming(encode_jpeg(smooth_image(16, 16)), 16384, 16384);
+  expect_error_naming(png, "bomb.png", "16384×16384 pixels is more than the 160000000 accepted", "PNG bomb");
+  expect_error_naming(jpeg, "bomb.jpg", "16384×16384 pixels is more than the 160000000 accepted", "JPEG bomb");
+  const DecodeOptions raised{.max_pixels = int64_t{1} << 30};
+  EXPECT_NE(error_of([&] { (void)decode_image(png, "bomb.png", raised); }).find("cannot hold the 16384×16384 PNG"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { (void)decode_image(jpeg, "bomb.jpg", raised); }).find("cannot hold the 16384×16384 JPEG"),
+            std::string::npos);
+  expect_error_naming(png_claiming(12000, 12000, zlib_stored(Bytes(200, 0))), "b.png", "cannot hold the 12000×12000",
+                      "PNG bomb within the limit");
+  expect_error_naming(jpeg_claiming(encode_jpeg(smooth_image(16, 16)), 12000, 12000), "b.jpg",
+                      "cannot hold the 12000×12000", "JPEG bomb within the limit");
+  // An honest small file is read.
+  const Image honest = random_image(64, 48);
+  EXPECT_EQ(decode(encode_png(honest), "ok.png"), honest);
+  // Every single-bit flip of a small PNG is an error or the same image, never a large allocation: the header's
+  // claims are checked against the file before anything is made (a flip in the height made 384 MiB before).
+  const Bytes small = encode_png(random_image(7, 5));
+  for (size_t at = 8; at < small.size(); ++at)
+    for (int bit = 0; bit < 8; ++bit) {
+      Bytes bad = small;
+      bad[at] ^= uint8_t(1 << bit);
+      try {
+        const Image im = decode_image(bad, "flip.png");
+        EXPECT_LE(im.pixels.size(), 7u * 5u * 3u);
+      } catch (const Error&) {
+      }
+    }
+}
+
+TEST(ImageHostile, MaxPixelsIsTheLimit) {
+  // 20000 × 20000 (400 megapixels) is over the default 160: refused before decoding, naming the option.
+  const Bytes big = png_claiming(20000, 20000, zlib_stored(Bytes(1000, 0)));
+  expect_error_naming(big, "big.png", "--max-pixels", "20000×20000");
+  // The limit is an option: a 64×48 image with a limit below its 3072 pixels is refused, at the limit it is read.
+  const Image im = random_image(64, 48);
+  for (const Bytes& file : {encode_png(im), encode_jpeg(im)}) {
+    EXPECT_NE(error_of([&] { (void)decode_image(file, "x", {.max_pixels = 3071}); }).find("more than the 3071"),
+              std::string::npos);
+    EXPECT_EQ(decode_image(file, "x", {.max_pixels = 3072}).width, 64);
+  }
+  // 1 × 1 images read.
+  const Image one = random_image(1, 1);
+  EXPECT_EQ(decode(encode_png(one), "one.png"), one);
+  EXPECT_EQ(decode(encode_jpeg(one), "one.jpg").width, 1);
+  // A 0-byte file.
+  expect_error_naming({}, "empty.png", "the file is empty", "0 bytes");
+  // A file larger than any image within the limit could be is refused before it is read.
+  test::TempDir dir;
+  const auto path = dir.path() / "huge.png";
+  write_file(path, encode_png(im));
+  std::filesystem::resize_file(path, 4096);
+  EXPECT_NE(error_of([&] { (void)read_file(path, 1000); }).find("more than an image"), std::string::npos);
+  EXPECT_EQ(read_file(path, 4096).size(), 4096u);
+  EXPECT_EQ(max_image_file_bytes(100), 800u + (1u << 26));
+}
+
+TEST(ImageHostile, MetadataChunksCostNothing) {
+  const Image im = random_image(16, 8);
+  PngSpec spec{16, 8, 8, 2, {}, {}, {}, {}};
+  spec.samples.assign(im.pixels.begin(), im.pixels.end());
+  const Bytes plain = png_file(spec);
+  const size_t after_ihdr = 8 + 25;
+  // 5,000 tEXt chunks (libspng refuses more than 1,000 by default) and a zTXt chunk that is not even valid zlib: the
+  // image reads, quickly.
+  Bytes texts(plain.begin(), plain.begin() + after_ihdr);
+  for (int i = 0; i < 5000; ++i) {
+    std::string t = "Comment";
+    t.push_back('\0');
+    t += fmt::format("text number {}", i);
+    put_chunk(texts, "tEXt", Bytes(t.begin(), t.end()));
+  }
+  Bytes bogus_z = {'Z', 0, 0, 0xDE, 0xAD, 0xBE, 0xEF};
+  put_chunk(texts, "zTXt", bogus_z);
+  texts.insert(texts.end(), plain.begin() + after_ihdr, plain.end());
+  Image got;
+  const double s = seconds_of([&] { got = decode(texts, "texts.png"); });
+  EXPECT_EQ(got, im);
+  EXPECT_LT(s, 2.0);
+  // A critical chunk is still checked: its CRC broken, the file is an error.
+  Bytes broken = plain;
+  broken[after_ihdr + 10] ^= 0x40;  // inside IDAT
+  expect_error_naming(broken, "broken.png", "corrupt PNG", "IDAT CRC");
+}
+
+TEST(ImageHostile, MalformedExifMeansNoRotationAndAWarning) {
+  const Image q = quadrants();
+  const Bytes plain = encode_jpeg(q, {.quality = 100, .subsample_chroma = false});
+  // IFD 0 at an odd offset (TIFF aligns IFDs to words): the orientation 6 after it is not applied.
+  Bytes odd = {'E', 'x', 'i', 'f', 0, 0, 'I', 'I', 42, 0, 9, 0, 0, 0, 0};  // IFD at 9, after a pad byte
+  const Bytes t = tiff_with_orientation(6, true);
+  odd.insert(odd.end(), t.begin() + 8, t.end());
+  std::vector<std::string> warnings;
+  const Image im = decode_image(with_app1(plain, {odd}), "odd.jpg", {.warnings = &warnings});
+  EXPECT_EQ(im.width, 32);  // as stored, not 16 × 32
+  EXPECT_EQ(im.height, 16);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("'odd.jpg'"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("IFD offset 9"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("without rotation"), std::string::npos) << warnings[0];
+  // A well-formed block warns of nothing.
+  warnings.clear();
+  EXPECT_EQ(decode_image(with_app1(plain, {exif_payload(6, true)}), "ok.jpg", {.warnings = &warnings}).width, 16);
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST(ImageHostile, ProbeReadsTheHeaderOnly) {
+  const Image im = random_image(40, 24);
+  for (const Bytes& file : {encode_png(im), encode_jpeg(im)}) {
+    const ImageSize size = probe_image(file, "x");
+    EXPECT_EQ(size.width, 40);
+    EXPECT_EQ(size.height, 24);
+  }
+  const ImageSize bomb = probe_image(png_claiming(16384, 16384, {}), "bomb.png");
+  EXPECT_EQ(bomb.width, 16384);
+  EXPECT_NE(error_of([] { (void)probe_image(Bytes{'B', 'M', 1, 2}, "x.bmp"); }).find("a BMP image"),
+            std::string::npos);
 }
 
 }  // namespace

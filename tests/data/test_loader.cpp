@@ -212,6 +212,35 @@ TEST(Loader, AllocateHookHoldsTheImages) {
     for (float v : b.images.to_vector()) ASSERT_GE(v, 0.0f);
 }
 
+// An allocation that fails (a hook that throws, out of memory) is the error next() throws, never std::terminate on a
+// worker thread (issue #33); batches before it are delivered.
+TEST(Loader, AFailedAllocationIsAnErrorOfNext) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir, 6);
+  std::atomic<int> calls{0};
+  LoaderOptions o = small(2);
+  o.prefetch = 1;
+  o.allocate = [&](const core::Shape& s) {
+    if (++calls == 2) throw Error("no memory for this batch");
+    return core::Tensor::zeros(s);
+  };
+  TrainLoader loader(d, o);
+  loader.start_epoch(0, false);
+  ASSERT_TRUE(loader.next().has_value());
+  try {
+    loader.next();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no memory for this batch"), std::string::npos) << e.what();
+  }
+  // A size whose batches cannot fit in memory is refused when the loader is made.
+  LoaderOptions huge = small(2);
+  huge.batch = 1 << 16;
+  huge.imgsz = 8192;
+  EXPECT_NE(test::error_of([&] { TrainLoader l(d, huge); }).find("use a smaller batch or image size"),
+            std::string::npos);
+}
+
 // The default allocation reuses a dropped batch's buffer for a later batch without zeroing it: every element must be
 // written again. Epoch 1 of a loader whose buffers hold epoch 0's images equals epoch 1 of a fresh loader.
 TEST(Loader, BatchBuffersAreReusedAndRewrittenWhole) {

@@ -324,3 +324,55 @@ TEST(Checkpoint, SigkillWhileWritingLeavesThePreviousCheckpoint) {
   EXPECT_EQ(temporaries(), 0);
   EXPECT_EQ(train::read_checkpoint(path).state.step, 42);
 }
+
+// A checkpoint whose 'training' metadata or tensors were damaged or forged (issue #33): each is an error naming the
+// file and what is wrong, never a silent resume.
+TEST(CheckpointHostile, ForgedStateAndNonFiniteWeightsAreErrors) {
+  TempDir dir;
+  const auto path = dir.path() / "last.safetensors";
+  const Sample s = sample();
+  auto with_state = [&](const std::function<void(nlohmann::json&)>& edit) {
+    train::write_checkpoint(path, s.model, s.metadata, s.ema, s.optimizer, s.state);
+    core::SafetensorsFile f = core::read_safetensors(path);
+    nlohmann::json state = nlohmann::json::parse(f.metadata.at("training"));
+    edit(state);
+    f.metadata["training"] = state.dump();
+    core::write_safetensors(path, f.tensors, f.metadata);
+    return error_of([&] { train::read_checkpoint(path); });
+  };
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& j) { j["epoch"] = -5; }, "'training.epoch' is -5"},
+      {[](nlohmann::json& j) { j["iteration"] = int64_t{1} << 62; }, "'training.iteration' is 4611686018427387904"},
+      {[](nlohmann::json& j) { j["step"] = "many"; }, "'training.step' must be an integer"},
+      {[](nlohmann::json& j) { j["best_fitness"] = "nan"; }, "'training.best_fitness' is NaN"},
+      {[](nlohmann::json& j) { j["args"] = 7; }, "'training.args' must be an object"},
+      {[](nlohmann::json& j) { j["extra"] = nlohmann::json::array(); }, "'training.extra' must be an object"},
+      {[](nlohmann::json& j) { j["rng"] = {-1}; }, "'training.rng'"},
+      {[](nlohmann::json& j) { j.erase("epoch"); }, "'training.epoch' is missing"}};
+  for (const auto& [edit, want] : cases) {
+    const std::string e = with_state(edit);
+    EXPECT_NE(e.find(path.string()), std::string::npos) << e;
+    EXPECT_NE(e.find(want), std::string::npos) << want << ": " << e;
+  }
+  // Metadata nested deeper than any checkpoint's is refused before it is built.
+  train::write_checkpoint(path, s.model, s.metadata, s.ema, s.optimizer, s.state);
+  core::SafetensorsFile f = core::read_safetensors(path);
+  f.metadata["training"] = std::string(100000, '[') + std::string(100000, ']');
+  core::write_safetensors(path, f.tensors, f.metadata);
+  EXPECT_NE(error_of([&] { train::read_checkpoint(path); }).find("nests JSON deeper"), std::string::npos);
+  // A NaN or an infinity in the model, the EMA or the optimizer state.
+  for (const char* group : {"model", "ema", "optimizer"}) {
+    Sample bad = sample();
+    NamedTensors& tensors = std::string(group) == "model" ? bad.model : std::string(group) == "ema" ? bad.ema
+                                                                                                    : bad.optimizer;
+    for (auto& [name, t] : tensors)
+      if (t.dtype() == DType::f32) {
+        t.data<float>()[1] = std::string(group) == "ema" ? INFINITY : NAN;
+        break;
+      }
+    train::write_checkpoint(path, bad.model, bad.metadata, bad.ema, bad.optimizer, bad.state);
+    const std::string e = error_of([&] { train::read_checkpoint(path); });
+    EXPECT_NE(e.find("non-finite value"), std::string::npos) << group << ": " << e;
+    EXPECT_NE(e.find(path.string()), std::string::npos) << e;
+  }
+}

@@ -9,12 +9,14 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
 #include "vision/core/error.h"
+#include "vision/core/json.h"
 
 namespace vision::core {
 
@@ -118,12 +120,10 @@ struct DuplicateKeys {
 
 Json parse_header(const std::string& text, const fs::path& path) {
   DuplicateKeys dups;
-  Json header;
-  try {
-    header = Json::parse(text, [&](int, Json::parse_event_t ev, Json& parsed) { return dups.on_event(ev, parsed); });
-  } catch (const Json::parse_error& e) {
-    fail("{}: the header is not well-formed JSON: {}", where(path), e.what());
-  }
+  // A header is an object of tensor entries: it nests three levels ("name": {"shape": [...]}); deeper is refused
+  // before it is built.
+  const Json header = parse_json(text, fmt::format("{}: the header", where(path)), 8,
+                                 [&](int, Json::parse_event_t ev, Json& parsed) { return dups.on_event(ev, parsed); });
   VISION_CHECK(header.is_object(), "{}: the header is a JSON {}, expected an object of tensor entries", where(path),
                header.type_name());
   VISION_CHECK(dups.problem.empty(), "{}: {}", where(path), dups.problem);
@@ -221,6 +221,52 @@ void check_coverage(std::vector<Entry>& entries, uint64_t data_size, const fs::p
                "{}: the last {} bytes of the {}-byte data section belong to no tensor; the format requires the tensors "
                "to cover the data section without holes",
                where(path), data_size - covered, data_size);
+}
+
+using ChunkWriter = std::function<void(const void*, size_t)>;
+
+// Writes `path` atomically: `body` writes the contents through its ChunkWriter into "<path>.tmp.<pid>", which is
+// fsynced and renamed over path (then the directory is fsynced, best effort). On any failure the temporary file is
+// removed, whatever was at path is left as it was, and vision::Error names `what`.
+void write_atomically(const fs::path& path, const std::string& what, const std::function<void(const ChunkWriter&)>& body) {
+  // Write a temporary file next to the target, then rename it over the target.
+  fs::path tmp = path;
+  tmp += fmt::format(".tmp.{}", ::getpid());
+  struct TempFile {
+    fs::path path;
+    int fd = -1;
+    bool committed = false;
+    ~TempFile() {
+      if (fd >= 0) ::close(fd);
+      if (!committed) ::unlink(path.c_str());
+    }
+  } temp{tmp};
+  temp.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (temp.fd < 0) {
+    const int err = errno;
+    temp.committed = true;  // nothing was created: leave whatever is at tmp alone
+    if (err == ENOENT)
+      fail("writing {}: cannot create '{}': the directory '{}' does not exist", what, tmp.string(),
+           path.parent_path().string());
+    fail("writing {}: cannot create '{}': {}", what, tmp.string(), errno_text(err));
+  }
+  auto check_io = [&](bool ok, std::string_view action) {
+    if (ok) return;
+    const int err = errno;
+    fail("writing {}: cannot {} '{}': {}", what, action, tmp.string(), errno_text(err));
+  };
+  body([&](const void* data, size_t n) { check_io(write_full(temp.fd, data, n), "write to"); });
+  check_io(::fsync(temp.fd) == 0, "fsync");
+  const int fd = temp.fd;
+  temp.fd = -1;
+  check_io(::close(fd) == 0, "close");
+  check_io(::rename(tmp.c_str(), path.c_str()) == 0, "rename into place");
+  temp.committed = true;
+
+  // Make the rename itself durable (best effort: some file systems cannot fsync a directory).
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  FdCloser dir_fd{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (dir_fd.fd >= 0) ::fsync(dir_fd.fd);
 }
 
 }  // namespace
@@ -368,46 +414,26 @@ void write_safetensors(const fs::path& path, const std::vector<std::pair<std::st
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
 
-  // Write a temporary file next to the target, then rename it over the target.
-  fs::path tmp = path;
-  tmp += fmt::format(".tmp.{}", ::getpid());
-  struct TempFile {
-    fs::path path;
-    int fd = -1;
-    bool committed = false;
-    ~TempFile() {
-      if (fd >= 0) ::close(fd);
-      if (!committed) ::unlink(path.c_str());
-    }
-  } temp{tmp};
-  temp.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (temp.fd < 0) {
-    const int err = errno;
-    temp.committed = true;  // nothing was created: leave whatever is at tmp alone
-    if (err == ENOENT)
-      fail("writing {}: cannot create '{}': the directory '{}' does not exist", where(path), tmp.string(),
-           path.parent_path().string());
-    fail("writing {}: cannot create '{}': {}", where(path), tmp.string(), errno_text(err));
-  }
-  auto check_io = [&](bool ok, std::string_view what) {
-    if (ok) return;
-    const int err = errno;
-    fail("writing {}: cannot {} '{}': {}", where(path), what, tmp.string(), errno_text(err));
-  };
-  check_io(write_full(temp.fd, len_bytes, 8), "write to");
-  check_io(write_full(temp.fd, text.data(), text.size()), "write to");
-  for (const Item& it : items) check_io(write_full(temp.fd, it.tensor.raw(), it.tensor.nbytes()), "write to");
-  check_io(::fsync(temp.fd) == 0, "fsync");
-  const int fd = temp.fd;
-  temp.fd = -1;
-  check_io(::close(fd) == 0, "close");
-  check_io(::rename(tmp.c_str(), path.c_str()) == 0, "rename into place");
-  temp.committed = true;
+  write_atomically(path, where(path), [&](const ChunkWriter& write) {
+    write(len_bytes, 8);
+    write(text.data(), text.size());
+    for (const Item& it : items) write(it.tensor.raw(), it.tensor.nbytes());
+  });
+}
 
-  // Make the rename itself durable (best effort: some file systems cannot fsync a directory).
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  FdCloser dir_fd{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (dir_fd.fd >= 0) ::fsync(dir_fd.fd);
+void copy_file_atomic(const fs::path& from, const fs::path& to) {
+  const std::string what = fmt::format("'{}' (a copy of '{}')", to.string(), from.string());
+  FdCloser in{::open(from.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (in.fd < 0) fail("copying '{}' to '{}': {}", from.string(), to.string(), errno_text(errno));
+  write_atomically(to, what, [&](const ChunkWriter& write) {
+    std::vector<std::byte> buffer(size_t{1} << 20);
+    for (uint64_t offset = 0;;) {
+      const size_t got = pread_full(in.fd, buffer.data(), buffer.size(), offset, from);
+      if (got == 0) break;
+      write(buffer.data(), got);
+      offset += got;
+    }
+  });
 }
 
 }  // namespace vision::core

@@ -42,4 +42,8 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path);
 void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// Copies the file `from` to `to` atomically, as write_safetensors writes: "<to>.tmp.<pid>" is written, fsynced and
+// renamed over `to`, so a copy killed at any moment leaves `to` as it was. Throws vision::Error naming both paths.
+void copy_file_atomic(const std::filesystem::path& from, const std::filesystem::path& to);
+
 }  // namespace vision::core

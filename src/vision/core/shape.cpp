@@ -23,7 +23,7 @@ int64_t Shape::numel() const {
   int64_t n = 1;
   for (int64_t d : dims_) {
     VISION_CHECK(d >= 0, "shape {} has a symbolic dimension: it has no element count until bound", str());
-    n *= d;
+    VISION_CHECK(!__builtin_mul_overflow(n, d, &n), "shape {} has more elements than a 64-bit count holds", str());
   }
   return n;
 }

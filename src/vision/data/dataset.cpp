@@ -9,12 +9,14 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 #include <optional>
 #include <sstream>
 #include <unistd.h>
 
 #include "vision/core/error.h"
+#include "vision/core/json.h"
 
 namespace vision::data {
 namespace {
@@ -23,13 +25,8 @@ namespace fs = std::filesystem;
 
 std::string read_text(const fs::path& file, const char* what) {
   std::error_code ec;
-  VISION_CHECK(fs::is_regular_file(file, ec), "{} '{}' does not exist (or is not a file)", what, file.string());
-  std::ifstream f(file, std::ios::binary);
-  VISION_CHECK(f, "cannot open {} '{}'", what, file.string());
-  std::ostringstream s;
-  s << f.rdbuf();
-  VISION_CHECK(!f.bad(), "cannot read {} '{}'", what, file.string());
-  return s.str();
+  VISION_CHECK(fs::exists(file, ec), "{} '{}' does not exist", what, file.string());
+  return core::read_text_file(file, what);
 }
 
 std::string lower(std::string s) {
@@ -82,6 +79,8 @@ RawConfig read_yaml(const fs::path& file) {
   YAML::Node root;
   try {
     root = YAML::Load(read_text(file, "data file"));
+  } catch (const YAML::DeepRecursion& e) {
+    fail("{}:{}: the YAML nests deeper than a data file can ({} levels at least)", name, e.mark.line + 1, e.depth());
   } catch (const YAML::Exception& e) {
     fail("{}:{}: {}", name, e.mark.line + 1, e.msg);
   }
@@ -127,13 +126,8 @@ RawConfig read_yaml(const fs::path& file) {
 }
 
 RawConfig read_json(const fs::path& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text(file, "data file"));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", file.string(), e.what());
-  }
   const std::string name = file.string();
+  const nlohmann::json j = core::parse_json(read_text(file, "data file"), name);
   VISION_CHECK(j.is_object(), "{}: the data file must be a JSON object", name);
   RawConfig raw;
   raw.where_names = raw.where_nc = name;
@@ -228,6 +222,17 @@ DataConfig read_data_config(const fs::path& file) {
   return config;
 }
 
+std::string label_box_problem(const LabelBox& box, int64_t nc) {
+  if (box.cls < 0 || box.cls >= nc) return fmt::format("class {} is not one of the {} classes (0–{})", box.cls, nc, nc - 1);
+  const std::array<std::pair<const char*, double>, 4> values = {
+      {{"cx", box.cx}, {"cy", box.cy}, {"w", box.w}, {"h", box.h}}};
+  for (const auto& [name, v] : values)
+    if (!(v >= -kLabelTolerance && v <= 1 + kLabelTolerance)) return fmt::format("{} {} is outside [0, 1]", name, v);
+  for (size_t k = 2; k < 4; ++k)
+    if (!(values[k].second > 0)) return fmt::format("{} {} is not positive", values[k].first, values[k].second);
+  return {};
+}
+
 LabelFile parse_labels(std::string_view text, const std::string& name, int64_t nc) {
   LabelFile out;
   int number = 0;
@@ -268,18 +273,12 @@ LabelFile parse_labels(std::string_view text, const std::string& name, int64_t n
       bad(fmt::format("class {} is not one of the {} classes (0–{})", fields[0], nc, nc - 1));
       continue;
     }
-    constexpr const char* kNames[] = {"", "cx", "cy", "w", "h"};
-    std::string why;
-    for (size_t k = 1; k < 5 && why.empty(); ++k)
-      if (v[k] < -kLabelTolerance || v[k] > 1 + kLabelTolerance)
-        why = fmt::format("{} {} is outside [0, 1]", kNames[k], fields[k]);
-    for (size_t k = 3; k < 5 && why.empty(); ++k)
-      if (v[k] <= 0) why = fmt::format("{} {} is not positive", kNames[k], fields[k]);
-    if (!why.empty()) {
+    const LabelBox box{static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4]};
+    if (const std::string why = label_box_problem(box, nc); !why.empty()) {
       bad(why);
       continue;
     }
-    out.boxes.push_back({static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4]});
+    out.boxes.push_back(box);
   }
   return out;
 }
@@ -287,6 +286,9 @@ LabelFile parse_labels(std::string_view text, const std::string& name, int64_t n
 LabelFile read_labels(const fs::path& file, int64_t nc) {
   std::error_code ec;
   if (!fs::exists(file, ec)) return {};
+  if (fs::is_directory(file, ec))  // its image is listed with the others, as one without labels
+    return {{}, {fmt::format("{}: a folder where the image's label file should be; the image has no labels",
+                             file.string())}};
   return parse_labels(read_text(file, "label file"), file.string(), nc);
 }
 
@@ -378,18 +380,28 @@ std::string label_fingerprint(const std::vector<fs::path>& images, int64_t nc) {
   return fmt::format("{:016x}", h);
 }
 
-// Samples, problems and counts from a cache whose fingerprint matches; false for any other file (missing, another
-// fingerprint or version, malformed: it is rebuilt).
+// Samples, problems and counts from a cache whose fingerprint matches; false for any other file (it is rebuilt):
+// missing or of another fingerprint or version (`why` stays empty: the labels changed), or malformed or holding a
+// box that a label file could not hold (`why` says what, naming the cache: the fingerprint covers the label files'
+// sizes and times, not the cache's own content, so what the cache yields is checked as label lines are).
 bool read_label_cache(const fs::path& file, const std::string& fingerprint, const std::vector<fs::path>& images,
-                      Dataset& d) {
-  std::ifstream in(file);
-  if (!in) return false;
+                      int64_t nc, Dataset& d, std::string& why) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return false;
+  const std::string name = file.string();
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
-    if (j.at("version").get<int>() != kLabelCacheVersion || j.at("fingerprint").get<std::string>() != fingerprint)
+    const nlohmann::json j = core::parse_json(core::read_text_file(file, "label cache"), name, 8);
+    if (!j.is_object() || !j.contains("version") || !j.contains("fingerprint")) {
+      why = fmt::format("{}: not a label cache", name);
+      return false;
+    }
+    if (j.at("version") != nlohmann::json(kLabelCacheVersion) || j.at("fingerprint") != nlohmann::json(fingerprint))
       return false;
     const nlohmann::json& samples = j.at("samples");
-    if (samples.size() != images.size()) return false;
+    if (!samples.is_array() || samples.size() != images.size()) {
+      why = fmt::format("{}: {} samples for {} images", name, samples.is_array() ? samples.size() : 0, images.size());
+      return false;
+    }
     std::vector<Sample> out;
     DatasetCounts counts;
     out.reserve(images.size());
@@ -398,9 +410,21 @@ bool read_label_cache(const fs::path& file, const std::string& fingerprint, cons
       const nlohmann::json& e = samples[i];
       if (e.at("label").get<bool>()) ++counts.label_files;
       else ++counts.missing_labels;
-      for (const nlohmann::json& b : e.at("boxes"))
-        s.labels.push_back({b.at(0).get<int64_t>(), b.at(1).get<double>(), b.at(2).get<double>(), b.at(3).get<double>(),
-                            b.at(4).get<double>()});
+      for (const nlohmann::json& b : e.at("boxes")) {
+        if (!b.is_array() || b.size() != 5 || !b[0].is_number_integer()) {
+          why = fmt::format("{}: sample {} ({}) holds {}, not [class, cx, cy, w, h]", name, i, images[i].string(),
+                            core::json_excerpt(b));
+          return false;
+        }
+        const LabelBox box{b[0].get<int64_t>(), b[1].get<double>(), b[2].get<double>(), b[3].get<double>(),
+                           b[4].get<double>()};
+        const std::string problem = label_box_problem(box, nc);
+        if (!problem.empty()) {
+          why = fmt::format("{}: sample {} ({}): {}", name, i, images[i].string(), problem);
+          return false;
+        }
+        s.labels.push_back(box);
+      }
       counts.instances += static_cast<int64_t>(s.labels.size());
       out.push_back(std::move(s));
     }
@@ -411,7 +435,8 @@ bool read_label_cache(const fs::path& file, const std::string& fingerprint, cons
     d.problems = std::move(problems);
     d.counts = counts;
     return true;
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    why = fmt::format("{}: malformed ({})", name, e.what());
     return false;
   }
 }
@@ -466,12 +491,7 @@ fs::path coco_image_path(const fs::path& root, const fs::path& json, const std::
 // non-crowd boxes normalised to the image's width and height; categories map to class indices in id order.
 void read_coco(const fs::path& json, const DataConfig& config, Dataset& d) {
   const std::string name = json.string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text(json, "COCO annotations file"));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not a COCO annotations file: {}", name, e.what());
-  }
+  const nlohmann::json j = core::parse_json(read_text(json, "COCO annotations file"), name);
   VISION_CHECK(j.is_object() && j.contains("images") && j["images"].is_array() && j.contains("annotations") &&
                    j["annotations"].is_array() && j.contains("categories") && j["categories"].is_array(),
                "{}: a COCO annotations file needs the arrays images, annotations and categories", name);
@@ -494,11 +514,16 @@ void read_coco(const fs::path& json, const DataConfig& config, Dataset& d) {
     double width = 0, height = 0;
     std::vector<LabelBox> boxes;
   };
-  std::map<int64_t, Entry> images;  // by image id
+  std::map<int64_t, Entry> images;         // by image id
+  std::map<int64_t, std::string> file_of;  // every image entry's file_name by id: an id given twice is an error
   for (const nlohmann::json& im : j["images"]) {
     try {
       const int64_t id = im.at("id").get<int64_t>();
       const std::string file = im.at("file_name").get<std::string>();
+      // Annotations find their image by id: with two entries of one id, one image would take the other's boxes.
+      if (const auto [it, added] = file_of.emplace(id, file); !added)
+        fail("{}: images '{}' and '{}' share the id {}; every image entry needs its own id", name, it->second, file,
+             id);
       const double w = im.at("width").get<double>(), h = im.at("height").get<double>();
       if (!(w > 0 && h > 0)) {
         d.problems.push_back(fmt::format("{}: image {} ({}): width and height must be positive", name, id, file));
@@ -577,10 +602,12 @@ Dataset load_dataset(const fs::path& data_file, const std::string& split, bool u
   if (cached) {
     d.cache = label_cache_path(sources);
     fingerprint = label_fingerprint(images, d.config.nc());
-    if (read_label_cache(d.cache, fingerprint, images, d)) {
+    std::string why;
+    if (read_label_cache(d.cache, fingerprint, images, d.config.nc(), d, why)) {
       d.from_cache = true;
       return d;
     }
+    if (!why.empty()) d.cache_problem = why + "; rebuilt from the label files";
   }
   for (const fs::path& image : images) {
     Sample s{image, label_path(image), {}};

@@ -75,6 +75,9 @@ struct LabelFile {
   std::vector<LabelBox> boxes;
   std::vector<std::string> problems;
 };
+// Why a label is not one a label file may hold (a class outside [0, nc), a centre or size outside [0, 1] by more than
+// kLabelTolerance or not finite, a size that is not positive); empty when it is a good label.
+std::string label_box_problem(const LabelBox& box, int64_t nc);
 // Parses label text; `name` (the file) starts each problem message.
 LabelFile parse_labels(std::string_view text, const std::string& name, int64_t nc);
 // Reads a label file: a missing file has no boxes and no problems; an unreadable one throws.
@@ -111,6 +114,7 @@ struct Dataset {
   std::vector<std::string> problems;  // one per bad label line, "file:line: why", in sample order
   std::filesystem::path cache;        // the label cache file (empty without one)
   bool from_cache = false;            // the labels came from it, not from the label files
+  std::string cache_problem;          // why an existing cache was malformed or held bad labels (it was rebuilt); or ""
 };
 
 // Reads the data file and the split's label files. Throws as read_data_config does, and when the split lists no

@@ -34,48 +34,72 @@ template <typename... Args>
   fail("cannot read image '{}': {}", name, fmt::format(f, std::forward<Args>(args)...));
 }
 
-void check_pixel_count(const std::string& name, int64_t width, int64_t height) {
+void check_pixel_count(const std::string& name, int64_t width, int64_t height, int64_t max_pixels) {
   if (width <= 0 || height <= 0) unreadable(name, "the header gives a size of {}×{} pixels", width, height);
-  if (width * height > kMaxImagePixels)
-    unreadable(name, "{}×{} pixels is more than the {} this reader accepts; downscale the image", width, height,
-               kMaxImagePixels);
+  if (width * height > max_pixels)
+    unreadable(name, "{}×{} pixels is more than the {} accepted (--max-pixels); downscale the image or raise the limit",
+               width, height, max_pixels);
+}
+
+// A warning about the file, when the caller collects them.
+void warn(const DecodeOptions& options, const std::string& name, const std::string& problem) {
+  if (options.warnings) options.warnings->push_back(fmt::format("image '{}': {}", name, problem));
+}
+
+uint32_t be32(std::span<const uint8_t> b, size_t at) {
+  return uint32_t{b[at]} << 24 | uint32_t{b[at + 1]} << 16 | uint32_t{b[at + 2]} << 8 | b[at + 3];
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // EXIF orientation
 
 // The orientation tag (0x0112) of IFD 0 of an EXIF block in TIFF structure ("II*\0" or "MM\0*", then offsets from
-// its start); 1 when there is none or the block is malformed (as viewers do, a bad tag is ignored, not an error).
-int tiff_orientation(std::span<const uint8_t> tiff) {
-  if (tiff.size() < 8) return 1;
+// its start). 1 when the block has no orientation; also 1, with `problem` set, when the block cannot be parsed
+// (a bad byte order or magic, an IFD offset that is odd — TIFF aligns them to words — or past the end, entries cut
+// off, an orientation that is not one SHORT of 1–8): a viewer may guess, but a rotation read from a malformed block
+// would be a silent wrong answer.
+int tiff_orientation(std::span<const uint8_t> tiff, std::string& problem) {
+  if (tiff.size() < 8) return problem = "the EXIF block is cut off", 1;
   const bool little = tiff[0] == 'I' && tiff[1] == 'I';
-  if (!little && !(tiff[0] == 'M' && tiff[1] == 'M')) return 1;
+  if (!little && !(tiff[0] == 'M' && tiff[1] == 'M')) return problem = "the EXIF block has no TIFF byte order", 1;
   auto u16 = [&](size_t at) -> uint32_t {
     return little ? tiff[at] | tiff[at + 1] << 8 : tiff[at] << 8 | tiff[at + 1];
   };
   auto u32 = [&](size_t at) -> uint64_t {
     return little ? u16(at) | uint64_t{u16(at + 2)} << 16 : uint64_t{u16(at)} << 16 | u16(at + 2);
   };
-  if (u16(2) != 42) return 1;
+  if (u16(2) != 42) return problem = "the EXIF block's TIFF header is malformed", 1;
   const uint64_t ifd = u32(4);
-  if (ifd + 2 > tiff.size()) return 1;
+  if (ifd % 2 != 0 || ifd < 8) return problem = fmt::format("the EXIF block's IFD offset {} is malformed", ifd), 1;
+  if (ifd + 2 > tiff.size()) return problem = fmt::format("the EXIF block's IFD offset {} is past its end", ifd), 1;
   const uint32_t entries = u16(ifd);
+  if (ifd + 2 + 12 * uint64_t{entries} > tiff.size())
+    return problem = fmt::format("the EXIF block's {} IFD entries run past its end", entries), 1;
   for (uint32_t i = 0; i < entries; ++i) {
     const uint64_t entry = ifd + 2 + 12 * uint64_t{i};
-    if (entry + 12 > tiff.size()) return 1;
     if (u16(entry) != 0x0112) continue;
     const uint32_t type = u16(entry + 2);  // 3: SHORT, the value in the entry's first two value bytes
     const uint32_t value = u16(entry + 8);
-    return type == 3 && u32(entry + 4) >= 1 && value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
+    if (type != 3 || u32(entry + 4) != 1 || value < 1 || value > 8)
+      return problem = fmt::format("the EXIF orientation (type {}, value {}) is not one of 1–8", type, value), 1;
+    return static_cast<int>(value);
   }
   return 1;
 }
 
-// The EXIF orientation of a JPEG: its first APP1 segment holding "Exif\0\0" before the image data, or 1.
-int jpeg_orientation(std::span<const uint8_t> jpeg) {
+int exif_orientation(std::span<const uint8_t> tiff, const std::string& name, const DecodeOptions& options) {
+  std::string problem;
+  const int orientation = tiff_orientation(tiff, problem);
+  if (!problem.empty()) warn(options, name, problem + "; the image is used as stored, without rotation");
+  return orientation;
+}
+
+// The EXIF block (TIFF structure) of a JPEG: its first APP1 segment holding "Exif\0\0" before the image data;
+// empty when there is none.
+std::span<const uint8_t> jpeg_exif(std::span<const uint8_t> jpeg) {
   size_t at = 2;  // after SOI
   while (at + 4 <= jpeg.size()) {
-    if (jpeg[at] != 0xFF) return 1;
+    if (jpeg[at] != 0xFF) return {};
     const uint8_t marker = jpeg[at + 1];
     if (marker == 0xFF) {  // fill byte
       ++at;
@@ -85,15 +109,54 @@ int jpeg_orientation(std::span<const uint8_t> jpeg) {
       at += 2;
       continue;
     }
-    if (marker == 0xDA || marker == 0xD9) return 1;  // start of scan, end of image
+    if (marker == 0xDA || marker == 0xD9) return {};  // start of scan, end of image
     const size_t length = size_t{jpeg[at + 2]} << 8 | jpeg[at + 3];
-    if (length < 2 || at + 2 + length > jpeg.size()) return 1;
+    if (length < 2 || at + 2 + length > jpeg.size()) return {};
     static constexpr std::array<uint8_t, 6> kExif = {'E', 'x', 'i', 'f', 0, 0};
     if (marker == 0xE1 && length >= 2 + kExif.size() && std::equal(kExif.begin(), kExif.end(), &jpeg[at + 4]))
-      return tiff_orientation(jpeg.subspan(at + 4 + kExif.size(), length - 2 - kExif.size()));
+      return jpeg.subspan(at + 4 + kExif.size(), length - 2 - kExif.size());
     at += 2 + length;
   }
-  return 1;
+  return {};
+}
+
+// The frame of a JPEG: its SOF marker and the largest sampling factors of its components (0s when no SOF is found
+// before the image data).
+struct JpegFrame {
+  uint8_t marker = 0;
+  int h_max = 0, v_max = 0;
+};
+
+JpegFrame jpeg_frame(std::span<const uint8_t> jpeg) {
+  size_t at = 2;
+  while (at + 4 <= jpeg.size()) {
+    if (jpeg[at] != 0xFF) return {};
+    const uint8_t marker = jpeg[at + 1];
+    if (marker == 0xFF) {
+      ++at;
+      continue;
+    }
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) {
+      at += 2;
+      continue;
+    }
+    if (marker == 0xDA || marker == 0xD9) return {};
+    const size_t length = size_t{jpeg[at + 2]} << 8 | jpeg[at + 3];
+    if (length < 2 || at + 2 + length > jpeg.size()) return {};
+    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (sof) {
+      JpegFrame f{marker, 1, 1};
+      const size_t count = length >= 8 ? jpeg[at + 9] : 0;
+      for (size_t c = 0; c < count && at + 10 + 3 * c + 1 < at + 2 + length; ++c) {
+        const uint8_t factors = jpeg[at + 10 + 3 * c + 1];
+        f.h_max = std::max(f.h_max, factors >> 4), f.v_max = std::max(f.v_max, factors & 15);
+      }
+      f.h_max = std::clamp(f.h_max, 1, 4), f.v_max = std::clamp(f.v_max, 1, 4);
+      return f;
+    }
+    at += 2 + length;
+  }
+  return {};
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -133,15 +196,37 @@ class TurboJpeg {
   tjhandle handle_;
 };
 
-Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name) {
+ImageSize jpeg_size(std::span<const uint8_t> bytes, const std::string& name, int* colorspace_out = nullptr) {
   constexpr auto kind = TurboJpeg::Kind::decompress;
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   if (tjDecompressHeader3(TurboJpeg::get(kind), bytes.data(), bytes.size(), &width, &height, &subsampling,
                           &colorspace) != 0)
     unreadable(name, "truncated or corrupt JPEG header ({})", TurboJpeg::take_error(kind));
+  if (colorspace_out) *colorspace_out = colorspace;
+  return {width, height};
+}
+
+Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name, const DecodeOptions& options) {
+  constexpr auto kind = TurboJpeg::Kind::decompress;
+  int colorspace = 0;
+  const auto [w, h] = jpeg_size(bytes, name, &colorspace);
+  const int width = static_cast<int>(w), height = static_cast<int>(h);
   if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
     unreadable(name, "a CMYK JPEG, which is not supported; convert it to RGB");
-  check_pixel_count(name, width, height);
+  check_pixel_count(name, width, height, options.max_pixels);
+  // Huffman coding (baseline, extended, progressive) spends at least one bit on every MCU, in the first scan of its
+  // DC coefficients: a file with fewer bits than its MCUs cannot hold the image its header claims (a 2 KB file that
+  // says 16384×16384 is truncated or made to exhaust memory). Arithmetic-coded frames can go below one bit.
+  const JpegFrame frame = jpeg_frame(bytes);
+  if (frame.marker == 0xC0 || frame.marker == 0xC1 || frame.marker == 0xC2) {
+    const uint64_t mcus = static_cast<uint64_t>((width + 8 * frame.h_max - 1) / (8 * frame.h_max)) *
+                          static_cast<uint64_t>((height + 8 * frame.v_max - 1) / (8 * frame.v_max));
+    if (8 * uint64_t{bytes.size()} < mcus)
+      unreadable(name,
+                 "the file's {} bytes cannot hold the {}×{} JPEG its header claims ({} MCUs need at least one bit "
+                 "each): truncated or corrupt",
+                 bytes.size(), width, height, mcus);
+  }
   Image image(width, height, 3);
   // Warnings (a premature end of the data, corrupt entropy-coded data) stop decoding: the image would be partly grey.
   // All but one: stray bytes right before the end-of-image marker, after all of the image data (some cameras write
@@ -157,7 +242,8 @@ Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name) {
     if (!decompress(0) && tjGetErrorCode(TurboJpeg::get(kind)) != TJERR_WARNING)
       unreadable(name, "corrupt JPEG data ({})", TurboJpeg::take_error(kind));
   }
-  return apply_exif_orientation(image, jpeg_orientation(bytes));
+  const std::span<const uint8_t> exif = jpeg_exif(bytes);
+  return exif.empty() ? image : apply_exif_orientation(image, exif_orientation(exif, name, options));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -165,11 +251,89 @@ Image decode_jpeg(std::span<const uint8_t> bytes, const std::string& name) {
 
 using SpngContext = std::unique_ptr<spng_ctx, decltype(&spng_ctx_free)>;
 
-Image decode_png(std::span<const uint8_t> bytes, const std::string& name) {
+constexpr std::array<uint8_t, 8> kPngSignature = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+
+// A PNG's chunks as they are laid out, read without decompressing anything: the header, the image data's size, and
+// whether any ancillary chunk other than eXIf is present (those are dropped before libspng sees the file: text and
+// other metadata is never used, and zTXt/iTXt/iCCP would be inflated — a 4 MB file can hold 4 GiB of text).
+struct PngLayout {
+  bool has_ihdr = false;
+  uint32_t width = 0, height = 0;
+  uint8_t depth = 0, colour_type = 0;
+  uint64_t idat_bytes = 0;
+  bool skipped_any = false;
+};
+
+bool png_keeps(std::span<const uint8_t> type) {
+  const bool critical = (type[0] & 0x20) == 0;  // upper-case first letter
+  return critical || std::equal(type.begin(), type.end(), "eXIf");
+}
+
+// Walks the chunks (stopping at IEND, at the end of the bytes or at a length that runs past them: libspng reports
+// those); with `kept`, appends the signature and every chunk that png_keeps, byte for byte, CRC included.
+PngLayout png_layout(std::span<const uint8_t> bytes, std::vector<uint8_t>* kept) {
+  PngLayout l;
+  if (kept) kept->assign(kPngSignature.begin(), kPngSignature.end());
+  for (size_t at = kPngSignature.size(); at + 12 <= bytes.size();) {
+    const uint64_t length = be32(bytes, at);
+    const std::span<const uint8_t> type = bytes.subspan(at + 4, 4);
+    const uint64_t end = at + 12 + length;
+    if (end > bytes.size()) {  // cut short or a corrupt length: copied as it is, for libspng to report
+      if (std::equal(type.begin(), type.end(), "IDAT")) l.idat_bytes += bytes.size() - at - 8;
+      if (kept) kept->insert(kept->end(), bytes.begin() + static_cast<std::ptrdiff_t>(at), bytes.end());
+      break;
+    }
+    if (std::equal(type.begin(), type.end(), "IHDR") && length == 13 && !l.has_ihdr) {
+      l.has_ihdr = true;
+      l.width = be32(bytes, at + 8), l.height = be32(bytes, at + 12);
+      l.depth = bytes[at + 16], l.colour_type = bytes[at + 17];
+    }
+    if (std::equal(type.begin(), type.end(), "IDAT")) l.idat_bytes += length;
+    if (png_keeps(type)) {
+      if (kept) kept->insert(kept->end(), bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                             bytes.begin() + static_cast<std::ptrdiff_t>(end));
+    } else {
+      l.skipped_any = true;
+    }
+    at = static_cast<size_t>(end);
+    if (std::equal(type.begin(), type.end(), "IEND")) {
+      if (kept && at < bytes.size()) kept->insert(kept->end(), bytes.begin() + static_cast<std::ptrdiff_t>(at), bytes.end());
+      break;
+    }
+  }
+  return l;
+}
+
+Image decode_png(std::span<const uint8_t> bytes, const std::string& name, const DecodeOptions& options) {
+  // The chunks first: the pixel count and the image data's size are checked before anything is allocated.
+  const PngLayout layout = png_layout(bytes, nullptr);
+  if (layout.has_ihdr) {
+    check_pixel_count(name, layout.width, layout.height, options.max_pixels);
+    static constexpr std::array<int, 7> kChannels = {1, 0, 3, 1, 2, 0, 4};
+    const int channels = layout.colour_type < kChannels.size() ? kChannels[layout.colour_type] : 0;
+    // Deflate expands at most 1032 times (a 258-byte match in 2 bits): fewer image-data bytes than that cannot hold
+    // the image's filtered rows.
+    const uint64_t bits = uint64_t{layout.width} * layout.height * static_cast<uint64_t>(channels) * layout.depth;
+    if (channels > 0 && bits / 8 > 1032 * layout.idat_bytes + 4096)
+      unreadable(name,
+                 "its {} bytes of image data cannot hold the {}×{} PNG its header claims (deflate expands at most "
+                 "1032 times): truncated or corrupt",
+                 layout.idat_bytes, layout.width, layout.height);
+  }
+  std::vector<uint8_t> filtered;
+  if (layout.skipped_any) {
+    png_layout(bytes, &filtered);
+    bytes = filtered;
+  }
+
   SpngContext ctx(spng_ctx_new(0), spng_ctx_free);
   VISION_CHECK(ctx, "image: libspng could not create a decoder (out of memory)");
   // A bad checksum in a critical chunk is an error; an ancillary chunk with one is dropped (as libpng does).
   spng_set_crc_action(ctx.get(), SPNG_CRC_ERROR, SPNG_CRC_DISCARD);
+  // The pixel limit, and chunk limits: no kept chunk but the image data needs more than a few MB.
+  const uint32_t side = static_cast<uint32_t>(std::min<int64_t>(options.max_pixels, (int64_t{1} << 31) - 1));
+  spng_set_image_limits(ctx.get(), side, side);
+  spng_set_chunk_limits(ctx.get(), size_t{1} << 26, size_t{1} << 26);
   spng_set_png_buffer(ctx.get(), bytes.data(), bytes.size());
   auto check = [&](int status, std::string_view stage) {
     if (status == SPNG_OK) return;
@@ -178,7 +342,7 @@ Image decode_png(std::span<const uint8_t> bytes, const std::string& name) {
   };
   spng_ihdr ihdr{};
   check(spng_get_ihdr(ctx.get(), &ihdr), "header");
-  check_pixel_count(name, ihdr.width, ihdr.height);
+  check_pixel_count(name, ihdr.width, ihdr.height, options.max_pixels);
   size_t size = 0;
   check(spng_decoded_image_size(ctx.get(), SPNG_FMT_RGB8, &size), "header");
   Image image(ihdr.width, ihdr.height, 3);
@@ -194,7 +358,8 @@ Image decode_png(std::span<const uint8_t> bytes, const std::string& name) {
     unreadable(name, "truncated PNG (the file ends without its IEND chunk)");
   spng_exif exif{};
   if (spng_get_exif(ctx.get(), &exif) == SPNG_OK)
-    image = apply_exif_orientation(image, tiff_orientation({reinterpret_cast<const uint8_t*>(exif.data), exif.length}));
+    image = apply_exif_orientation(
+        image, exif_orientation({reinterpret_cast<const uint8_t*>(exif.data), exif.length}, name, options));
   return image;
 }
 
@@ -217,27 +382,62 @@ std::string describe_other_format(std::span<const uint8_t> b) {
 // ---------------------------------------------------------------------------------------------------------------
 // Decoding
 
-Image decode_image(std::span<const uint8_t> bytes, const std::string& name) {
-  static constexpr std::array<uint8_t, 8> kPng = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+namespace {
+
+bool is_jpeg(std::span<const uint8_t> b) { return b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF; }
+bool is_png(std::span<const uint8_t> b) {
+  return b.size() >= kPngSignature.size() && std::equal(kPngSignature.begin(), kPngSignature.end(), b.begin());
+}
+
+}  // namespace
+
+Image decode_image(std::span<const uint8_t> bytes, const std::string& name, const DecodeOptions& options) {
+  VISION_CHECK(options.max_pixels > 0, "decode_image: max_pixels must be positive, got {}", options.max_pixels);
   if (bytes.empty()) unreadable(name, "the file is empty");
-  if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) return decode_jpeg(bytes, name);
-  if (bytes.size() >= kPng.size() && std::equal(kPng.begin(), kPng.end(), bytes.begin()))
-    return decode_png(bytes, name);
+  if (is_jpeg(bytes)) return decode_jpeg(bytes, name, options);
+  if (is_png(bytes)) return decode_png(bytes, name, options);
   unreadable(name, "{}; only JPEG and PNG images are supported", describe_other_format(bytes));
 }
 
-Image read_image(const std::filesystem::path& path) {
+ImageSize probe_image(std::span<const uint8_t> bytes, const std::string& name) {
+  if (bytes.empty()) unreadable(name, "the file is empty");
+  if (is_jpeg(bytes)) return jpeg_size(bytes, name);
+  if (is_png(bytes)) {
+    const PngLayout l = png_layout(bytes, nullptr);
+    if (!l.has_ihdr) unreadable(name, "corrupt PNG (no image header)");
+    return {l.width, l.height};
+  }
+  unreadable(name, "{}; only JPEG and PNG images are supported", describe_other_format(bytes));
+}
+
+uint64_t max_image_file_bytes(int64_t max_pixels) { return 8 * static_cast<uint64_t>(max_pixels) + (uint64_t{1} << 26); }
+
+std::vector<uint8_t> read_file(const std::filesystem::path& path, uint64_t max_bytes) {
   const std::string name = path.string();
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) unreadable(name, "it is a directory");
   std::unique_ptr<FILE, decltype(&std::fclose)> file(std::fopen(name.c_str(), "rb"), std::fclose);
   if (!file) unreadable(name, "{}", std::strerror(errno));
   std::vector<uint8_t> bytes;
+  if (std::fseek(file.get(), 0, SEEK_END) == 0) {
+    const long size = std::ftell(file.get());
+    if (size > 0 && static_cast<uint64_t>(size) > max_bytes)
+      unreadable(name, "the file has {} bytes, more than an image within the pixel limit can (--max-pixels)", size);
+    if (size > 0) bytes.reserve(static_cast<size_t>(size));
+    std::rewind(file.get());
+  }
   std::array<uint8_t, 1 << 16> buffer;
-  for (size_t got; (got = std::fread(buffer.data(), 1, buffer.size(), file.get())) > 0;)
+  for (size_t got; (got = std::fread(buffer.data(), 1, buffer.size(), file.get())) > 0;) {
     bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(got));
+    if (bytes.size() > max_bytes)  // a file that grows while it is read, or a pipe
+      unreadable(name, "the file has more than {} bytes, more than an image within the pixel limit can", max_bytes);
+  }
   if (std::ferror(file.get())) unreadable(name, "{}", std::strerror(errno));
-  return decode_image(bytes, name);
+  return bytes;
+}
+
+Image read_image(const std::filesystem::path& path, const DecodeOptions& options) {
+  return decode_image(read_file(path, max_image_file_bytes(options.max_pixels)), path.string(), options);
 }
 
 Image apply_exif_orientation(const Image& image, int orientation) {

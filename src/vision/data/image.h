@@ -6,7 +6,8 @@
 // 1/2/4-bit grey scaled to 0–255; the image turned upright by its EXIF orientation (JPEG APP1 "Exif", PNG eXIf).
 // The format is taken from the bytes, not the file name. Anything unreadable — a missing file, an empty, truncated or
 // corrupt one (a libjpeg warning such as a premature end of data counts as corrupt), an unsupported format (BMP, GIF,
-// WebP, TIFF, a CMYK JPEG), more than kMaxImagePixels pixels — is a vision::Error naming the file and the problem.
+// WebP, TIFF, a CMYK JPEG), more than DecodeOptions::max_pixels pixels, a header that claims more pixels than the
+// file can hold — is a vision::Error naming the file and the problem.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,26 @@
 
 namespace vision::data {
 
-// The largest image (width × height) decoding accepts; larger ones are refused before any pixel is decoded.
-inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+// The largest image (width × height) decoding accepts by default: 160 megapixels, above the largest camera frames
+// (151 megapixels); `--max-pixels` (DecodeOptions::max_pixels) sets another limit. Larger images are refused before
+// any pixel memory is allocated.
+inline constexpr int64_t kDefaultMaxPixels = 160'000'000;
+
+// How decoding treats outside files. Besides max_pixels, a file whose size cannot hold the image its header claims is
+// refused at once, before any allocation (a "decompression bomb": a PNG's image data expand at most 1032 times, a
+// Huffman-coded JPEG needs at least one bit per MCU); a PNG's ancillary chunks other than eXIf (text, ICC profiles,
+// …) are skipped unread, so their number and size cost nothing.
+struct DecodeOptions {
+  int64_t max_pixels = kDefaultMaxPixels;
+  // When given, problems that do not stop decoding are added here, each naming the file (an EXIF block that cannot
+  // be parsed: the image is used as stored, without rotation).
+  std::vector<std::string>* warnings = nullptr;
+};
+
+// The width and height an image file's header gives, read without decoding the pixels.
+struct ImageSize {
+  int64_t width = 0, height = 0;
+};
 
 // An 8-bit image, rows top to bottom, each row `width` pixels of `channels` interleaved samples (RGB when 3).
 struct Image {
@@ -42,10 +61,19 @@ struct Image {
 // ---------------------------------------------------------------------------------------------------------------
 // Decoding
 
-// The file's image as upright 8-bit RGB.
-Image read_image(const std::filesystem::path& path);
+// The file's image as upright 8-bit RGB. A file larger than any image of options.max_pixels could be is refused
+// before it is read.
+Image read_image(const std::filesystem::path& path, const DecodeOptions& options = {});
 // The image held in `bytes` (a JPEG or PNG file's contents); `name` (a path) is what errors call it.
-Image decode_image(std::span<const uint8_t> bytes, const std::string& name);
+Image decode_image(std::span<const uint8_t> bytes, const std::string& name, const DecodeOptions& options = {});
+// The size in the header of a JPEG or PNG file's contents, stored (before any EXIF rotation); throws as
+// decode_image does for a file whose header cannot be read.
+ImageSize probe_image(std::span<const uint8_t> bytes, const std::string& name);
+// The bytes of a file, or vision::Error naming it; a file over max_bytes is refused before it is read.
+std::vector<uint8_t> read_file(const std::filesystem::path& path, uint64_t max_bytes);
+// The most bytes an image file of at most max_pixels pixels can have (16-bit RGBA stored uncompressed, plus 64 MiB
+// of metadata).
+uint64_t max_image_file_bytes(int64_t max_pixels);
 
 // The image as a viewer shows a stored image with EXIF orientation 1–8 (1 as stored, 2 mirrored, 3 turned half
 // round, 4 flipped, 5 transposed, 6 turned a quarter clockwise, 7 transversed, 8 turned a quarter counter-clockwise);

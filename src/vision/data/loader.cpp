@@ -1,5 +1,7 @@
 #include "vision/data/loader.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "vision/core/error.h"
@@ -35,6 +37,16 @@ TrainLoader::TrainLoader(const Dataset& dataset, LoaderOptions options)
     workers_ = o_.workers;
   }
   o_.prefetch = std::max(1, o_.prefetch);
+  // Up to `prefetch` batches wait ahead of the consumer, one is in use and one being made: refuse a size whose batches
+  // cannot fit in the machine's memory now, rather than fail on a worker thread later.
+  const double batch_bytes = 12.0 * static_cast<double>(o_.batch) * static_cast<double>(o_.imgsz) *
+                             static_cast<double>(o_.imgsz);
+  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  VISION_CHECK(physical <= 0 || batch_bytes * (o_.prefetch + 2) <= physical,
+               "TrainLoader: a batch of {} images at {}x{} takes {:.2f} GB, and the loader holds up to {} batches "
+               "({:.1f} GB), more than this machine's {:.1f} GB of memory; use a smaller batch or image size",
+               o_.batch, o_.imgsz, o_.imgsz, batch_bytes / 1e9, o_.prefetch + 2, batch_bytes * (o_.prefetch + 2) / 1e9,
+               physical / 1e9);
   bad_.assign(dataset_.samples.size(), 0);
 }
 
@@ -92,14 +104,23 @@ void TrainLoader::work() {
     if (stopping_) return;
     const int64_t k = next_item_++, b = k / B, slot = k % B;
     if (slot == 0) {  // the batch's first item: make its slot (items are handed out in order)
-      const int64_t size = std::min(B, n - b * B);
-      Slot& s = slots_[b];
-      s.batch.index = b;
-      const core::Shape shape{size, 3, o_.imgsz, o_.imgsz};
-      s.batch.images = o_.allocate ? o_.allocate(shape) : allocate_batch(shape);
-      s.batch.boxes.resize(static_cast<size_t>(size));
-      s.batch.samples.resize(static_cast<size_t>(size));
-      s.remaining = size;
+      // Under the lock, so that no item of batch b is made before its slot exists; a failure (out of memory, an
+      // `allocate` hook that throws) stops the loader and is rethrown by next(), as a failed item is.
+      try {
+        const int64_t size = std::min(B, n - b * B);
+        const core::Shape shape{size, 3, o_.imgsz, o_.imgsz};
+        core::Tensor images = o_.allocate ? o_.allocate(shape) : allocate_batch(shape);
+        Slot& s = slots_[b];
+        s.batch.index = b;
+        s.batch.images = std::move(images);
+        s.batch.boxes.resize(static_cast<size_t>(size));
+        s.batch.samples.resize(static_cast<size_t>(size));
+        s.remaining = size;
+      } catch (...) {
+        if (!error_) error_ = std::current_exception();
+        ready_cv_.notify_all();
+        continue;
+      }
     }
     Slot& s = slots_.at(b);  // map nodes stay put while other batches come and go
     lk.unlock();
@@ -125,7 +146,10 @@ core::Tensor TrainLoader::allocate_batch(const core::Shape& shape) {
     if (!buffers.empty()) p = buffers.back(), buffers.pop_back();
   }
   if (!p) p = std::aligned_alloc(64, bytes);
-  VISION_CHECK(p, "TrainLoader: out of host memory allocating a batch of {} bytes", bytes);
+  VISION_CHECK(p,
+               "TrainLoader: out of host memory allocating a batch of {} images at {}x{} ({:.2f} GB); use a smaller "
+               "batch or image size",
+               shape.dim(0), shape.dim(2), shape.dim(3), static_cast<double>(bytes) / 1e9);
   std::shared_ptr<void> owner(p, [pool = pool_, bytes](void* q) {
     std::lock_guard lk(pool->mu);
     std::vector<void*>& buffers = pool->free[bytes];

@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "vision/core/error.h"
+#include "vision/core/json.h"
 #include "vision/models/yolo/weights.h"
 
 namespace vision::train {
@@ -76,20 +77,31 @@ json training_state_to_json(const TrainingState& s) {
 
 TrainingState training_state_from_json(const json& j, const std::string& where) {
   VISION_CHECK(j.is_object(), "{}: checkpoint metadata 'training' must be a JSON object, got {}", where,
-               j.dump().substr(0, 80));
+               core::json_excerpt(j));
   TrainingState s;
-  s.epoch = int_field(j, where, "epoch");
-  s.iteration = int_field(j, where, "iteration");
-  s.step = int_field(j, where, "step");
-  s.skipped_steps = int_field(j, where, "skipped_steps");
-  s.ema_updates = int_field(j, where, "ema_updates");
+  // Counters are bounded so that nothing derived from them (a schedule, an index) overflows: no run comes near.
+  constexpr int64_t kMaxCount = int64_t{1} << 40;
+  auto counter = [&](const char* name) {
+    const int64_t v = int_field(j, where, name);
+    VISION_CHECK(v >= 0 && v <= kMaxCount, "{}: checkpoint field 'training.{}' is {}, outside 0–2^40", where, name, v);
+    return v;
+  };
+  s.epoch = counter("epoch");
+  s.iteration = counter("iteration");
+  s.step = counter("step");
+  s.skipped_steps = counter("skipped_steps");
+  s.ema_updates = counter("ema_updates");
+
   s.best_fitness = real_from_json(field(j, where, "best_fitness"), where, "best_fitness");
   s.loss_scale = static_cast<float>(real_from_json(field(j, where, "loss_scale"), where, "loss_scale"));
+  VISION_CHECK(!std::isnan(s.best_fitness), "{}: checkpoint field 'training.best_fitness' is NaN", where);
   const json& opt = field(j, where, "optimizer");
   VISION_CHECK(opt.is_string(), "{}: checkpoint field 'training.optimizer' must be a string, got {}", where,
                opt.dump());
   s.optimizer = opt.get<std::string>();
   s.args = field(j, where, "args");
+  VISION_CHECK(s.args.is_object(), "{}: checkpoint field 'training.args' must be an object, got {}", where,
+               core::json_excerpt(s.args));
   const json& rng = field(j, where, "rng");
   VISION_CHECK(rng.is_array(), "{}: checkpoint field 'training.rng' must be a list of 64-bit words", where);
   for (const json& w : rng) {
@@ -98,6 +110,8 @@ TrainingState training_state_from_json(const json& j, const std::string& where) 
     s.rng.push_back(w.get<uint64_t>());
   }
   if (auto it = j.find("extra"); it != j.end()) s.extra = *it;
+  VISION_CHECK(s.extra.is_object(), "{}: checkpoint field 'training.extra' must be an object, got {}", where,
+               core::json_excerpt(s.extra));
   return s;
 }
 
@@ -189,12 +203,7 @@ Checkpoint read_checkpoint(const fs::path& path) {
   auto info = file.metadata.find("checkpoint");
   VISION_CHECK(info != file.metadata.end(),
                "{} is not a training checkpoint: its metadata has no 'checkpoint' entry (a weights file?)", where);
-  json header;
-  try {
-    header = json::parse(info->second);
-  } catch (const json::exception& e) {
-    fail("{}: checkpoint metadata 'checkpoint' is not valid JSON ({})", where, e.what());
-  }
+  const json header = core::parse_json(info->second, fmt::format("{}: checkpoint metadata 'checkpoint'", where), 4);
   VISION_CHECK(header.is_object() && header.contains("version") && header["version"].is_number_integer() &&
                    header.contains("ema") && header["ema"].is_boolean(),
                "{}: checkpoint metadata 'checkpoint' must be {{\"version\": N, \"ema\": bool}}, got {}", where,
@@ -206,12 +215,7 @@ Checkpoint read_checkpoint(const fs::path& path) {
 
   auto training = file.metadata.find("training");
   VISION_CHECK(training != file.metadata.end(), "{}: checkpoint metadata has no 'training' entry", where);
-  json state;
-  try {
-    state = json::parse(training->second);
-  } catch (const json::exception& e) {
-    fail("{}: checkpoint metadata 'training' is not valid JSON ({})", where, e.what());
-  }
+  const json state = core::parse_json(training->second, fmt::format("{}: checkpoint metadata 'training'", where));
 
   Checkpoint out;
   out.path = path;
@@ -251,6 +255,16 @@ Checkpoint read_checkpoint(const fs::path& path) {
   VISION_CHECK(!has_ema || !live.empty(), "{}: the checkpoint says it has an EMA but holds no 'train.' tensors",
                where);
   VISION_CHECK(!out.model.empty(), "{}: the checkpoint holds no model tensors", where);
+  // Training never writes a non-finite weight (a step with a non-finite gradient is skipped): one in the file is damage,
+  // and resuming from it would train NaNs silently.
+  for (const NamedTensors* group : {&out.model, &out.ema, &out.optimizer})
+    for (const auto& [name, t] : *group)
+      if (core::is_floating(t.dtype()))
+        for (const float v : t.to_vector())
+          VISION_CHECK(std::isfinite(v),
+                       "{}: tensor '{}' holds a non-finite value ({}): the checkpoint is damaged; resume from another "
+                       "one (weights/last.safetensors or an earlier copy)",
+                       where, name, v);
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -162,6 +163,66 @@ TEST(PredictCli, ClearErrors) {
       &status);
   EXPECT_NE(test::exit_code(status), 0);
   EXPECT_NE(out.find("nope.safetensors"), std::string::npos) << out;
+}
+
+
+// Issue #33: --save never writes over an input; decompression bombs in a folder are reported at once, with memory
+// bounded, while the others are processed; --max-pixels is the pixel limit.
+TEST(PredictCli, SaveNeverWritesOverAnInput) {
+  test::TempDir dir;
+  const fs::path images = make_images(dir.path());
+  const std::string before = test::read_file(images / "img0.jpg");
+  CliRun r = predict(fmt::format("--source '{}' --imgsz 64 --save '{}'", images.string(), images.string()));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("would overwrite the image itself"), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_file(images / "img0.jpg"), before);
+  // The same folder written another way (a trailing "/."), and --save-txt into a dataset's root, where the labels of
+  // the images are.
+  r = predict(fmt::format("--source '{}' --imgsz 64 --save '{}/.'", images.string(), images.string()));
+  EXPECT_NE(r.out.find("would overwrite"), std::string::npos) << r.out;
+  const fs::path root = dir.path() / "dataset";
+  fs::create_directories(root / "images");
+  fs::create_directories(root / "labels");
+  fs::copy_file(images / "img0.jpg", root / "images" / "img0.jpg");
+  test::write_file(root / "labels" / "img0.txt", "0 0.5 0.5 0.2 0.2\n");
+  r = predict(fmt::format("--source '{}/images' --imgsz 64 --save '{}' --save-txt", root.string(), root.string()));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("would overwrite the label file"), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_file(root / "labels" / "img0.txt"), "0 0.5 0.5 0.2 0.2\n");
+}
+
+TEST(PredictCli, DecompressionBombsAreReportedAtOnce) {
+  test::TempDir dir;
+  const fs::path images = make_images(dir.path());
+  // Eight JPEGs of ~1 KB whose headers claim 12000 × 12000 (432 MB each decoded, within the default pixel limit):
+  // with --batch 4 --workers 1 such bombs reached 7.2 GB and took seconds each before.
+  std::string bomb = test::read_file(images / "img0.jpg");
+  for (size_t at = 2; at + 9 < bomb.size(); ++at)
+    if (static_cast<uint8_t>(bomb[at]) == 0xFF && static_cast<uint8_t>(bomb[at + 1]) == 0xC0) {
+      bomb[at + 5] = bomb[at + 7] = '\x2e', bomb[at + 6] = bomb[at + 8] = '\xe0';  // 0x2EE0 = 12000
+      break;
+    }
+  for (int i = 0; i < 8; ++i) test::write_file(images / fmt::format("bomb{}.jpg", i), bomb);
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool gnu_time = fs::exists("/usr/bin/time");  // Debian's `time`, for the peak memory (not always installed)
+  const CliRun r = test::run_cli(fmt::format(
+      "{} '{}' predict --model '{}/yolo26n_random.safetensors' --device cpu --source '{}' --imgsz 64 --batch 4 "
+      "--workers 1 2>&1",
+      gnu_time ? "/usr/bin/time -f 'peak %M KB'" : "", VISION_CLI, VISION_FIXTURE_DIR, images.string()));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.out.find("8 of 11 images could not be read"), std::string::npos) << r.out;
+  EXPECT_EQ(count_lines(r.out, "cannot hold the 12000×12000 JPEG"), 8u) << r.out;
+  for (const char* name : {"img0.jpg: ", "img1.png: ", "img2.jpg: "})
+    EXPECT_GE(count_lines(r.out, name), 1u) << name << "\n" << r.out;
+  EXPECT_LT(seconds, 60.0);
+  if (const size_t at = r.out.find("peak "); at != std::string::npos)  // GNU time present
+    EXPECT_LT(std::stoll(r.out.substr(at + 5)), 2'000'000) << r.out;  // KB: the model and three small images
+  // --max-pixels: the 80×120 image (9600 pixels) is over 8000, the 96×64 (6144) and 64×64 ones are not.
+  const CliRun limited =
+      predict(fmt::format("--source '{}/img*' --imgsz 64 --max-pixels 8000", images.string()));
+  EXPECT_EQ(limited.code, 1) << limited.out;
+  EXPECT_NE(limited.out.find("80×120 pixels is more than the 8000 accepted (--max-pixels)"), std::string::npos) << limited.out;
+  EXPECT_NE(limited.out.find("1 of 3 images could not be read"), std::string::npos) << limited.out;
 }
 
 }  // namespace

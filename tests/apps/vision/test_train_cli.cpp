@@ -143,6 +143,29 @@ TEST_F(TrainCli, ClearErrors) {
   r = cli(fmt::format("train --resume '{}' --device cpu", (dir_->path() / "no-such-run").string()));
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("no-such-run"), std::string::npos) << r.out;
+  // A size whose batches cannot exist: an error at once (it aborted with exit 134 on a loader thread).
+  for (const char* size : {"65536", "8192"}) {
+    r = cli(fmt::format("train --data '{}' --imgsz {} --batch 1024 --epochs 1 --device cpu --project '{}'",
+                        yaml().string(), size, (dir_->path() / "runs").string()));
+    EXPECT_EQ(r.code, 1) << size << ": " << r.out;
+    EXPECT_TRUE(r.out.find("at most 8192") != std::string::npos || r.out.find("smaller batch or image size") != std::string::npos)
+        << size << ": " << r.out;
+  }
+}
+
+// A run killed while copying `best` left a truncated file before; now both checkpoints are written atomically and a
+// new run removes the temporaries a killed one left.
+TEST_F(TrainCli, StaleTemporariesAreRemovedAndBestIsWhole) {
+  const fs::path weights = run_dir("stale") / "weights";
+  fs::create_directories(weights);
+  for (const char* name : {"last.safetensors.tmp.999999999", "best.safetensors.tmp.999999998"})
+    test::write_file(weights / name, "partial");
+  const CliRun r = train("stale", "--epochs 1 --exist-ok --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const fs::directory_entry& e : fs::directory_iterator(weights))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  // best is a complete checkpoint (read back whole) equal to last after the one epoch.
+  EXPECT_EQ(test::read_file(weights / "best.safetensors"), test::read_file(weights / "last.safetensors"));
 }
 
 }  // namespace

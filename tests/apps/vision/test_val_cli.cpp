@@ -105,6 +105,13 @@ TEST_F(ValCli, Errors) {
                       VISION_FIXTURE_DIR, data));
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("80 classes but the dataset"), std::string::npos) << r.out;
+  // --plots naming a file: a clear error before the run (it was "internal error: filesystem error").
+  test::write_file(dir_->path() / "plots.txt", "mine\n");
+  r = val(fmt::format("--data '{}' --plots '{}'", data, (dir_->path() / "plots.txt").string()));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--plots"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_file(dir_->path() / "plots.txt"), "mine\n");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // weights (`vision init`), model metadata, input sizes and the plan cache.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include <cstring>
@@ -263,6 +265,43 @@ TEST(Yolo26Weights, MalformedMetadataIsAnErrorNamingTheField) {
   EXPECT_NE(error("imgsz", "\"big\"").find("'imgsz'"), std::string::npos);
 }
 
+// Hostile metadata (issue #33): deeply nested names crashed with a stack overflow; an absurd nc made a tiny file
+// allocate gigabytes; a huge imgsz overflowed a shape's element count. Each is now an error naming the file, at once.
+TEST(Yolo26Weights, HostileMetadataIsRefusedBeforeAnythingIsBuilt) {
+  test::TempDir dir;
+  auto error = [&](const std::string& key, const std::string& value) {
+    const auto path = edited_weights(dir, [&](auto&, auto& md) { md[key] = value; });
+    return test::error_of([&] { yolo::read_model_info(core::read_safetensors(path)); });
+  };
+  const std::string nested = std::string(200000, '[') + std::string(200000, ']');
+  std::string e = error("names", nested);
+  EXPECT_NE(e.find("metadata 'names' nests JSON deeper"), std::string::npos) << e;
+  e = error("names", "[[\"a\"]]");
+  EXPECT_NE(e.find("must list strings, got [\"a\"]"), std::string::npos) << e;
+  for (const char* nc : {"1000000", "4611686018427387904", "-3", "0"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    e = error("nc", nc);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0) << nc;
+    EXPECT_NE(e.find("edited.safetensors"), std::string::npos) << e;
+    EXPECT_NE(e.find("'nc'"), std::string::npos) << e;
+  }
+  EXPECT_NE(error("nc", "81").find("the class convolution model.23.one2one_cv3.0.2.bias has 80 outputs"),
+            std::string::npos);
+  for (const char* imgsz : {"1099511627776", "[640, 1099511627776]", "-640", "[100, 640]", "16384"}) {
+    e = error("imgsz", imgsz);
+    EXPECT_NE(e.find("metadata 'imgsz'"), std::string::npos) << imgsz << ": " << e;
+    EXPECT_NE(e.find("edited.safetensors"), std::string::npos) << e;
+  }
+  // The element count of a shape that overflows 64 bits is an error, not undefined behaviour.
+  EXPECT_NE(test::error_of([] { (void)core::Shape({int64_t{1} << 40, int64_t{1} << 40}).numel(); })
+                .find("more elements than a 64-bit count"),
+            std::string::npos);
+  // A model file of another scale is named as such.
+  const auto path = edited_weights(dir, [](auto&, auto& md) { md["scale"] = "s"; });
+  e = test::error_of([&] { yolo::Yolo26Model::load(path, graph::cpu_backend(), {}); });
+  EXPECT_NE(e.find("edited.safetensors"), std::string::npos) << e;
+}
+
 // A full checkpoint loads into the end-to-end inference model (its one-to-many head ignored) and into an NMS model.
 TEST(Yolo26Weights, FullCheckpointLoadsIntoEveryInferenceModel) {
   const auto path = fixture_path("yolo26n_random.safetensors");
@@ -344,7 +383,9 @@ TEST(Yolo26Weights, OtherScaleNcOrFormatIsAClearError) {
 
   // Metadata that lies about the tensors: the shapes tell.
   const auto lying = edited_weights(dir, [](auto&, auto& md) { md["nc"] = "20"; md.erase("names"); });
-  EXPECT_NE(load_error(lying).find("model.23.one2one_cv3.0.2.bias (file [80], model [20])"), std::string::npos);
+  EXPECT_NE(load_error(lying).find("metadata 'nc' is 20, but the class convolution model.23.one2one_cv3.0.2.bias has 80 "
+                                   "outputs"),
+            std::string::npos);
 
   // An exported model has no one-to-many head: NMS needs a full checkpoint.
   const auto exported = yolo::fold_batchnorm(file);

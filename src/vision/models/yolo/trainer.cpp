@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "vision/core/error.h"
+#include "vision/core/json.h"
 #include "vision/graph/loss_scaler.h"
 #include "vision/models/yolo/loss.h"
 #include "vision/models/yolo/optim_rules.h"
@@ -300,13 +301,23 @@ train::TrainingState Yolo26Trainer::resume(const train::Checkpoint& checkpoint) 
   }
   epoch_ = s.epoch;
   iteration_ = s.iteration;
-  auto get = [&](const char* key, int64_t fallback) {
-    return s.extra.contains(key) ? s.extra.at(key).get<int64_t>() : fallback;
+  auto get = [&](const char* key, int64_t fallback, int64_t lo, int64_t hi) {
+    if (!s.extra.contains(key)) return fallback;
+    const nlohmann::json& v = s.extra.at(key);
+    VISION_CHECK(v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi,
+                 "{}: checkpoint field 'training.extra.{}' must be an integer in {}–{}, got {}",
+                 checkpoint.path.string(), key, lo, hi, core::json_excerpt(v));
+    return v.get<int64_t>();
   };
-  last_step_ = get("last_step", iteration_ - 1);
-  e2e_updates_ = get("e2e_updates", epoch_);
-  target_rows_ = std::max(target_rows_, get("target_rows", 16));
-  if (scaler_) scaler_ = std::make_unique<Scaler>(s.loss_scale);
+  last_step_ = get("last_step", iteration_ - 1, -1, int64_t{1} << 40);
+  e2e_updates_ = get("e2e_updates", epoch_, 0, int64_t{1} << 40);
+  target_rows_ = std::max(target_rows_, get("target_rows", 16, 0, int64_t{1} << 20));
+  if (scaler_) {
+    VISION_CHECK(std::isfinite(s.loss_scale) && s.loss_scale > 0,
+                 "{}: checkpoint field 'training.loss_scale' is {}; a run with loss scaling needs a positive finite one",
+                 checkpoint.path.string(), s.loss_scale);
+    scaler_ = std::make_unique<Scaler>(s.loss_scale);
+  }
   optimizer_->zero_grad();
   grads_pending_ = accumulated != nullptr;
   if (accumulated) {

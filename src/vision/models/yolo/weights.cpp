@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "vision/core/error.h"
+#include "vision/core/json.h"
 #include "vision/graph/backend.h"
 
 namespace vision::models::yolo {
@@ -32,12 +33,9 @@ std::string head_bias_key(blocks::DetectHead head, int branch, size_t level) {
                      level);
 }
 
+// Metadata values nest at most two levels (a list of names, [height, width]); deeper ones are refused unbuilt.
 json metadata_json(const core::SafetensorsFile& file, const std::string& key) {
-  try {
-    return json::parse(file.metadata.at(key));
-  } catch (const json::exception& e) {
-    fail("{}: metadata '{}' is not valid JSON ({}): '{}'", file.path.string(), key, e.what(), file.metadata.at(key));
-  }
+  return core::parse_json(file.metadata.at(key), fmt::format("{}: metadata '{}'", file.path.string(), key), 4);
 }
 
 int64_t metadata_int(const core::SafetensorsFile& file, const std::string& key) {
@@ -123,15 +121,23 @@ ModelInfo read_model_info(const core::SafetensorsFile& file) {
   } else {
     spec.scale = scale_from_tensors(file);
   }
+  // The one-to-one head's class convolution has nc outputs: a metadata 'nc' must agree with it (checked before anything
+  // of nc's size is made, so a tiny file with a huge 'nc' is refused at once).
+  const Tensor* bias = file.find(head_bias_key(blocks::DetectHead::one_to_one, 1, 0));
   if (md.count("nc")) {
     spec.nc = metadata_int(file, "nc");
+    VISION_CHECK(spec.nc >= 1 && spec.nc <= kMaxClasses, "{}: metadata 'nc' must be in 1–{}, got {}", where,
+                 kMaxClasses, spec.nc);
+    VISION_CHECK(bias == nullptr || bias->numel() == spec.nc,
+                 "{}: metadata 'nc' is {}, but the class convolution {} has {} outputs", where, spec.nc,
+                 head_bias_key(blocks::DetectHead::one_to_one, 1, 0), bias->numel());
   } else {
-    const Tensor* bias = file.find(head_bias_key(blocks::DetectHead::one_to_one, 1, 0));
     VISION_CHECK(bias != nullptr, "{}: no 'nc' in the metadata and no one-to-one class convolution to tell it from",
                  where);
     spec.nc = bias->numel();
+    VISION_CHECK(spec.nc >= 1 && spec.nc <= kMaxClasses, "{}: the class convolution has {} outputs; YOLO26 takes 1–{}",
+                 where, spec.nc, kMaxClasses);
   }
-  VISION_CHECK(spec.nc >= 1, "{}: metadata 'nc' must be at least 1, got {}", where, spec.nc);
 
   ModelInfo info = default_model_info(spec);
   if (md.count("names")) {
@@ -139,7 +145,7 @@ ModelInfo read_model_info(const core::SafetensorsFile& file) {
     std::vector<std::string> list;
     if (names.is_array()) {
       for (const json& n : names) {
-        VISION_CHECK(n.is_string(), "{}: metadata 'names' must list strings, got {}", where, n.dump());
+        VISION_CHECK(n.is_string(), "{}: metadata 'names' must list strings, got {}", where, core::json_excerpt(n));
         list.push_back(n.get<std::string>());
       }
     } else {
@@ -152,7 +158,7 @@ ModelInfo read_model_info(const core::SafetensorsFile& file) {
         } catch (const std::exception&) {
         }
         VISION_CHECK(index < list.size() && n.is_string(), "{}: metadata 'names' has an entry {}: {}", where, key,
-                     n.dump());
+                     core::json_excerpt(n));
         list[index] = n.get<std::string>();
       }
     }
@@ -168,6 +174,11 @@ ModelInfo read_model_info(const core::SafetensorsFile& file) {
       VISION_CHECK(j.is_array() && j.size() == 2 && j[0].is_number_integer() && j[1].is_number_integer(),
                    "{}: metadata 'imgsz' must be a side or [height, width], got '{}'", where, md.at("imgsz"));
       info.imgsz = {j[0].get<int64_t>(), j[1].get<int64_t>()};
+    }
+    try {
+      check_image_size(info.imgsz[0], info.imgsz[1]);
+    } catch (const Error& e) {
+      fail("{}: metadata 'imgsz': {}", where, e.what());
     }
   }
   if (md.count("stride")) {

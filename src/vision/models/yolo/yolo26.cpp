@@ -56,7 +56,7 @@ int64_t Yolo26Spec::repeats(int64_t n) const {
 
 void Yolo26Spec::validate() const {
   scale_info(scale);
-  VISION_CHECK(nc >= 1, "YOLO26: the number of classes must be at least 1, got {}", nc);
+  VISION_CHECK(nc >= 1 && nc <= kMaxClasses, "YOLO26: the number of classes must be in 1–{}, got {}", kMaxClasses, nc);
 }
 
 void check_image_size(int64_t height, int64_t width) {
@@ -64,6 +64,10 @@ void check_image_size(int64_t height, int64_t width) {
                "YOLO26 takes images whose height and width are positive multiples of {}, got {}x{} (H x W): letterbox "
                "or pad them to such a size",
                kSizeMultiple, height, width);
+  VISION_CHECK(height <= kMaxImageSize && width <= kMaxImageSize,
+               "YOLO26 takes images of at most {} pixels a side, got {}x{} (H x W): a plan's activations grow with the "
+               "area (tens of GB at that size); choose a smaller size",
+               kMaxImageSize, height, width);
 }
 
 Yolo26Outputs record_yolo26(graph::SymTensor images, const Yolo26Spec& spec, Heads heads, bool detach_one2one) {

@@ -57,7 +57,12 @@ struct Yolo26Spec {
 // The strides of the Detect levels P3, P4, P5, and the multiple every input side must be.
 inline constexpr std::array<int64_t, 3> kStrides = {8, 16, 32};
 inline constexpr int64_t kSizeMultiple = 32;
-// Throws vision::Error naming the size unless height and width are positive multiples of 32.
+// The largest input side: a plan's activations grow with its area (YOLO26n at 8192² needs tens of GB), and no
+// detection model is trained or run above it.
+inline constexpr int64_t kMaxImageSize = 8192;
+// The most classes a model may have (the largest detection label sets have a few thousand).
+inline constexpr int64_t kMaxClasses = 65536;
+// Throws vision::Error naming the size unless height and width are positive multiples of 32 up to kMaxImageSize.
 void check_image_size(int64_t height, int64_t width);
 
 enum class Heads : uint8_t { one_to_one, one_to_many, both };
