@@ -100,6 +100,7 @@ TrainingState training_state_from_json(const json& j, const std::string& where) 
                opt.dump());
   s.optimizer = opt.get<std::string>();
   s.args = field(j, where, "args");
+  if (s.args.is_null()) s.args = json::object();  // a run without arguments (the API's trainer)
   VISION_CHECK(s.args.is_object(), "{}: checkpoint field 'training.args' must be an object, got {}", where,
                core::json_excerpt(s.args));
   const json& rng = field(j, where, "rng");

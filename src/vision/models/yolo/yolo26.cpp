@@ -56,7 +56,8 @@ int64_t Yolo26Spec::repeats(int64_t n) const {
 
 void Yolo26Spec::validate() const {
   scale_info(scale);
-  VISION_CHECK(nc >= 1 && nc <= kMaxClasses, "YOLO26: the number of classes must be in 1–{}, got {}", kMaxClasses, nc);
+  VISION_CHECK(nc >= 1 && nc <= kMaxClasses, "YOLO26: the number of classes must be at least 1 and at most {}, got {}",
+               kMaxClasses, nc);
 }
 
 void check_image_size(int64_t height, int64_t width) {
