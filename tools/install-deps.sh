@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages vision-cpp builds with (only those missing). The CUDA toolkit (13.x, with
+# Installs the Debian packages vision-cpp builds with (only those missing); --test adds those the tests need. The CUDA toolkit (13.x, with
 # NVRTC, cuDNN 9 and cuBLAS) is not a Debian package here: install it from NVIDIA, or build -DVISION_CUDA=OFF.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libfmt-dev libcli11-dev
       libstb-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libturbojpeg0-dev libspng-dev
       fonts-dejavu-core)
+# With --test, also what the test suite adds: Debian's clang and its libFuzzer runtime (tools/fuzz.sh).
+[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,6 +3,7 @@
 # GPU tests skip cleanly without a usable GPU; VISION_REQUIRE_GPU=1 turns those skips into failures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tools/install-deps.sh --test
 presets=(default cpu)
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "test: no CUDA toolkit found: testing the CPU-only build alone"
@@ -19,4 +20,8 @@ for p in "${presets[@]}"; do
   cmake --build --preset "$p"
   ctest --preset "$p" -j2 || status=1
 done
+# The parsers of outside input under libFuzzer with ASan and UBSan, each for VISION_FUZZ_SECONDS (default 60) from
+# its seed corpus (tests/fuzz/corpus): a crash or sanitizer report fails the run.
+echo "=== fuzz"
+tools/fuzz.sh "${VISION_FUZZ_SECONDS:-60}" || status=1
 exit $status

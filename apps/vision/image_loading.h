@@ -86,7 +86,8 @@ class Prefetcher {
         bytes = data::read_file(paths_[i], data::max_image_file_bytes(decode_.max_pixels));
         share = bytes.size();
         const data::ImageSize size = data::probe_image(bytes, paths_[i].string());
-        if (size.width > 0 && size.height > 0 && size.width * size.height <= decode_.max_pixels)
+        // Within the limit only (a larger one is refused before any allocation); checked without overflow.
+        if (size.width > 0 && size.height > 0 && size.width <= decode_.max_pixels / size.height)
           share += 3 * static_cast<uint64_t>(size.width * size.height);
       } catch (const std::exception& e) {
         l.error = e.what();

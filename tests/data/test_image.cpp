@@ -622,6 +622,8 @@ TEST(ImageHostile, MaxPixelsIsTheLimit) {
               std::string::npos);
     EXPECT_EQ(decode_image(file, "x", {.max_pixels = 3072}).width, 64);
   }
+  // Sides whose product overflows 64 bits (found by fuzz_image: signed overflow in the pixel count before).
+  expect_error_naming(png_claiming(4076008178u, 4076008178u, {}), "wide.png", "pixels is more than", "overflow");
   // 1 × 1 images read.
   const Image one = random_image(1, 1);
   EXPECT_EQ(decode(encode_png(one), "one.png"), one);

@@ -388,9 +388,20 @@ bool read_label_cache(const fs::path& file, const std::string& fingerprint, cons
                       int64_t nc, Dataset& d, std::string& why) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) return false;
-  const std::string name = file.string();
   try {
-    const nlohmann::json j = core::parse_json(core::read_text_file(file, "label cache"), name, 8);
+    return parse_label_cache(core::read_text_file(file, "label cache"), file.string(), fingerprint, images, nc, d, why);
+  } catch (const std::exception& e) {
+    why = fmt::format("{}: unreadable ({})", file.string(), e.what());
+    return false;
+  }
+}
+
+}  // namespace
+
+bool parse_label_cache(std::string_view text, const std::string& name, const std::string& fingerprint,
+                       const std::vector<fs::path>& images, int64_t nc, Dataset& d, std::string& why) {
+  try {
+    const nlohmann::json j = core::parse_json(text, name, 8);
     if (!j.is_object() || !j.contains("version") || !j.contains("fingerprint")) {
       why = fmt::format("{}: not a label cache", name);
       return false;
@@ -440,6 +451,8 @@ bool read_label_cache(const fs::path& file, const std::string& fingerprint, cons
     return false;
   }
 }
+
+namespace {
 
 // Writes the cache atomically (a temporary file renamed over it); a folder that cannot be written is no error: the
 // next run parses the labels again.

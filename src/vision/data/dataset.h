@@ -43,6 +43,8 @@
 
 namespace vision::data {
 
+struct Dataset;
+
 // How far outside [0, 1] a normalised label value may be (rounding in the tools that write labels).
 inline constexpr double kLabelTolerance = 1e-3;
 
@@ -78,6 +80,11 @@ struct LabelFile {
 // Why a label is not one a label file may hold (a class outside [0, nc), a centre or size outside [0, 1] by more than
 // kLabelTolerance or not finite, a size that is not positive); empty when it is a good label.
 std::string label_box_problem(const LabelBox& box, int64_t nc);
+// A label cache's contents (what load_dataset reads from label_cache_path): fills d.samples, d.problems and d.counts
+// and returns true when the cache is of this version and fingerprint and every box is a good label; false otherwise,
+// with `why` saying what is wrong (empty when only the version or fingerprint differ). Never throws for bad text.
+bool parse_label_cache(std::string_view text, const std::string& name, const std::string& fingerprint,
+                       const std::vector<std::filesystem::path>& images, int64_t nc, Dataset& d, std::string& why);
 // Parses label text; `name` (the file) starts each problem message.
 LabelFile parse_labels(std::string_view text, const std::string& name, int64_t nc);
 // Reads a label file: a missing file has no boxes and no problems; an unreadable one throws.

@@ -36,7 +36,8 @@ template <typename... Args>
 
 void check_pixel_count(const std::string& name, int64_t width, int64_t height, int64_t max_pixels) {
   if (width <= 0 || height <= 0) unreadable(name, "the header gives a size of {}×{} pixels", width, height);
-  if (width * height > max_pixels)
+  int64_t pixels = 0;
+  if (__builtin_mul_overflow(width, height, &pixels) || pixels > max_pixels)
     unreadable(name, "{}×{} pixels is more than the {} accepted (--max-pixels); downscale the image or raise the limit",
                width, height, max_pixels);
 }

@@ -149,6 +149,9 @@ TEST(PredictCli, ClearErrors) {
       {fmt::format("--source '{}' --save-txt", images.string()), "--save"},
       {fmt::format("--source '{}' --dtype f16", images.string()), "f32"},
       {fmt::format("--source '{}' --classes 80", images.string()), "class 80"},
+      // An output folder that cannot be written (tests run as root too, where permissions do not stop a write).
+      {fmt::format("--source '{}' --save /proc/self/vision-out", images.string()), "cannot create the folder"},
+      {fmt::format("--source '{}' --max-pixels 0", images.string()), "--max-pixels"},
   };
   for (const Case& c : cases) {
     const CliRun r = predict(c.args);
