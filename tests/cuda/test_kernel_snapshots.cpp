@@ -88,9 +88,10 @@ const std::vector<std::string> kSnapshotIds = {
     "ciou_backward__bf16__block256",
     // YOLO26's classification loss (loss/cls.cuh): the BCE forward's per-block partial sums (no atomics).
     "bce_cls_forward_partial__bf16",
-    // YOLO26's task-aligned assigner (loss/assigner.cuh): the per-gt top-k (candidates, CIoU, align, block merge) and
-    // the per-gt finalisation (resolution, topk2, normalisation).
+    // YOLO26's task-aligned assigner (loss/assigner.cuh): the per-gt top-k (candidates, CIoU, align, block merge), the
+    // shared-anchor resolution (argmax of the overlap over all gts) and the per-gt finalisation (topk2, normalisation).
     "assigner_topk__bf16",
+    "assigner_resolve__f16",
     "assigner_finalize__f32",
     // The optimizers (train/optim.cuh): the fused SGD step (with MuSGD's Muon update) and the per-matrix Frobenius
     // normalisation (a fixed-order block reduction).

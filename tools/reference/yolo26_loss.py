@@ -15,9 +15,14 @@ per head, on the raw head outputs: LTRB distances [B, 4, A] and class logits [B,
       overlap = max(CIoU(gt, pred), 0), align = sigmoid(logit of g's class)^alpha * overlap^beta, both 0 off the
         candidates (NaN counts as 0);
       each gt's top k anchors over ALL anchors by (align descending, anchor index ascending) -- ties toward the lower
-        anchor index (YOLO26.md), here by stable sorts -- of which the candidates are its claims;
-      an anchor claimed by several gts goes to the claiming gt of the highest overlap, ties to the lower gt;
-      topk2: each gt keeps, of the anchors it won, those ranked < topk2 by align among all anchors (others 0);
+        anchor index (YOLO26.md), here by stable sorts: the one place where we are deterministic and PyTorch's
+        topk (order of equal values unspecified) is not -- of which the candidates are its claims;
+      shared anchors, exactly as ultralytics' select_highest_overlaps: an anchor claimed by two or more gts goes to
+        the argmax over ALL gts of the overlap (0 where a gt does not hold the anchor centre or is a padded row),
+        first maximum = lowest gt index -- also a gt that did not claim it (and gt 0 when every overlap is 0); an
+        anchor claimed by one gt stays with it;
+      topk2: each gt keeps, of its positives after that step, those ranked < topk2 by align among all anchors (others
+        0, ties toward the lower anchor index); an anchor its gt drops becomes background;
       soft target t = align * max_overlap_g / (max_align_g + eps) at the gt's class.
   * target_scores_sum N = max(sum of target scores, 1);
     cls = sum BCEWithLogits(logits, target_scores) / N over all B x nc x A;
@@ -87,7 +92,7 @@ def _top_mask(values, k):
 
 @torch.no_grad()
 def assign(logits, boxes, grid, targets, count, topk, topk2=0, alpha=0.5, beta=6.0, eps=1e-9, small_side=8.0,
-           widened_side=16.0, details=False):
+           widened_side=16.0, details=False, claiming_only=False):
     """Task-aligned assignment of a batch. logits [B, nc, A], boxes [B, 4, A] xyxy grid units, grid = (ax, ay, stride)
     [A] each, targets [B, M, 5] (class, x1, y1, x2, y2 in input pixels), count [B] (rows past it are ignored).
 
@@ -122,11 +127,16 @@ def assign(logits, boxes, grid, targets, count, topk, topk2=0, alpha=0.5, beta=6
     align = torch.nan_to_num(align, nan=0.0)
 
     claims = _top_mask(align, min(topk, A)) & candidate
-    # Resolution: the claiming gt of the highest overlap, ties to the lower gt.
-    claimed = torch.where(claims, overlap, torch.full_like(overlap, -1.0))
-    best = claimed.amax(dim=1, keepdim=True)
-    owner = torch.where(claimed == best, g_index[None, :, None], M).amin(dim=1)       # [B, A]
-    positive = claims & (g_index[None, :, None] == owner[:, None, :])
+    # Shared anchors (select_highest_overlaps): an anchor claimed by two or more gts goes to the argmax over ALL gts of
+    # overlap[b, :, a] (0 where the gt does not hold the anchor or is a padded row), first maximum = lowest gt index,
+    # whether or not that gt claimed it; an anchor claimed by one gt stays with it.
+    # (claiming_only: the superseded rule -- the claiming gt of the highest overlap -- kept only so that
+    # make_shared_anchor_fixture.py can assert that its fixture tells the two apart.)
+    shared = claims.sum(dim=1) > 1                                             # [B, A]
+    ranked = torch.where(claims, overlap, torch.full_like(overlap, -1.0)) if claiming_only else overlap
+    best = ranked.amax(dim=1, keepdim=True)
+    owner = torch.where(ranked == best, g_index[None, :, None], M).amin(dim=1)         # [B, A]
+    positive = torch.where(shared[:, None, :], g_index[None, :, None] == owner[:, None, :], claims)
     if 0 < topk2 != topk:
         positive &= _top_mask(align * positive, topk2)
 

@@ -135,26 +135,37 @@ inline ReferenceAssignment reference_assign(const AssignerCase& c,
         if (al[static_cast<size_t>(a)] > 0 && al[static_cast<size_t>(a)] < 1e-30) fragile = 1;
       }
     }
-    // An anchor claimed by several gts goes to the claiming gt of the highest overlap (ties: the lower gt).
-    std::vector<int64_t> owner(static_cast<size_t>(A), -1);
+    // Shared anchors, as ultralytics' select_highest_overlaps: an anchor claimed by one gt stays with it; one claimed
+    // by two or more goes to the argmax over ALL gts of the overlap (0 off a gt's candidates), the first maximum (gt 0
+    // when every overlap is 0), whether or not that gt claimed it.
+    std::vector<int64_t> claimers(static_cast<size_t>(A), 0), owner(static_cast<size_t>(A), -1);
     for (int64_t g = 0; g < G; ++g)
       for (int64_t a : claims[static_cast<size_t>(g)]) {
-        int64_t& w = owner[static_cast<size_t>(a)];
-        if (w >= 0) {
-          const double ow = overlap[static_cast<size_t>(w)][static_cast<size_t>(a)];
-          const double og = overlap[static_cast<size_t>(g)][static_cast<size_t>(a)];
-          if (near(ow, og)) {
-            r.fragile[static_cast<size_t>(b * M + w)] = r.fragile[static_cast<size_t>(b * M + g)] = 1;
-            r.fragile_anchor[static_cast<size_t>(b * A + a)] = 1;
-          }
-          if (og > ow) w = g;
-        } else {
+        ++claimers[static_cast<size_t>(a)];
+        owner[static_cast<size_t>(a)] = g;
+      }
+    for (int64_t a = 0; a < A; ++a) {
+      if (claimers[static_cast<size_t>(a)] < 2) continue;
+      int64_t w = 0, second = -1;
+      for (int64_t g = 1; g < G; ++g) {
+        const double og = overlap[static_cast<size_t>(g)][static_cast<size_t>(a)];
+        if (og > overlap[static_cast<size_t>(w)][static_cast<size_t>(a)]) {
+          second = w;
           w = g;
+        } else if (second < 0 || og > overlap[static_cast<size_t>(second)][static_cast<size_t>(a)]) {
+          second = g;
         }
       }
+      owner[static_cast<size_t>(a)] = w;
+      if (second >= 0 && near(overlap[static_cast<size_t>(w)][static_cast<size_t>(a)],
+                              overlap[static_cast<size_t>(second)][static_cast<size_t>(a)])) {
+        r.fragile[static_cast<size_t>(b * M + w)] = r.fragile[static_cast<size_t>(b * M + second)] = 1;
+        r.fragile_anchor[static_cast<size_t>(b * A + a)] = 1;
+      }
+    }
     for (int64_t g = 0; g < G; ++g) {
       std::vector<int64_t> pos;
-      for (int64_t a : claims[static_cast<size_t>(g)])
+      for (int64_t a = 0; a < A; ++a)
         if (owner[static_cast<size_t>(a)] == g) pos.push_back(a);
       if (o.topk2 > 0 && o.topk2 != o.topk) {
         // Each gt keeps its top topk2 of align · mask_pos over all anchors.

@@ -1,7 +1,10 @@
 // Task-aligned assigner on the CPU: hand-computed cases (two gts on a 32×32 input of 21 anchors: ties toward the lower
-// anchor, an anchor claimed by two gts, topk2 = 1), STAL widening of tiny boxes, images without boxes, a dense image of
-// 1000 boxes and a batch of 4 images with 0–20 boxes on jittered predictions, against a float64 reference written
-// from YOLO26.md's words (assigner_reference.h). Outputs are poisoned before each run.
+// anchor, an anchor claimed by two gts, topk2 = 1; three gts where an anchor two of them claim goes to the third, of
+// higher overlap, which did not claim it — ultralytics' shared-anchor rule — and where topk2 then drops it), STAL
+// widening of tiny boxes, images without boxes, a dense image of 1000 boxes, a batch of 4 images with 0–20 boxes on
+// jittered predictions, and the crowded shared-anchor fixture (tools/reference/make_shared_anchor_fixture.py), against
+// a float64 reference written from YOLO26.md's words (assigner_reference.h) and the PyTorch one (yolo26_loss.py).
+// Outputs are poisoned before each run.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "models/yolo/assigner_reference.h"
+#include "models/yolo/shared_anchor_fixture.h"
 #include "test_util.h"
 #include "vision/graph/backend.h"
 #include "vision/graph/executor.h"
@@ -238,6 +242,133 @@ TEST_F(AssignerHand, ZeroAlignGtClaimsOnlyLowIndexCandidates) {
   for (float v : out.target_scores) EXPECT_EQ(v, 0.0f);
   expect_consistent(c, out);
   EXPECT_GT(expect_matches_reference(c, o, out, true), 0);
+}
+
+// Shared anchors (YOLO26.md: exactly as ultralytics' select_highest_overlaps). The 21 anchors of a 32×32 input; gt0
+// (class 0) = (0, 0, 16, 16) with anchors 0 and 1 predicting it exactly (align 0.707, overlap 1), gt1 (class 1) =
+// (8, 8, 32, 32) and gt2 (class 2) = (6, 6, 30, 30). Anchor 5 (centre (12, 12)) predicts (4, 4, 20, 20): CIoU 0.351
+// with gt0, 0.128 with gt1, 0.255 with gt2; every other anchor a far box (align 0). With topk 2, gt0 claims 0 and 1
+// (anchor 5 ranks third), gt1 and gt2 claim anchor 5 (their only positive-align candidate; the zero-align anchor 0 of
+// their top 2 is not their candidate). Anchor 5 is shared by gt1 and gt2 and goes to gt0, the argmax over all gts,
+// which did not claim it (the claiming gts only would give it to gt2).
+class SharedAnchor : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    c = blank_case(1, 32, 32, 3, 4);
+    ASSERT_EQ(c.n_anchors, 21);
+    for (int64_t a = 0; a < 21; ++a) predict(c, 0, a, {100, 100, 110, 110});
+    for (int64_t a : {0, 1}) predict(c, 0, a, {0, 0, 16, 16});
+    predict(c, 0, 5, {4, 4, 20, 20});
+    set_target(c, 0, 0, 0, {0, 0, 16, 16});
+    set_target(c, 0, 1, 1, {8, 8, 32, 32});
+    set_target(c, 0, 2, 2, {6, 6, 30, 30});
+    set_target(c, 0, 3, 9, {4, 4, 20, 20});  // past the count: ignored, though it would hold anchor 5 best
+    c.count = {3};
+  }
+  AssignerCase c;
+};
+
+TEST_F(SharedAnchor, GoesToTheHighestOverlapOfAllGtsEvenOneThatDidNotClaimIt) {
+  ASSERT_NEAR(vision::test::reference_ciou({0, 0, 16, 16}, {4, 4, 20, 20}), 0.351, 1e-3);
+  ASSERT_NEAR(vision::test::reference_ciou({8, 8, 32, 32}, {4, 4, 20, 20}), 0.128, 1e-3);
+  ASSERT_NEAR(vision::test::reference_ciou({6, 6, 30, 30}, {4, 4, 20, 20}), 0.255, 1e-3);
+  AssignerOptions o;
+  o.topk = 2;
+  const AssignerOutputs out = run_cpu(c, o);
+  EXPECT_EQ(positives_of(out, 0, 21, 0), (std::set<int64_t>{0, 1, 5}));
+  EXPECT_TRUE(positives_of(out, 0, 21, 1).empty());
+  EXPECT_TRUE(positives_of(out, 0, 21, 2).empty());
+  expect_consistent(c, out);
+  // Anchor 5's target: gt0's normalisation, align(0, 5) · 1 / (align of the exact predictions ≈ 0.707).
+  const double ciou5 = vision::test::reference_ciou({0, 0, 16, 16}, {4, 4, 20, 20});
+  const double self = vision::test::reference_ciou({0, 0, 16, 16}, {0, 0, 16, 16});
+  EXPECT_NEAR(out.target_scores[5], std::pow(ciou5 / self, 6.0) * self, 1e-6);
+  EXPECT_GT(expect_matches_reference(c, o, out, true), 0);
+
+  // An anchor kept by one gt stays with it even when another gt overlaps it more: with topk 1, gt0 claims anchor 0
+  // only; gt2 alone claims anchor 5 once gt1 no longer holds it (gt1 moved off it: (13, 13, 32, 32)).
+  set_target(c, 0, 1, 1, {13, 13, 32, 32});
+  o.topk = 1;
+  const AssignerOutputs single = run_cpu(c, o);
+  EXPECT_EQ(positives_of(single, 0, 21, 0), (std::set<int64_t>{0}));
+  EXPECT_EQ(positives_of(single, 0, 21, 2), (std::set<int64_t>{5}));
+  EXPECT_GT(expect_matches_reference(c, o, single, true), 0);
+}
+
+TEST_F(SharedAnchor, Topk2DropsItWhenItsNewOwnerRanksItBelowTopk2) {
+  // topk 2, topk2 1: after the resolution gt0 holds 0, 1 and 5 and keeps its best, anchor 0 (tied with 1: the lower
+  // index); anchor 5 becomes background, where the claiming gts only would have kept it as gt2's one positive.
+  AssignerOptions o;
+  o.topk = 2;
+  o.topk2 = 1;
+  const AssignerOutputs out = run_cpu(c, o);
+  EXPECT_EQ(positives_of(out, 0, 21, 0), (std::set<int64_t>{0}));
+  EXPECT_TRUE(positives_of(out, 0, 21, 1).empty());
+  EXPECT_TRUE(positives_of(out, 0, 21, 2).empty());
+  EXPECT_EQ(out.gt_index[5], -1);
+  EXPECT_EQ(out.fg_mask[5], 0);
+  expect_consistent(c, out);
+  EXPECT_GT(expect_matches_reference(c, o, out, true), 0);
+}
+
+TEST_F(SharedAnchor, AllZeroOverlapsGoToGtZeroAsUpstreamArgmaxDoes) {
+  // Every prediction far (align and overlap 0 everywhere): each gt's top 5 is anchors 0–4 by index. gt1 = (2, 2, 30,
+  // 14) holds anchors 0–7 and claims 0–4; gt2 = (2, 2, 14, 30) holds 0, 1, 4, 5, ... and claims 0, 1, 4. Those three
+  // are kept by both with overlap 0 and go to gt0 = (20, 20, 30, 30), which holds none of them (upstream's argmax of an
+  // all-zero column is row 0); gt1 keeps 2 and 3.
+  for (int64_t a = 0; a < 21; ++a) predict(c, 0, a, {100, 100, 110, 110});
+  set_target(c, 0, 0, 0, {20, 20, 30, 30});
+  set_target(c, 0, 1, 1, {2, 2, 30, 14});
+  set_target(c, 0, 2, 2, {2, 2, 14, 30});
+  AssignerOptions o;
+  o.topk = 5;
+  const AssignerOutputs out = run_cpu(c, o);
+  EXPECT_EQ(positives_of(out, 0, 21, 0), (std::set<int64_t>{0, 1, 4}));
+  EXPECT_EQ(positives_of(out, 0, 21, 1), (std::set<int64_t>{2, 3}));
+  EXPECT_TRUE(positives_of(out, 0, 21, 2).empty());
+  for (float v : out.target_scores) EXPECT_EQ(v, 0.0f);
+  expect_consistent(c, out);
+  EXPECT_GT(expect_matches_reference(c, o, out, true), 0);
+}
+
+// The crowded fixture: the twin's assignment is the float64 PyTorch reference's on every anchor (the fixture has no
+// decision within rounding of a tie), its soft targets within the f32 bound, and it differs from what the superseded
+// rule (the claiming gts only) assigns in both heads — in the one-to-one head an anchor goes to background.
+TEST(SharedAnchorFixture, CrowdedBatchMatchesTheFloat64ReferenceInBothHeads) {
+  namespace sa = vision::test::shared_anchor;
+  const AssignerCase c = sa::fixture_case();
+  ASSERT_EQ(c.n_anchors, 336);
+  for (int h = 0; h < 2; ++h) {
+    SCOPED_TRACE(sa::kHeads[h]);
+    const std::string head = sa::kHeads[h];
+    const AssignerOptions o = sa::options(h);
+    const AssignerOutputs out = run_cpu(c, o);
+    expect_consistent(c, out);
+    const std::vector<int32_t> want = sa::ints("assign." + head + ".gt_index");
+    const std::vector<int32_t> old = sa::ints("claiming_only." + head + ".gt_index");
+    EXPECT_EQ(out.gt_index, want);
+    int64_t changed = 0, positives = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      changed += want[i] != old[i];
+      positives += want[i] >= 0;
+    }
+    EXPECT_GT(changed, 0) << "the fixture no longer tells the two rules apart";
+    EXPECT_GT(positives, h == 0 ? 400 : 70);
+    int64_t differ_from_old = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ_from_old += out.gt_index[i] != old[i];
+    EXPECT_EQ(differ_from_old, changed);
+    const std::vector<float> scores = sa::fixture().at("assign." + head + ".target_scores").to_vector();
+    ASSERT_EQ(scores.size(), out.target_scores.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < scores.size(); ++i) {
+      EXPECT_NEAR(out.target_scores[i], scores[i], 2e-5 + 1e-4 * std::fabs(scores[i])) << "element " << i;
+      num += std::pow(double(out.target_scores[i]) - scores[i], 2);
+      den += std::pow(double(scores[i]), 2);
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-5);
+    // The C++ float64 reference agrees too (it calls no gt of this case fragile).
+    EXPECT_GT(expect_matches_reference(c, o, out), positives / 2);
+  }
 }
 
 TEST(Assigner, StalWidensTinyBoxes) {

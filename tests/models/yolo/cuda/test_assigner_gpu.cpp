@@ -1,7 +1,8 @@
 // Task-aligned assigner on CUDA: the kernel descriptors and the workspace bound (no GPU needed); the kernels through
 // their launch helper in f32, f16 and bf16 against the CPU twin on the same (dtype-rounded) inputs, one-to-many and
-// one-to-one, a batch of 4 with 0–20 boxes and a dense image of 1000 boxes, poisoned outputs and workspace. GPU tests
-// skip without a GPU (VISION_REQUIRE_GPU=1 fails).
+// one-to-one, a batch of 4 with 0–20 boxes, a dense image of 1000 boxes and the crowded shared-anchor fixture (where
+// ultralytics' rule for anchors kept by several gts decides assignments in both heads), poisoned outputs and workspace.
+// GPU tests skip without a GPU (VISION_REQUIRE_GPU=1 fails).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "models/yolo/assigner_reference.h"
+#include "models/yolo/shared_anchor_fixture.h"
 #include "test_util.h"
 #include "vision/cuda/device.h"
 #include "vision/cuda/kernel.h"
@@ -132,14 +134,16 @@ TEST(AssignerDescriptors, KernelsAreRegisteredAndTheWorkspaceIsBounded) {
   for (const auto* k : cuda::KernelRegistry::global().kernels())
     if (k->id().starts_with("assigner_")) ids.insert(k->id());
   EXPECT_EQ(ids, (std::set<std::string>{"assigner_topk__f32", "assigner_topk__f16", "assigner_topk__bf16",
-                                        "assigner_finalize__f32"}));
+                                        "assigner_resolve__f32", "assigner_resolve__f16", "assigner_resolve__bf16",
+                                        "assigner_finalize__f32", "assigner_finalize__f16",
+                                        "assigner_finalize__bf16"}));
   EXPECT_EQ(cuda::kernel_instance<AssignerTopk>(DType::bf16).name_expression(),
             "vision::models::yolo::kernels::loss::assigner_topk<__nv_bfloat16>");
-  // B·M·topk·12 + B·M·4 + B·A·8 (each part rounded to 256 bytes): for B = 16, M = 1000, A = 8400 about 3 MB, against
-  // 538 MB for one [B, M, A] f32 tensor.
+  // B·A·4 claim counts + B·A·4 owners (each part rounded to 256 bytes): for B = 16, A = 8400 about 1 MB whatever M,
+  // against 538 MB for one [B, M, A] f32 tensor at M = 1000.
   const AssignerSizes s{16, 8400, 80, 1000};
   const size_t bytes = assigner_workspace_bytes(s, AssignerOptions::one_to_many());
-  EXPECT_EQ(bytes, 3 * 640000 + 64000 + 1075200);
+  EXPECT_EQ(bytes, 1075200u);
   TaskAlignedAssignerOp op(AssignerOptions::one_to_one());
   const auto rt = op.lower(graph::Backend::cuda, graph::Mode::train);
   EXPECT_TRUE(rt->supports(graph::Format{DType::bf16, core::Layout::nchw}));
@@ -163,4 +167,29 @@ TEST(AssignerKernels, DenseImageOf1000BoxesMatchesTheTwin) {
   const AssignerCase c = random_assigner_case(2, 640, 640, 80, 1024, 1000, 1000, rng());
   expect_gpu_matches_twin(c, AssignerOptions::one_to_many(), run_gpu(c, AssignerOptions::one_to_many(), DType::f32),
                           run_twin(c, AssignerOptions::one_to_many()));
+}
+
+// The crowded shared-anchor fixture: in every dtype and both heads the kernels assign as the CPU twin does on the same
+// (dtype-rounded) inputs; in f32 exactly as the float64 PyTorch reference, which differs from the superseded rule (the
+// claiming gts only) in both heads.
+TEST(SharedAnchorGpu, CrowdedFixtureMatchesTheCpuTwinAndTheReference) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  namespace sa = vision::test::shared_anchor;
+  for (DType dt : kDtypes)
+    for (int h = 0; h < 2; ++h) {
+      SCOPED_TRACE(std::string(core::dtype_name(dt)) + " " + sa::kHeads[h]);
+      const AssignerOptions o = sa::options(h);
+      const AssignerCase c = rounded(sa::fixture_case(), dt);
+      const AssignerOutputs gpu = run_gpu(c, o, dt);
+      expect_gpu_matches_twin(c, o, gpu, run_twin(c, o));
+      if (dt != DType::f32) continue;
+      const std::string head = sa::kHeads[h];
+      const std::vector<int32_t> want = sa::ints("assign." + head + ".gt_index");
+      const std::vector<int32_t> old = sa::ints("claiming_only." + head + ".gt_index");
+      EXPECT_EQ(gpu.gt_index, want);
+      EXPECT_NE(gpu.gt_index, old);
+      const std::vector<float> scores = sa::fixture().at("assign." + head + ".target_scores").to_vector();
+      for (size_t i = 0; i < scores.size(); ++i)
+        EXPECT_NEAR(gpu.target_scores[i], scores[i], 2e-5 + 1e-4 * std::fabs(scores[i])) << "element " << i;
+    }
 }

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -83,10 +84,43 @@ void stal_box(const float* gt, const AssignerOptions& o, float* out) {
   }
 }
 
-struct Claim {
+struct Positive {
   int32_t anchor;
   float align, overlap;
 };
+
+// One gt of one image, for the candidate test and the metrics of any anchor.
+struct GtView {
+  float box[4];   // x1, y1, x2, y2 in pixels
+  float cand[4];  // the STAL candidate box
+  const float* logits;  // [A] of the gt's class
+};
+
+// Whether anchor a is a candidate of the gt, and then its overlap and align (0 otherwise); the operations of stage 1,
+// so that every call for one (gt, anchor) gives the same bits.
+bool anchor_metrics(const GtView& gt, const float* boxes_b, const float* an, int64_t n, int64_t a,
+                    const AssignerOptions& o, float& align, float& overlap) {
+  const float s = an[2 * n + a];
+  const float x = an[a] * s, y = an[n + a] * s;
+  align = 0.0f;
+  overlap = 0.0f;
+  const bool candidate =
+      x - gt.cand[0] > o.eps && y - gt.cand[1] > o.eps && gt.cand[2] - x > o.eps && gt.cand[3] - y > o.eps;
+  if (!candidate) return false;
+  const float pred[4] = {boxes_b[a] * s, boxes_b[n + a] * s, boxes_b[2 * n + a] * s, boxes_b[3 * n + a] * s};
+  overlap = std::fmax(assigner_ciou(gt.box, pred), 0.0f);  // NaN → 0
+  align = std::pow(sigmoid(gt.logits[a]), o.alpha) * std::pow(overlap, o.beta);
+  if (!(align > 0.0f)) align = 0.0f;  // NaN → 0
+  return true;
+}
+
+GtView gt_view(const float* row, const float* logits_b, int64_t n, const AssignerOptions& o) {
+  GtView v;
+  for (int q = 0; q < 4; ++q) v.box[q] = row[1 + q];
+  stal_box(v.box, o, v.cand);
+  v.logits = logits_b + static_cast<int64_t>(row[0]) * n;
+  return v;
+}
 
 }  // namespace
 
@@ -139,58 +173,40 @@ void task_aligned_assign_cpu(const Tensor& logits, const Tensor& boxes, const Te
 
   const int64_t k = std::min(o.topk, n);
   // Stage 1, per (image, gt): the top k anchors by align key over all A anchors; the candidates among them are the
-  // gt's claims, in descending key order.
-  std::vector<Claim> claims(static_cast<size_t>(batch * m * k));
+  // gt's claims.
+  std::vector<int32_t> claims(static_cast<size_t>(batch * m * k));
   std::vector<int32_t> n_claims(static_cast<size_t>(batch * m), 0);
   cpu::parallel_for(
       batch * m,
       [&](int64_t bg) {
         const int64_t b = bg / m, g = bg % m;
         if (g >= cnt[b]) return;
-        const float* row = tg + bg * 5;
-        const float gt[4] = {row[1], row[2], row[3], row[4]};
-        const auto cls = static_cast<int64_t>(row[0]);
-        float cand_box[4];
-        stal_box(gt, o, cand_box);
-        const float* lb = lg + (b * nc + cls) * n;
+        const GtView gt = gt_view(tg + bg * 5, lg + b * nc * n, n, o);
         const float* pb = bx + b * 4 * n;
         struct Entry {
           uint64_t key;
           bool candidate;
-          float overlap;
         };
         std::vector<Entry> top;  // descending keys, at most k
         top.reserve(static_cast<size_t>(k) + 1);
         for (int64_t a = 0; a < n; ++a) {
-          const float s = an[2 * n + a];
-          const float x = an[a] * s, y = an[n + a] * s;
-          const bool candidate =
-              x - cand_box[0] > o.eps && y - cand_box[1] > o.eps && cand_box[2] - x > o.eps && cand_box[3] - y > o.eps;
-          float align = 0.0f, overlap = 0.0f;
-          if (candidate) {
-            const float pred[4] = {pb[a] * s, pb[n + a] * s, pb[2 * n + a] * s, pb[3 * n + a] * s};
-            overlap = std::fmax(assigner_ciou(gt, pred), 0.0f);  // NaN → 0
-            align = std::pow(sigmoid(lb[a]), o.alpha) * std::pow(overlap, o.beta);
-            if (!(align > 0.0f)) align = 0.0f;  // NaN → 0
-          }
+          float align, overlap;
+          const bool candidate = anchor_metrics(gt, pb, an, n, a, o, align, overlap);
           const uint64_t key = align_key(align, a);
           if (static_cast<int64_t>(top.size()) == k && key <= top.back().key) continue;
           auto it = std::upper_bound(top.begin(), top.end(), key, [](uint64_t v, const Entry& e) { return v > e.key; });
-          top.insert(it, Entry{key, candidate, overlap});
+          top.insert(it, Entry{key, candidate});
           if (static_cast<int64_t>(top.size()) > k) top.pop_back();
         }
-        Claim* out = claims.data() + bg * k;
+        int32_t* out = claims.data() + bg * k;
         int32_t nk = 0;
         for (const Entry& e : top)
-          if (e.candidate)
-            out[nk++] = {static_cast<int32_t>(~static_cast<uint32_t>(e.key)),
-                         std::bit_cast<float>(static_cast<uint32_t>(e.key >> 32)), e.overlap};
+          if (e.candidate) out[nk++] = static_cast<int32_t>(~static_cast<uint32_t>(e.key));
         n_claims[static_cast<size_t>(bg)] = nk;
       },
       batch * m * n);
 
-  // Stage 2, per image: resolution (highest overlap among the claiming gts, ties to the lower gt), topk2, the
-  // normalisation and the outputs.
+  // Stage 2, per image: shared anchors (argmax over all gts), topk2, the normalisation and the outputs.
   const bool use_topk2 = o.topk2 > 0 && o.topk2 != o.topk;
   float* out_boxes = target_boxes.data<float>();
   float* out_scores = target_scores.data<float>();
@@ -199,58 +215,79 @@ void task_aligned_assign_cpu(const Tensor& logits, const Tensor& boxes, const Te
   cpu::parallel_for(
       batch,
       [&](int64_t b) {
-        std::vector<uint64_t> best(static_cast<size_t>(n), 0);
-        for (int64_t g = 0; g < cnt[b]; ++g) {
-          const Claim* c = claims.data() + (b * m + g) * k;
+        const int64_t count_b = cnt[b];
+        const float* pb = bx + b * 4 * n;
+        std::vector<GtView> gts(static_cast<size_t>(count_b));
+        for (int64_t g = 0; g < count_b; ++g) gts[static_cast<size_t>(g)] = gt_view(tg + (b * m + g) * 5, lg + b * nc * n, n, o);
+        // Owner of each anchor: its claiming gt when one claims it; when several do, the argmax over all gts of the
+        // overlap (0 off a gt's candidates), the first maximum (key (0, ~0) to start: gt 0 when every overlap is 0).
+        std::vector<int32_t> claimers(static_cast<size_t>(n), 0), owner(static_cast<size_t>(n), -1);
+        for (int64_t g = 0; g < count_b; ++g) {
+          const int32_t* c = claims.data() + (b * m + g) * k;
           for (int32_t j = 0; j < n_claims[static_cast<size_t>(b * m + g)]; ++j) {
-            const uint64_t key = (static_cast<uint64_t>(std::bit_cast<uint32_t>(c[j].overlap)) << 32) |
-                                 static_cast<uint32_t>(~static_cast<uint32_t>(g));
-            uint64_t& slot = best[static_cast<size_t>(c[j].anchor)];
-            slot = std::max(slot, key);
+            ++claimers[static_cast<size_t>(c[j])];
+            owner[static_cast<size_t>(c[j])] = static_cast<int32_t>(g);
           }
         }
-        for (int64_t g = 0; g < cnt[b]; ++g) {
-          const Claim* c = claims.data() + (b * m + g) * k;
-          const int32_t nk = n_claims[static_cast<size_t>(b * m + g)];
-          bool keep[kAssignerMaxTopk];
-          int32_t positive_align = 0;  // won claims of align > 0
-          for (int32_t j = 0; j < nk; ++j) {
-            keep[j] = static_cast<uint32_t>(best[static_cast<size_t>(c[j].anchor)]) ==
-                      static_cast<uint32_t>(~static_cast<uint32_t>(g));
-            positive_align += keep[j] && c[j].align > 0.0f;
+        for (int64_t a = 0; a < n; ++a) {
+          if (claimers[static_cast<size_t>(a)] < 2) continue;
+          uint64_t best = align_key(0.0f, 0);
+          for (int64_t g = 0; g < count_b; ++g) {
+            float align, overlap;
+            if (anchor_metrics(gts[static_cast<size_t>(g)], pb, an, n, a, o, align, overlap))
+              best = std::max(best, align_key(overlap, g));
           }
-          if (use_topk2) {
-            // Claims are in descending key order, so the won claims of align > 0 come first, ranked 0, 1, ...; a won
-            // claim of align 0 at anchor a ranks after them, among all anchors of value 0 by index: positive_align +
-            // a − (won positive-align anchors below a).
-            int32_t rank = 0;
-            for (int32_t j = 0; j < nk; ++j) {
-              if (!keep[j]) continue;
-              if (c[j].align > 0.0f) {
-                keep[j] = rank++ < o.topk2;
-              } else {
-                int64_t below = 0;
-                for (int32_t q = 0; q < nk; ++q) below += keep[q] && c[q].align > 0.0f && c[q].anchor < c[j].anchor;
-                keep[j] = positive_align + (c[j].anchor - below) < o.topk2;
+          owner[static_cast<size_t>(a)] = static_cast<int32_t>(~static_cast<uint32_t>(best));
+        }
+        // Each gt's positives, in anchor order.
+        std::vector<std::vector<int32_t>> positives(static_cast<size_t>(count_b));
+        for (int64_t a = 0; a < n; ++a)
+          if (owner[static_cast<size_t>(a)] >= 0)
+            positives[static_cast<size_t>(owner[static_cast<size_t>(a)])].push_back(static_cast<int32_t>(a));
+        std::vector<uint64_t> keys;
+        for (int64_t g = 0; g < count_b; ++g) {
+          const GtView& gt = gts[static_cast<size_t>(g)];
+          std::vector<Positive> pos;
+          for (int32_t a : positives[static_cast<size_t>(g)]) {
+            Positive c{a, 0.0f, 0.0f};
+            anchor_metrics(gt, pb, an, n, a, o, c.align, c.overlap);
+            pos.push_back(c);
+          }
+          if (use_topk2 && !pos.empty()) {
+            // Kept: the positives among the top topk2 of align · mask over all A anchors by key (the gt's other anchors
+            // count as 0, so the lowest-indexed of them are the only ones that can rank among the top).
+            keys.clear();
+            for (const Positive& c : pos) keys.push_back(align_key(c.align, c.anchor));
+            size_t others = 0, p = 0;
+            const auto& own = positives[static_cast<size_t>(g)];
+            for (int64_t a = 0; a < n && others < static_cast<size_t>(o.topk2); ++a) {
+              if (p < own.size() && own[p] == a) {
+                ++p;
+                continue;
               }
+              keys.push_back(align_key(0.0f, a));
+              ++others;
+            }
+            if (keys.size() > static_cast<size_t>(o.topk2)) {
+              std::nth_element(keys.begin(), keys.begin() + (o.topk2 - 1), keys.end(), std::greater<>());
+              const uint64_t threshold = keys[static_cast<size_t>(o.topk2 - 1)];
+              std::erase_if(pos, [&](const Positive& c) { return align_key(c.align, c.anchor) < threshold; });
             }
           }
           float max_align = 0.0f, max_overlap = 0.0f;
-          for (int32_t j = 0; j < nk; ++j)
-            if (keep[j]) {
-              max_align = std::fmax(max_align, c[j].align);
-              max_overlap = std::fmax(max_overlap, c[j].overlap);
-            }
+          for (const Positive& c : pos) {
+            max_align = std::fmax(max_align, c.align);
+            max_overlap = std::fmax(max_overlap, c.overlap);
+          }
           const float* row = tg + (b * m + g) * 5;
           const auto cls = static_cast<int64_t>(row[0]);
-          for (int32_t j = 0; j < nk; ++j) {
-            if (!keep[j]) continue;
-            const int64_t a = c[j].anchor;
+          for (const Positive& c : pos) {
+            const int64_t a = c.anchor;
             const float s = an[2 * n + a];
             out_idx[b * n + a] = static_cast<int32_t>(g);
             out_fg[b * n + a] = 1;
             for (int q = 0; q < 4; ++q) out_boxes[(b * 4 + q) * n + a] = row[1 + q] / s;
-            out_scores[(b * nc + cls) * n + a] = c[j].align * max_overlap / (max_align + o.eps);
+            out_scores[(b * nc + cls) * n + a] = c.align * max_overlap / (max_align + o.eps);
           }
         }
       },

@@ -19,14 +19,18 @@
 //   overlap(g, a) = max(CIoU(gt g, pred a), 0) (CIoU as YOLO26.md, eps 1e-7, in pixels) for candidates, 0 otherwise;
 //   align(g, a) = σ(logit[cls_g, a])^alpha · overlap^beta for candidates, 0 otherwise (NaN counts as 0).
 //   Top-k: gt g's top-k anchors over ALL A anchors by (align desc, anchor index asc) — non-candidates take part with
-//     align 0, exactly as a top-k over ultralytics' [M, A] metric with the tie rule of YOLO26.md — of which the
-//     candidates are g's claims. So a gt with fewer than topk positive-align candidates claims a zero-align candidate
-//     only when its index is low enough (in practice: the first topk anchors of the image).
-//   Resolution: an anchor claimed by several gts goes to the claiming gt of the highest overlap, ties to the lower gt
-//     index. (Upstream takes the argmax over all gts, claiming or not; it differs only when a non-claiming gt of
-//     higher overlap also covers the anchor.)
-//   topk2 (one-to-one, when 0 < topk2 ≠ topk): each gt keeps, of the anchors it won, those ranked < topk2 by (align
-//     desc, anchor index asc) among all anchors (the others counting as 0), as upstream's topk of align · mask_pos.
+//     align 0, exactly as a top-k over ultralytics' [M, A] metric — of which the candidates are g's claims. So a gt
+//     with fewer than topk positive-align candidates claims a zero-align candidate only when its index is low enough
+//     (in practice: the first topk anchors of the image). Ties toward the lower anchor index are the one place where
+//     we are deterministic and PyTorch is not (torch.topk leaves the order of equal values unspecified; YOLO26.md).
+//   Shared anchors, exactly as ultralytics' select_highest_overlaps: an anchor claimed by one gt stays with it; an
+//     anchor claimed by two or more gts goes to the argmax over ALL valid gts of overlap(g, a) (0 where g does not
+//     hold the anchor), first maximum = lowest gt index — also to a gt that did not claim it (a gt whose candidate it
+//     is, of higher overlap, but outside that gt's top k), and to gt 0 when every overlap is 0, as upstream's argmax
+//     over [M, A] does. So a gt's positives are no longer a subset of its claims (nor at most topk).
+//   topk2 (one-to-one, when 0 < topk2 ≠ topk): each gt keeps, of its positives after that step, those ranked < topk2
+//     by (align desc, anchor index asc) among all A anchors (its other anchors counting as 0), as upstream's topk of
+//     align · mask_pos; an anchor its gt drops becomes background.
 //   Normalisation: for gt g with final positives P_g: t(g, a) = align(g, a) · max_{P_g} overlap / (max_{P_g} align +
 //     eps) for a ∈ P_g.
 // Outputs (every element written):
@@ -35,12 +39,12 @@
 //   fg_mask       [B, A] u8: 1 for a positive anchor, else 0.
 //   gt_index      [B, A] i32: the assigned gt's row in targets, −1 for a background anchor.
 // Bad input: the CPU twin throws on a count outside [0, M] or a valid row whose class is not an integer in [0, nc);
-// the GPU kernels cannot throw: they clamp count to [0, M] and ignore such a row (it claims nothing).
+// the GPU kernels cannot throw: they clamp count to [0, M] and ignore such a row (it claims and holds nothing).
 //
-// Memory: no [B, M, A] tensor anywhere. The CPU twin keeps B·M·topk claims (anchor i32, align f32, overlap f32: 12
-// bytes each) and per image A u64 resolution keys; the GPU launch uses a workspace of
-// assigner_workspace_bytes() = B·M·topk·12 + B·M·4 + B·A·8 bytes (rounded to 256 B per part): 3.1 MB for
-// B = 16, M = 1000, A = 8400, topk = 10, where one [B, M, A] f32 tensor would take 538 MB.
+// Memory: no [B, M, A] tensor anywhere. The CPU twin keeps B·M·topk claimed anchors (i32) and per image A claim
+// counts and owners; the GPU launch uses a workspace of assigner_workspace_bytes() = B·A·8 bytes (claim counts and
+// owners, i32; each rounded to 256 B): 1.1 MB for B = 16, A = 8400, where one [B, M, A] f32 tensor would take 538 MB
+// at M = 1000. Resolving a shared anchor scans the image's gts (count · shared anchors candidate tests).
 #pragma once
 
 #include <cstdint>

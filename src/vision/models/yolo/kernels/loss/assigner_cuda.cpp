@@ -19,15 +19,19 @@ using core::Shape;
 
 // As in assigner.cuh (tal::k*).
 constexpr int kTopkThreads = 256;
-constexpr int kFinalizeThreads = 128;
+constexpr int kResolveThreads = 128;
+constexpr int kFinalizeThreads = 256;
 
 constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 constexpr const char* kFile = "vision/models/yolo/kernels/loss/assigner.cuh";
 constexpr const char* kScope = "vision::models::yolo::kernels::loss";
 
 void register_assigner_kernels(cuda::KernelRegistry& r) {
-  for (DType t : kDtypes) r.add<AssignerTopk>(t);
-  r.add<AssignerFinalize>(DType::f32);
+  for (DType t : kDtypes) {
+    r.add<AssignerTopk>(t);
+    r.add<AssignerResolve>(t);
+    r.add<AssignerFinalize>(t);
+  }
 }
 VISION_REGISTER_KERNELS(register_assigner_kernels);
 
@@ -55,8 +59,19 @@ AssignerTopk::AssignerTopk(DType t)
                         kFile,
                         t,
                         {},
-                        "const {T}*, const {T}*, const float*, const float*, const int32_t*, int32_t*, float*, float*, "
-                        "int32_t*, uint64_t*, int64_t, int64_t, int64_t, int32_t, float, float, float, float, float",
+                        "const {T}*, const {T}*, const float*, const float*, const int32_t*, int32_t*, int32_t*, "
+                        "int64_t, int64_t, int64_t, int32_t, float, float, float, float, float",
+                        kScope}) {
+  check_dtype(t);
+}
+
+AssignerResolve::AssignerResolve(DType t)
+    : KernelDescriptor({"assigner_resolve",
+                        kFile,
+                        t,
+                        {},
+                        "const {T}*, const float*, const float*, const int32_t*, const int32_t*, int32_t*, int64_t, "
+                        "int64_t, int64_t, int64_t, float, float, float",
                         kScope}) {
   check_dtype(t);
 }
@@ -66,18 +81,16 @@ AssignerFinalize::AssignerFinalize(DType t)
                         kFile,
                         t,
                         {},
-                        "const float*, const float*, const int32_t*, const int32_t*, const float*, const float*, "
-                        "const int32_t*, const uint64_t*, float*, float*, uint8_t*, int32_t*, int64_t, int64_t, "
-                        "int64_t, int64_t, int32_t, int32_t, float",
+                        "const {T}*, const {T}*, const float*, const float*, const int32_t*, const int32_t*, float*, "
+                        "float*, uint8_t*, int32_t*, int64_t, int64_t, int64_t, int32_t, int32_t, float, float, float, "
+                        "float, float",
                         kScope}) {
-  VISION_CHECK(t == DType::f32, "assigner_finalize reads no element data and exists as f32 only, not {}",
-               core::dtype_name(t));
+  check_dtype(t);
 }
 
 size_t assigner_workspace_bytes(const AssignerSizes& s, const AssignerOptions& o) {
   check_sizes(s, o);
-  const auto bm = static_cast<size_t>(s.batch * s.n_max), claims = bm * static_cast<size_t>(o.topk);
-  return 3 * align_up(claims * 4) + align_up(bm * 4) + align_up(static_cast<size_t>(s.batch * s.n_anchors) * 8);
+  return 2 * align_up(static_cast<size_t>(s.batch * s.n_anchors) * 4);
 }
 
 void launch_task_aligned_assigner(cudaStream_t stream, DType dtype, const void* logits, const void* boxes,
@@ -97,30 +110,25 @@ void launch_task_aligned_assigner(cudaStream_t stream, DType dtype, const void* 
   VISION_CHECK(workspace != nullptr && workspace_bytes >= need,
                "task_aligned_assigner (GPU): the workspace has {} bytes, {} are needed (assigner_workspace_bytes)",
                workspace_bytes, need);
-  const auto bm = b * static_cast<size_t>(s.n_max), claims = bm * static_cast<size_t>(o.topk);
-  auto* base = static_cast<std::byte*>(workspace);
-  auto* claim_anchor = reinterpret_cast<int32_t*>(base);
-  base += align_up(claims * 4);
-  auto* claim_align = reinterpret_cast<float*>(base);
-  base += align_up(claims * 4);
-  auto* claim_overlap = reinterpret_cast<float*>(base);
-  base += align_up(claims * 4);
-  auto* n_claims = reinterpret_cast<int32_t*>(base);
-  base += align_up(bm * 4);
-  auto* best = reinterpret_cast<uint64_t*>(base);
-  VISION_CUDA_CHECK(cudaMemsetAsync(best, 0, b * n * 8, stream));
+  auto* claimers = static_cast<int32_t*>(workspace);
+  auto* owner = reinterpret_cast<int32_t*>(static_cast<std::byte*>(workspace) + align_up(b * n * 4));
+  VISION_CUDA_CHECK(cudaMemsetAsync(claimers, 0, b * n * 4, stream));
+  VISION_CUDA_CHECK(cudaMemsetAsync(owner, 0xff, b * n * 4, stream));  // −1
 
-  cuda::kernel_instance<AssignerTopk>(dtype).launch(
-      stream, dim3(static_cast<unsigned>(s.n_max), static_cast<unsigned>(s.batch)), dim3(kTopkThreads), 0, logits,
-      boxes, anchors, targets, count, claim_anchor, claim_align, claim_overlap, n_claims, best, s.n_anchors,
-      s.n_classes, s.n_max, static_cast<int32_t>(o.topk), o.alpha, o.beta, o.eps, o.small_side, o.widened_side);
-  const int64_t threads = s.batch * s.n_max;
-  cuda::kernel_instance<AssignerFinalize>(DType::f32)
-      .launch(stream, dim3(cuda::grid_blocks(threads, kFinalizeThreads)), dim3(kFinalizeThreads), 0, anchors, targets,
-              count, static_cast<const int32_t*>(claim_anchor), static_cast<const float*>(claim_align),
-              static_cast<const float*>(claim_overlap), static_cast<const int32_t*>(n_claims),
-              static_cast<const uint64_t*>(best), target_boxes, target_scores, fg_mask, gt_index, s.batch, s.n_anchors,
-              s.n_classes, s.n_max, static_cast<int32_t>(o.topk), static_cast<int32_t>(o.topk2), o.eps);
+  const dim3 per_gt(static_cast<unsigned>(s.n_max), static_cast<unsigned>(s.batch));
+  cuda::kernel_instance<AssignerTopk>(dtype).launch(stream, per_gt, dim3(kTopkThreads), 0, logits, boxes, anchors,
+                                                    targets, count, claimers, owner, s.n_anchors, s.n_classes, s.n_max,
+                                                    static_cast<int32_t>(o.topk), o.alpha, o.beta, o.eps, o.small_side,
+                                                    o.widened_side);
+  cuda::kernel_instance<AssignerResolve>(dtype).launch(
+      stream, dim3(cuda::grid_blocks(s.batch * s.n_anchors, kResolveThreads)), dim3(kResolveThreads), 0, boxes,
+      anchors, targets, count, static_cast<const int32_t*>(claimers), owner, s.batch, s.n_anchors, s.n_classes,
+      s.n_max, o.eps, o.small_side, o.widened_side);
+  cuda::kernel_instance<AssignerFinalize>(dtype).launch(
+      stream, per_gt, dim3(kFinalizeThreads), 0, logits, boxes, anchors, targets, count,
+      static_cast<const int32_t*>(owner), target_boxes, target_scores, fg_mask, gt_index, s.n_anchors, s.n_classes,
+      s.n_max, static_cast<int32_t>(o.topk), static_cast<int32_t>(o.topk2), o.alpha, o.beta, o.eps, o.small_side,
+      o.widened_side);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -178,8 +186,10 @@ class AssignerCudaRuntime final : public graph::RuntimeOp {
   }
 
   std::vector<graph::KernelInfo> kernels() const override {
-    return {graph::kernel_info(cuda::kernel_instance<AssignerTopk>(format().dtype)),
-            graph::kernel_info(cuda::kernel_instance<AssignerFinalize>(DType::f32))};
+    const DType t = format().dtype;
+    return {graph::kernel_info(cuda::kernel_instance<AssignerTopk>(t)),
+            graph::kernel_info(cuda::kernel_instance<AssignerResolve>(t)),
+            graph::kernel_info(cuda::kernel_instance<AssignerFinalize>(t))};
   }
 
  private:
