@@ -29,7 +29,7 @@ Tensor Tensor::from_vector(Shape shape, std::span<const float> values) {
   Tensor t = zeros(std::move(shape));
   VISION_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "from_vector: {} values for shape {}", values.size(),
                t.shape().str());
-  std::memcpy(t.raw(), values.data(), values.size() * 4);
+  if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size() * 4);  // an empty span's data() may be null
   return t;
 }
 
