@@ -18,14 +18,34 @@ fi
 export VISION_TEST_SEED="${VISION_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
 echo "test: VISION_TEST_SEED=$VISION_TEST_SEED"
 status=0
+passed=0
+failed=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# Adds the counts of CTest's summary line ("N% tests passed, F tests failed out of T") in $log to the totals.
+count() {
+  local line t f
+  line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -1)
+  if [ -z "$line" ]; then failed=$((failed + 1)); return; fi  # no summary: the run itself broke
+  f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+  t=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+  passed=$((passed + t - f))
+  failed=$((failed + f))
+}
 for p in "${presets[@]}"; do
   echo "=== preset $p"
   cmake --preset "$p" >/dev/null
   cmake --build --preset "$p"
-  ctest --preset "$p" -j2 || status=1
+  ctest --preset "$p" -j2 2>&1 | tee "$log" || status=1
+  count
 done
 # The parsers of outside input under libFuzzer with ASan and UBSan, each for VISION_FUZZ_SECONDS (default 60) from
 # its seed corpus (tests/fuzz/corpus): a crash or sanitizer report fails the run.
 echo "=== fuzz"
-tools/fuzz.sh "${VISION_FUZZ_SECONDS:-60}" || status=1
+tools/fuzz.sh "${VISION_FUZZ_SECONDS:-60}" 2>&1 | tee "$log" || status=1
+passed=$((passed + $(grep -c "no finding$" "$log" || true)))
+failed=$((failed + $(grep -c "FINDING" "$log" || true)))
+# One closing line for the whole run: CTest's tests of every preset and the fuzz targets.
+echo "test: $passed passed, $failed failed"
+[ "$failed" -eq 0 ] || status=1
 exit $status
