@@ -95,12 +95,14 @@ int exif_orientation(std::span<const uint8_t> tiff, const std::string& name, con
   return orientation;
 }
 
-// The EXIF block (TIFF structure) of a JPEG: its first APP1 segment holding "Exif\0\0" before the image data;
-// empty when there is none.
-std::span<const uint8_t> jpeg_exif(std::span<const uint8_t> jpeg) {
+// Calls visit(marker, at, length) for each segment with a length of a JPEG before its image data (at: the offset of
+// the segment's 0xFF; length: of the segment, its two length bytes included), until visit returns true, the start
+// of scan, the end of the bytes or a malformed segment.
+template <typename Visit>
+void for_each_jpeg_segment(std::span<const uint8_t> jpeg, Visit&& visit) {
   size_t at = 2;  // after SOI
   while (at + 4 <= jpeg.size()) {
-    if (jpeg[at] != 0xFF) return {};
+    if (jpeg[at] != 0xFF) return;
     const uint8_t marker = jpeg[at + 1];
     if (marker == 0xFF) {  // fill byte
       ++at;
@@ -110,15 +112,26 @@ std::span<const uint8_t> jpeg_exif(std::span<const uint8_t> jpeg) {
       at += 2;
       continue;
     }
-    if (marker == 0xDA || marker == 0xD9) return {};  // start of scan, end of image
+    if (marker == 0xDA || marker == 0xD9) return;  // start of scan, end of image
     const size_t length = size_t{jpeg[at + 2]} << 8 | jpeg[at + 3];
-    if (length < 2 || at + 2 + length > jpeg.size()) return {};
-    static constexpr std::array<uint8_t, 6> kExif = {'E', 'x', 'i', 'f', 0, 0};
-    if (marker == 0xE1 && length >= 2 + kExif.size() && std::equal(kExif.begin(), kExif.end(), &jpeg[at + 4]))
-      return jpeg.subspan(at + 4 + kExif.size(), length - 2 - kExif.size());
+    if (length < 2 || at + 2 + length > jpeg.size()) return;
+    if (visit(marker, at, length)) return;
     at += 2 + length;
   }
-  return {};
+}
+
+// The EXIF block (TIFF structure) of a JPEG: its first APP1 segment holding "Exif\0\0" before the image data;
+// empty when there is none.
+std::span<const uint8_t> jpeg_exif(std::span<const uint8_t> jpeg) {
+  static constexpr std::array<uint8_t, 6> kExif = {'E', 'x', 'i', 'f', 0, 0};
+  std::span<const uint8_t> exif;
+  for_each_jpeg_segment(jpeg, [&](uint8_t marker, size_t at, size_t length) {
+    if (marker != 0xE1 || length < 2 + kExif.size() || !std::equal(kExif.begin(), kExif.end(), &jpeg[at + 4]))
+      return false;
+    exif = jpeg.subspan(at + 4 + kExif.size(), length - 2 - kExif.size());
+    return true;
+  });
+  return exif;
 }
 
 // The frame of a JPEG: its SOF marker and the largest sampling factors of its components (0s when no SOF is found
@@ -129,35 +142,19 @@ struct JpegFrame {
 };
 
 JpegFrame jpeg_frame(std::span<const uint8_t> jpeg) {
-  size_t at = 2;
-  while (at + 4 <= jpeg.size()) {
-    if (jpeg[at] != 0xFF) return {};
-    const uint8_t marker = jpeg[at + 1];
-    if (marker == 0xFF) {
-      ++at;
-      continue;
+  JpegFrame f;
+  for_each_jpeg_segment(jpeg, [&](uint8_t marker, size_t at, size_t length) {
+    if (marker < 0xC0 || marker > 0xCF || marker == 0xC4 || marker == 0xC8 || marker == 0xCC) return false;
+    f = {marker, 1, 1};
+    const size_t count = length >= 8 ? jpeg[at + 9] : 0;
+    for (size_t c = 0; c < count && at + 10 + 3 * c + 1 < at + 2 + length; ++c) {
+      const uint8_t factors = jpeg[at + 10 + 3 * c + 1];
+      f.h_max = std::max(f.h_max, factors >> 4), f.v_max = std::max(f.v_max, factors & 15);
     }
-    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) {
-      at += 2;
-      continue;
-    }
-    if (marker == 0xDA || marker == 0xD9) return {};
-    const size_t length = size_t{jpeg[at + 2]} << 8 | jpeg[at + 3];
-    if (length < 2 || at + 2 + length > jpeg.size()) return {};
-    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
-    if (sof) {
-      JpegFrame f{marker, 1, 1};
-      const size_t count = length >= 8 ? jpeg[at + 9] : 0;
-      for (size_t c = 0; c < count && at + 10 + 3 * c + 1 < at + 2 + length; ++c) {
-        const uint8_t factors = jpeg[at + 10 + 3 * c + 1];
-        f.h_max = std::max(f.h_max, factors >> 4), f.v_max = std::max(f.v_max, factors & 15);
-      }
-      f.h_max = std::clamp(f.h_max, 1, 4), f.v_max = std::clamp(f.v_max, 1, 4);
-      return f;
-    }
-    at += 2 + length;
-  }
-  return {};
+    f.h_max = std::clamp(f.h_max, 1, 4), f.v_max = std::clamp(f.v_max, 1, 4);
+    return true;
+  });
+  return f;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
