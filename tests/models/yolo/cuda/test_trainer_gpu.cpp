@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
+
+#include <cuda_runtime_api.h>
 
 #include "models/yolo/trainer_test_util.h"
 #include "test_util.h"
@@ -95,6 +98,35 @@ TEST(Yolo26TrainerGpu, DeterministicResumeRepeatsTheRun) {
   losses.insert(losses.end(), rest.begin(), rest.end());
   for (size_t i = 0; i < expected.size(); ++i)
     EXPECT_NEAR(losses[i], expected[i], 1e-5 * std::abs(expected[i])) << "iteration " << i;
+}
+
+// A batch too large for the GPU (YOLO26n training at 640 keeps every activation for the backward: a few hundred MB an
+// image, so 1,280 images need several times the H200's 141 GB) is an error that names the memory and suggests a
+// smaller batch, not a crash; the device is still usable afterwards. 1,280 keeps each activation under 2^31 elements.
+TEST(Yolo26TrainerGpu, OutOfGpuMemoryIsAClearErrorSuggestingASmallerBatch) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  if (total_bytes > 200ull << 30) GTEST_SKIP() << "a GPU of more than 200 GB may fit the batch";
+  constexpr int64_t kBatch = 1280, kImgsz = 640;
+  yolo::ModelInfo info = yolo::default_model_info({.scale = yolo::Scale::n, .nc = 3});
+  info.imgsz = {kImgsz, kImgsz};
+  yolo::TrainerOptions o = tiny_options();
+  o.batch = kBatch;
+  o.nbs = kBatch;
+  o.imgsz = kImgsz;
+  {
+    yolo::Yolo26Trainer gpu(cuda_backend(), info, yolo::initial_weights(info), o);
+    const Tensor images = Tensor::zeros(Shape{kBatch, 3, kImgsz, kImgsz});
+    const Tensor targets = Tensor::zeros(Shape{kBatch, 1, 5}), count = Tensor::zeros(Shape{kBatch}, core::DType::i32);
+    const std::string e = error_of([&] { gpu.train_batch(images, targets, count); });
+    EXPECT_NE(e.find("smaller batch"), std::string::npos) << e;
+    EXPECT_NE(e.find("GB"), std::string::npos) << e;
+  }
+  // The failed allocation leaves no error behind: a small trainer on the same device still steps.
+  yolo::Yolo26Trainer small(cuda_backend(), tiny_info(), yolo::initial_weights(tiny_info()), tiny_options());
+  const Batch b = make_batch(2, 1);
+  EXPECT_TRUE(std::isfinite(small.train_batch(b.images, b.targets, b.count).loss));
 }
 
 }  // namespace
