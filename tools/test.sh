@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Builds and runs the whole test suite: the default (CUDA) build, the CPU-only build under ASan + UBSan, and the fuzz
-# targets.
+# Builds and runs the whole test suite: the default (CUDA) build, the CPU-only build under ASan + UBSan (+ LSan), the
+# threaded host code under TSan, and the fuzz targets.
 # GPU tests skip cleanly without a usable GPU; VISION_REQUIRE_GPU=1 turns those skips into failures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh --test
 # The CPU-only engine is tested under AddressSanitizer and UndefinedBehaviorSanitizer (preset cpu-sanitize: the same
 # code as preset cpu, at -O1 with the sanitizers), so every CPU test also checks for memory errors and undefined
-# behaviour in the host code.
-presets=(default cpu-sanitize)
+# behaviour in the host code, and for leaks (LeakSanitizer). Preset cpu-tsan builds the CPU-only engine under
+# ThreadSanitizer with the tests of the threaded host code alone (the training loader, the predict/val decoding pool,
+# the CLI runs, checkpoints, datasets) and runs them with one OpenMP thread.
+presets=(default cpu-sanitize cpu-tsan)
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "test: no CUDA toolkit found: testing the CPU-only build alone"
-  presets=(cpu-sanitize)
+  presets=(cpu-sanitize cpu-tsan)
 fi
 # Fresh random inputs each run, replayable: every test derives its seed from this and its name, and a failing test
 # prints the VISION_TEST_SEED that replays it.
