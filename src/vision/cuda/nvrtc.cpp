@@ -8,6 +8,7 @@
 
 #include "vision/cuda/check.h"
 #include "vision/cuda/embedded.h"
+#include "vision/cuda/kernel_cache.h"
 
 namespace vision::cuda {
 namespace {
@@ -109,6 +110,24 @@ CompiledKernel compile(const CompileRequest& request) {
     VISION_NVRTC_CHECK(nvrtcGetCUBIN(raw, out.cubin.data()));
   }
   return out;
+}
+
+// The cache (kernel_cache.cpp) is host code, built without CUDA too; the compilation through it needs NVRTC.
+CompiledKernel compile_cached(const CompileRequest& request, const std::filesystem::path& dir, CacheOutcome* outcome) {
+  const KernelCache cache(dir.empty() ? default_kernel_cache_dir() : dir);
+  const std::vector<std::string> options = compile_options(request.arch);
+  const std::string key =
+      kernel_cache_key(request.source, options, request.arch, nvrtc_version(), request.name_expression);
+  auto build = [&] { return serialize(compile(request)); };
+  const std::string payload = cache.get_or_build(key, build, outcome);
+  std::optional<CompiledKernel> k = deserialize(payload);
+  if (!k) {
+    // Intact on disk (checksum) but not a kernel: an entry written by something else. Rebuild without the cache.
+    if (outcome) *outcome = CacheOutcome::rebuilt_corrupt;
+    k = compile(request);
+    cache.store(key, serialize(*k));
+  }
+  return *std::move(k);
 }
 
 }  // namespace vision::cuda
