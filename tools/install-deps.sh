@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libfmt-dev libcli11-dev
       libstb-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libturbojpeg0-dev libspng-dev
-      fonts-dejavu-core)
+      libzip-dev fonts-dejavu-core)
 # With --test, also what the test suite adds: Debian's clang and its libFuzzer runtime (tools/fuzz.sh).
 [ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-dev)
 missing=()

@@ -21,6 +21,7 @@
 #include "vision/cpu/parallel.h"
 #include "vision/graph/backend.h"
 #include "vision/models/yolo/model.h"
+#include "vision/models/yolo/ultralytics_checkpoint.h"
 #include "vision/models/yolo/weights.h"
 #ifdef VISION_HAS_CUDA
 #include "vision/cuda/device.h"
@@ -141,7 +142,7 @@ void run_bench(const BenchOptions& o) {
   mo.inference.input_format = format;  // the input arrives in the plan's format: no conversion is timed
   const core::SafetensorsFile weights =
       o.model.empty() ? yolo::initial_weights(yolo::default_model_info({.scale = yolo::parse_scale(o.scale), .nc = o.nc}))
-                      : core::read_safetensors(o.model);
+                      : yolo::read_model_file(o.model);
   yolo::Yolo26Model model(weights, backend, mo);
   const yolo::ModelInfo& info = model.info();
   const std::string weights_name = o.model.empty() ? "random initial weights" : o.model;
@@ -230,7 +231,8 @@ void add_bench_command(CLI::App& app) {
       "bench",
       "Time YOLO26 inference: a normalised input on the device to the [B, 300, 6] detections; latency (median, p90) "
       "and images/s per batch size");
-  auto* model = cmd->add_option("--model", opts->model, "the weights file (safetensors) to benchmark");
+  auto* model = cmd->add_option("--model", opts->model,
+                                "the weights file (safetensors, or an ultralytics .pt checkpoint) to benchmark");
   auto* scale = cmd->add_option("--scale", opts->scale, "instead of --model: random initial weights at this scale")
                     ->check(CLI::IsMember({"n", "s", "m", "l", "x"}));
   model->excludes(scale);

@@ -8,6 +8,7 @@
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
 #include "vision/core/safetensors.h"
+#include "vision/models/yolo/ultralytics_checkpoint.h"
 #include "vision/models/yolo/weights.h"
 
 namespace vision::cli {
@@ -23,7 +24,7 @@ void run_export(const ExportOptions& o) {
   namespace yolo = models::yolo;
   VISION_CHECK(std::filesystem::weakly_canonical(o.model) != std::filesystem::weakly_canonical(o.out),
                "export: --out {} is the input model itself: write the exported model to another file", o.out);
-  const core::SafetensorsFile full = core::read_safetensors(o.model);
+  const core::SafetensorsFile full = yolo::read_model_file(o.model);
   const yolo::ModelInfo info = yolo::read_model_info(full);
   VISION_CHECK(!info.fused(), "export: {} is already an exported model (format \"fused\"): export takes a full checkpoint",
                o.model);
@@ -42,7 +43,7 @@ void add_export_command(CLI::App& app) {
   auto opts = std::make_shared<ExportOptions>();
   CLI::App* cmd = app.add_subcommand(
       "export", "Export a YOLO26 checkpoint for inference: BatchNorm folded, one-to-one head, f16 or f32 safetensors");
-  cmd->add_option("--model", opts->model, "a full checkpoint (vision train / vision init / convert_ultralytics.py)")
+  cmd->add_option("--model", opts->model, "a full checkpoint (vision train / vision init, or an ultralytics .pt)")
       ->required();
   cmd->add_option("--out", opts->out, "the exported model's safetensors file")->required();
   cmd->add_option("--dtype", opts->dtype, "the weights' dtype")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();

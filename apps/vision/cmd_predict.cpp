@@ -217,7 +217,9 @@ int run_predict(const PredictOptions& o) {
 void add_predict_command(CLI::App& app) {
   auto opts = std::make_shared<PredictOptions>();
   CLI::App* cmd = app.add_subcommand("predict", "Detect objects in images with a YOLO26 model");
-  cmd->add_option("--model", opts->model, "weights file (safetensors: a checkpoint or an exported model)")->required();
+  cmd->add_option("--model", opts->model,
+                  "weights file (safetensors: a checkpoint or an exported model; or an ultralytics .pt checkpoint)")
+      ->required();
   cmd->add_option("--source", opts->source, "an image, a folder of images or a glob pattern (quote it)")->required();
   cmd->add_option("--imgsz", opts->imgsz, "input size: one side or height,width (multiples of 32; default: the model's)")
       ->delimiter(',')

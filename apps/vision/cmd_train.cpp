@@ -29,6 +29,7 @@
 #include "vision/graph/backend.h"
 #include "vision/models/yolo/loss.h"
 #include "vision/models/yolo/trainer.h"
+#include "vision/models/yolo/ultralytics_checkpoint.h"
 #include "vision/models/yolo/weights.h"
 #include "vision/train/checkpoint.h"
 #include "results_plot.h"
@@ -135,7 +136,7 @@ fs::path new_run_dir(const TrainOptions& o) {
 core::SafetensorsFile starting_weights(const TrainOptions& o, const yolo::ModelInfo& info) {
   core::SafetensorsFile init = yolo::initial_weights(info);
   if (o.weights.empty()) return init;
-  const core::SafetensorsFile file = core::read_safetensors(o.weights);
+  const core::SafetensorsFile file = yolo::read_model_file(o.weights);
   const yolo::ModelInfo theirs = yolo::read_model_info(file);
   VISION_CHECK(!theirs.fused(), "--weights {}: an exported (fused) model cannot be trained; give a checkpoint",
                o.weights);
@@ -490,7 +491,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--scale", opts->scale, "model scale: n, s, m, l or x")
       ->check(CLI::IsMember({"n", "s", "m", "l", "x"}))
       ->capture_default_str();
-  cmd->add_option("--weights", opts->weights, "start from these weights (a full checkpoint) instead of scratch");
+  cmd->add_option("--weights", opts->weights, "start from these weights (a full checkpoint, or an ultralytics .pt) instead of scratch");
   cmd->add_flag("--reinit-classes", opts->reinit_classes,
                 "with --weights of another number of classes: re-initialise the class heads, keep the rest");
   cmd->add_option("--freeze", opts->freeze, "freeze the first N layers")->check(CLI::Range(0, 23));

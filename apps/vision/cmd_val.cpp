@@ -185,7 +185,9 @@ int run_val(const ValOptions& o) {
 void add_val_command(CLI::App& app) {
   auto opts = std::make_shared<ValOptions>();
   CLI::App* cmd = app.add_subcommand("val", "Detection metrics (P, R, mAP50, mAP50-95) of a model on a dataset");
-  cmd->add_option("--model", opts->model, "weights file (safetensors: a checkpoint or an exported model)")->required();
+  cmd->add_option("--model", opts->model,
+                  "weights file (safetensors: a checkpoint or an exported model; or an ultralytics .pt checkpoint)")
+      ->required();
   cmd->add_option("--plots", opts->plots, "write PR_curve.png and val_pred.jpg (the first images' predictions) here");
   cmd->add_option("--data", opts->data, "the dataset's data file (.yaml or .json, ultralytics' keys)")->required();
   cmd->add_option("--split", opts->split, "the split to evaluate")

@@ -8,6 +8,7 @@
 #include "vision/data/letterbox.h"
 #include "vision/graph/backend.h"
 #include "vision/models/yolo/model.h"
+#include "vision/models/yolo/ultralytics_checkpoint.h"
 
 #ifdef VISION_HAS_CUDA
 #include "vision/cuda/memory.h"
@@ -93,7 +94,7 @@ struct Detector::Impl {
 };
 
 Detector::Detector(const std::filesystem::path& model, const DetectorOptions& options)
-    : Detector(core::read_safetensors(model), options) {}
+    : Detector(models::yolo::read_model_file(model), options) {}
 
 Detector::Detector(const core::SafetensorsFile& weights, const DetectorOptions& options)
     : impl_(std::make_unique<Impl>()) {

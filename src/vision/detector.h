@@ -48,8 +48,9 @@ struct DetectTiming {
 
 class Detector {
  public:
-  // Throws vision::Error naming the file or the option for a missing or invalid weights file, an image size that is
-  // not a multiple of 32, an unknown device or dtype, or a device that is not available.
+  // `model`: a safetensors weights file or an ultralytics .pt checkpoint (models/yolo/ultralytics_checkpoint.h:
+  // read_model_file). Throws vision::Error naming the file or the option for a missing or invalid weights file, an
+  // image size that is not a multiple of 32, an unknown device or dtype, or a device that is not available.
   explicit Detector(const std::filesystem::path& model, const DetectorOptions& options = {});
   // The same from a weights file already in memory (a trainer's EMA weights: Yolo26Trainer::weights()).
   explicit Detector(const core::SafetensorsFile& weights, const DetectorOptions& options = {});

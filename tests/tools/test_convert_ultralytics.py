@@ -7,7 +7,8 @@ ultralytics.nn.modules.conv.Conv, ...block.C3k2, ...head.Detect, ...), halved as
 torch.save inside a checkpoint dict ("model" or "ema", "train_args", "train_metrics", "version", ...). The converter
 then runs in a fresh interpreter where no ultralytics package exists; its output must hold the state_dict unchanged
 (names, shapes, dtypes, bits: those of yolo26n_state_dict.tsv) and the metadata. A pickle that would call os.system
-must run nothing. Exit code 77 (a CTest skip) when PyTorch is missing.
+must run nothing. The committed .pt fixtures (tools/reference/make_torch_checkpoint_fixtures.py, which the engine reads
+without PyTorch) convert to what the C++ tests expect of them. Exit code 77 (a CTest skip) when PyTorch is missing.
 """
 import json
 import os
@@ -30,6 +31,7 @@ import safetensors_io  # noqa: E402
 import yolo26_model as ref  # noqa: E402
 
 CONVERTER = ROOT / "tools" / "convert_ultralytics.py"
+SHAPES = json.dumps(["circle", "square", "triangle", "star", "cross", "ring"])
 TSV = ROOT / "tests" / "fixtures" / "yolo26n_state_dict.tsv"
 
 ULTRALYTICS_CLASSES = {
@@ -164,6 +166,30 @@ def main():
         r = run_converter(evil, tmp / "evil.safetensors")
         expect(r.returncode != 0 and "holds a model" in r.stderr, f"{r.returncode}: {r.stdout}{r.stderr}")
         expect(not marker.exists(), "the converter ran code from the pickle")
+
+        # The committed .pt fixtures (tools/reference/make_torch_checkpoint_fixtures.py), which the engine reads
+        # without PyTorch (tests/models/yolo/test_ultralytics_checkpoint.cpp): the converter makes of them exactly
+        # what those tests expect, yolo26n_random.safetensors' tensors for the stripped YOLO26n.
+        fixtures = ROOT / "tests" / "fixtures"
+        expected = {
+            "yolo26n_random.pt": ("full", "80", json.dumps([f"class{i}" for i in range(80)]), "640"),
+            "ultralytics_train_tiny.pt": ("full", "6", SHAPES, "320"),
+            "ultralytics_train_tiny_p5.pt": ("full", "6", SHAPES, "320"),
+            "ultralytics_fused_tiny.pt": ("fused", "6", SHAPES, "[256, 320]"),
+        }
+        for name, (fmt, nc, names, imgsz) in expected.items():
+            out = tmp / (name + ".safetensors")
+            r = run_converter(fixtures / name, out)
+            expect(r.returncode == 0, f"converter failed on {name}: {r.stdout}{r.stderr}")
+            tensors, metadata = safetensors_io.read(out)
+            got = (metadata["format"], metadata["nc"], metadata["names"], metadata["imgsz"])
+            expect(got == (fmt, nc, names, imgsz), f"{name}: {got}")
+            expect(metadata["scale"] == "n" and metadata["stride"] == "[8, 16, 32]", f"{name}: {metadata}")
+        want_tensors, _ = safetensors_io.read(fixtures / "yolo26n_random.safetensors")
+        got_tensors, _ = safetensors_io.read(tmp / "yolo26n_random.pt.safetensors")
+        expect(set(got_tensors) == set(want_tensors), "yolo26n_random.pt: other tensors than the safetensors fixture")
+        for key, t in want_tensors.items():
+            expect(got_tensors[key].dtype == t.dtype and torch.equal(got_tensors[key], t), f"yolo26n_random.pt: {key}")
 
         # Not a checkpoint: a clear error naming the file.
         junk = tmp / "junk.pt"

@@ -1,11 +1,12 @@
 // `vision export`: the fixture's full checkpoint → the fused model in f32 and f16, whose predictions match the
 // checkpoint's (f32: within float rounding of the fold; f16: the same top detection within f16 weight rounding); a
-// model that is already exported is refused with a clear error.
+// model that is already exported is refused with a clear error; an ultralytics .pt is taken as its conversion.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -104,6 +105,48 @@ TEST(ExportCli, FusedModelsPredictLikeTheCheckpoint) {
   out = run(fmt::format("export --model '{}' --out '{}'", f32.string(), f32.string()), &code);
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("input model itself"), std::string::npos) << out;
+}
+
+// An ultralytics checkpoint (.pt) is taken as it is, by export and predict: the same exported tensors and the same
+// detections as from its conversion (yolo26n_random.safetensors, what tools/convert_ultralytics.py makes of it).
+TEST(ExportCli, UltralyticsCheckpointIsTakenAsItsConversion) {
+  test::TempDir dir;
+  const fs::path pt = fs::path(VISION_FIXTURE_DIR) / "yolo26n_random.pt";
+  const fs::path converted = fs::path(VISION_FIXTURE_DIR) / "yolo26n_random.safetensors";
+  const fs::path a = dir.path() / "from_pt.safetensors", b = dir.path() / "from_converted.safetensors";
+  int code = -1;
+  std::string out = run(fmt::format("export --model '{}' --out '{}'", pt.string(), a.string()), &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("YOLO26n, 80 classes"), std::string::npos) << out;
+  out = run(fmt::format("export --model '{}' --out '{}'", converted.string(), b.string()), &code);
+  ASSERT_EQ(code, 0) << out;
+  const core::SafetensorsFile fa = core::read_safetensors(a), fb = core::read_safetensors(b);
+  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
+  for (size_t i = 0; i < fa.tensors.size(); ++i) {
+    const core::Tensor &x = fa.tensors[i].second, &y = fb.tensors[i].second;
+    EXPECT_EQ(fa.tensors[i].first, fb.tensors[i].first);
+    EXPECT_TRUE(x.nbytes() == y.nbytes() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0) << fa.tensors[i].first;
+  }
+
+  data::Image im(128, 96, 3);
+  for (int64_t y = 0; y < im.height; ++y)
+    for (int64_t x = 0; x < im.width; ++x) {
+      uint8_t* p = im.at(x, y);
+      p[0] = static_cast<uint8_t>(3 * x), p[1] = static_cast<uint8_t>(2 * y), p[2] = ((x / 16 + y / 32) % 2) * 200;
+    }
+  const fs::path image = dir.path() / "in.png";
+  data::write_image(im, image);
+  const nlohmann::json want = predict_json(converted, image), got = predict_json(pt, image);
+  ASSERT_GT(want.size(), 0u);
+  EXPECT_EQ(got, want);
+
+  // A foreign file named .pt: the checkpoint reader's error, naming it.
+  const fs::path junk = dir.path() / "junk.pt";
+  test::write_file(junk, "not a checkpoint");
+  out = run(fmt::format("export --model '{}' --out '{}'", junk.string(), (dir.path() / "j.safetensors").string()),
+            &code);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("junk.pt': not a readable zip archive"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "vision/models/yolo/model.h"
 
 #include "vision/core/error.h"
+#include "vision/models/yolo/ultralytics_checkpoint.h"
 
 namespace vision::models::yolo {
 
@@ -27,7 +28,7 @@ Yolo26Model::Yolo26Model(const core::SafetensorsFile& weights, std::shared_ptr<g
 
 Yolo26Model Yolo26Model::load(const std::filesystem::path& path, std::shared_ptr<graph::BackendContext> backend,
                               const Options& options) {
-  return Yolo26Model(core::read_safetensors(path), std::move(backend), options);
+  return Yolo26Model(read_model_file(path), std::move(backend), options);
 }
 
 std::vector<core::Tensor> Yolo26Model::forward(const core::Tensor& images) {

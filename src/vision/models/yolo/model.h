@@ -30,6 +30,7 @@ class Yolo26Model {
 
   Yolo26Model(const core::SafetensorsFile& weights, std::shared_ptr<graph::BackendContext> backend,
               const Options& options);
+  // path: a safetensors file or an ultralytics .pt checkpoint (read_model_file).
   static Yolo26Model load(const std::filesystem::path& path, std::shared_ptr<graph::BackendContext> backend,
                           const Options& options);
 
