@@ -1693,18 +1693,24 @@ __device__ __forceinline__ void store_dq_tiles(const float (&acc_dq)[D / 8][4], 
 
 // The end of a backward step: warpgroup W (of NWG) adds its dQ partial acc_dq (64 queries from m0 × D, scale not
 // yet applied) into dq_accum. With two warpgroups (whose partials cover the same queries) each first hands the other
-// half of its columns to the other through sX ([2][64][D/2 + 8] f32) and adds the half it receives: half the
-// reduction traffic to L2, which bounds the pass at large N. Contains a __syncthreads when NWG = 2.
+// half of its columns to the other through sX ([2][64][D/2 + 8] f32: hand_over_dq), then, after a __syncthreads that
+// the caller places where every thread of the CTA reaches it (a barrier inside the per-warpgroup branches is
+// undefined, and compute-sanitizer's synccheck reports it), adds the half it receives (reduce_dq): half the
+// reduction traffic to L2, which bounds the pass at large N.
+template <int W, int D>
+__device__ __forceinline__ void hand_over_dq(float (&acc_dq)[D / 8][4], float* sX, int warp, int g, int t) {
+  constexpr int LDX = D / 2 + 8;
+  constexpr int kOwnTiles = D / 16;
+  store_dq_tiles<kOwnTiles, LDX, D>(acc_dq, (1 - W) * kOwnTiles, sX + W * 64 * LDX, warp, g, t);
+}
 template <int W, int NWG, int D>
-__device__ __forceinline__ void reduce_dq(float (&acc_dq)[D / 8][4], float* sX, float* __restrict__ dq_accum,
+__device__ __forceinline__ void reduce_dq(float (&acc_dq)[D / 8][4], const float* sX, float* __restrict__ dq_accum,
                                           long long bh, int n_q, int m0, int warp, int g, int t, float scale) {
   constexpr int LDX = D / 2 + 8;
   constexpr int kOwnTiles = NWG == 2 ? D / 16 : D / 8;  // n8 column tiles this warpgroup reduces
-  constexpr int kOwn0 = NWG == 2 ? W * kOwnTiles : 0, kOther0 = NWG == 2 ? (1 - W) * kOwnTiles : 0;
+  constexpr int kOwn0 = NWG == 2 ? W * kOwnTiles : 0;
   if constexpr (NWG == 2) {
     const float* take = sX + (1 - W) * 64 * LDX;
-    store_dq_tiles<kOwnTiles, LDX, D>(acc_dq, kOther0, sX + W * 64 * LDX, warp, g, t);
-    __syncthreads();  // both halves are in shared memory
 #pragma unroll
     for (int j = 0; j < kOwnTiles; ++j)
 #pragma unroll
@@ -1952,6 +1958,13 @@ __device__ __forceinline__ void backward_sm90(const T* __restrict__ q, const T* 
     // thread sums and reduces a quarter row (reduce_dq_shared).
     // The register indices must be compile-time constants (a run-time index would put acc_dq in local memory), so
     // the reduction is instantiated per warpgroup index.
+    if constexpr (NWG == 2) {
+      if (wg == 0)
+        hand_over_dq<0, D>(acc_dq, sX, warp, g, t);
+      else
+        hand_over_dq<1, D>(acc_dq, sX, warp, g, t);
+      __syncthreads();  // both halves are in shared memory
+    }
     if constexpr (NWG >= 3)
       reduce_dq_shared<NWG, D>(acc_dq, sX, dq_accum, bh, n_q, m0, wg, warp, g, t, scale);
     else if (NWG == 1 || wg == 0)
