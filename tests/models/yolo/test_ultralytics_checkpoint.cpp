@@ -354,6 +354,9 @@ TEST(UltralyticsCheckpoint, ReadModelFileTellsTheFormatsApart) {
   fs::copy_file(fixture("ultralytics_train_tiny.pt"), renamed);
   EXPECT_EQ(yolo::read_model_file(renamed).metadata.at("nc"), "6");
   EXPECT_EQ(yolo::read_model_file(fixture("yolo26n_random.safetensors")).tensors.size(), 708u);
+  const fs::path misnamed = dir.path() / "converted.pt";
+  fs::copy_file(fixture("yolo26n_random.safetensors"), misnamed);
+  EXPECT_EQ(yolo::read_model_file(misnamed).tensors.size(), 708u);
 }
 
 }  // namespace

@@ -269,7 +269,7 @@ core::SafetensorsFile read_ultralytics_checkpoint(const fs::path& path) {
 }
 
 core::SafetensorsFile read_model_file(const fs::path& path) {
-  unsigned char magic[6] = {};
+  unsigned char magic[9] = {};
   ssize_t n = -1;
   if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
     n = ::pread(fd, magic, sizeof magic, 0);
@@ -286,6 +286,8 @@ core::SafetensorsFile read_model_file(const fs::path& path) {
     fail("PyTorch checkpoint '{}': the legacy format of PyTorch < 1.6 (not a zip archive), which is not read: save it "
          "again with torch.save(torch.load(path), path) in PyTorch 1.6 or later",
          path.string());
+  // A safetensors file: an 8-byte header length, then the header's JSON object (also when it is named .pt).
+  if (n == static_cast<ssize_t>(sizeof magic) && magic[8] == '{') return core::read_safetensors(path);
   // Anything else named .pt: the checkpoint reader's own errors ("file not found", "not a readable zip archive").
   const std::string ext = path.extension().string();
   if (ext == ".pt" || ext == ".pth") return read_ultralytics_checkpoint(path);
