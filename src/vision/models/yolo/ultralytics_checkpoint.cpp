@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/models/yolo/yolo26.h"
 
 namespace vision::models::yolo {
 
@@ -23,7 +24,6 @@ using Kind = PyValue::Kind;
 
 // The bias of the one-to-one head's class convolution at P3: nc outputs (as the converter finds nc).
 constexpr std::string_view kClassBias = "model.23.one2one_cv3.0.2.bias";
-constexpr int64_t kMaxClasses = 65536;  // yolo26.h's kMaxClasses (checked again by read_model_info)
 constexpr int kMaxModuleDepth = 64;
 constexpr size_t kMaxModuleVisits = size_t{1} << 20;
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/models/yolo/kernels/loss/host_util.h"
 #include "vision/cpu/parallel.h"
 #include "vision/models/yolo/kernels/detect_decode.h"
 #include "vision/ops/op_support.h"
@@ -56,8 +57,6 @@ float assigner_ciou(const float* b1, const float* b2) {
 }
 
 namespace {
-
-std::string tensor_str(const Tensor& t) { return t.defined() ? t.str() : std::string("an undefined tensor"); }
 
 void check_host(const Tensor& t, const char* what, DType dtype, const Shape& shape) {
   VISION_CHECK(t.defined() && t.dtype() == dtype && t.device() == core::Device::cpu && t.shape() == shape,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/models/yolo/kernels/loss/host_util.h"
 #include "vision/cpu/parallel.h"
 #include "vision/models/yolo/kernels/detect_decode.h"
 #include "vision/ops/op_support.h"
@@ -151,10 +152,6 @@ double normalized_loss_scale(const graph::BackwardCtx& ctx, const char* op) {
 }
 
 namespace {
-
-void zero_if_defined(const Tensor& t) {
-  if (t.defined()) std::memset(t.raw(), 0, t.nbytes());
-}
 
 class BceClsCpuRuntime final : public graph::RuntimeOp {
  public:

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/models/yolo/kernels/loss/host_util.h"
 #include "vision/cpu/parallel.h"
 #include "vision/ops/op_support.h"
 #ifdef VISION_HAS_CUDA
@@ -19,13 +20,7 @@ using core::Shape;
 
 namespace {
 
-std::string tensor_str(const Tensor& t) { return t.defined() ? t.str() : std::string("an undefined tensor"); }
-
 float scalar(const Tensor& t) { return t.data<float>()[0]; }
-
-void zero_if_defined(const Tensor& t) {
-  if (t.defined()) std::memset(t.raw(), 0, t.nbytes());
-}
 
 }  // namespace
 
