@@ -133,8 +133,15 @@ Detector::Detector(const core::SafetensorsFile& weights, const DetectorOptions& 
 
 Detector::~Detector() = default;
 
+// The implementation, or a clear error for a moved-from Detector (its impl_ went to the Detector it was moved into).
+Detector::Impl& Detector::impl() const {
+  VISION_CHECK(impl_ != nullptr,
+               "vision::Detector: this Detector was moved from and holds no model; use the Detector it was moved into");
+  return *impl_;
+}
+
 void Detector::set_weights(const core::SafetensorsFile& weights) {
-  models::yolo::Yolo26Model& model = *impl_->model;
+  models::yolo::Yolo26Model& model = *impl().model;
   const models::yolo::ModelInfo info = models::yolo::read_model_info(weights);
   VISION_CHECK(info.spec.scale == model.info().spec.scale && info.spec.nc == model.info().spec.nc &&
                    info.fused() == model.info().fused(),
@@ -148,15 +155,15 @@ void Detector::set_weights(const core::SafetensorsFile& weights) {
 Detector::Detector(Detector&&) noexcept = default;
 Detector& Detector::operator=(Detector&&) noexcept = default;
 
-const models::yolo::ModelInfo& Detector::info() const { return impl_->model->info(); }
-const DetectorOptions& Detector::options() const { return impl_->options; }
-std::string Detector::device() const { return impl_->on_cuda() ? "cuda" : "cpu"; }
-core::DType Detector::dtype() const { return impl_->model->executor().options().compute_dtype; }
-std::array<int64_t, 2> Detector::imgsz() const { return impl_->imgsz; }
-const DetectTiming& Detector::last_timing() const { return impl_->timing; }
+const models::yolo::ModelInfo& Detector::info() const { return impl().model->info(); }
+const DetectorOptions& Detector::options() const { return impl().options; }
+std::string Detector::device() const { return impl().on_cuda() ? "cuda" : "cpu"; }
+core::DType Detector::dtype() const { return impl().model->executor().options().compute_dtype; }
+std::array<int64_t, 2> Detector::imgsz() const { return impl().imgsz; }
+const DetectTiming& Detector::last_timing() const { return impl().timing; }
 
 std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data::Image> images) {
-  Impl& m = *impl_;
+  Impl& m = impl();
   std::vector<std::vector<data::Detection>> result(images.size());
   if (images.empty()) return result;
   auto t0 = Clock::now();

@@ -55,6 +55,7 @@ class Detector {
   // The same from a weights file already in memory (a trainer's EMA weights: Yolo26Trainer::weights()).
   explicit Detector(const core::SafetensorsFile& weights, const DetectorOptions& options = {});
   ~Detector();
+  // Movable; a moved-from Detector throws vision::Error from every call but destruction and assignment.
   Detector(Detector&&) noexcept;
   Detector& operator=(Detector&&) noexcept;
 
@@ -78,6 +79,7 @@ class Detector {
 
  private:
   struct Impl;
+  Impl& impl() const;  // throws for a moved-from Detector
   std::unique_ptr<Impl> impl_;
 };
 

@@ -3,6 +3,7 @@
 // exactly the 320 one), batches of images of different sizes, and the errors a user can cause.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,26 @@ TEST(Detector, ErrorsNameTheProblem) {
   EXPECT_NE(message([] { Detector d(weights_path(), {.device = "tpu"}); }).find("tpu"), std::string::npos);
   Detector detector(weights_path(), cpu_options(0.25f));
   EXPECT_NE(message([&] { detector.detect(data::Image(64, 64, 4)); }).find("4 channels"), std::string::npos);
+}
+
+TEST(Detector, MovedFromIsAClearErrorAndAssignableAgain) {
+  Detector a(weights_path(), cpu_options(0.25f));
+  Detector b(std::move(a));
+  const data::Image image(64, 48, 3);
+  for (const auto& call : std::vector<std::function<void()>>{
+           [&] { a.detect(image); }, [&] { (void)a.info(); }, [&] { (void)a.names(); }, [&] { (void)a.device(); },
+           [&] { (void)a.dtype(); }, [&] { (void)a.imgsz(); }, [&] { (void)a.options(); },
+           [&] { (void)a.last_timing(); }, [&] { a.set_weights(core::read_safetensors(weights_path())); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "a moved-from Detector answered";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("moved from"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(b.detect(image));  // the model went with the move
+  a = std::move(b);                   // a moved-from Detector takes a model again
+  EXPECT_NO_THROW(a.detect(image));
 }
 
 }  // namespace
