@@ -22,6 +22,8 @@ echo "test: VISION_TEST_SEED=$VISION_TEST_SEED"
 status=0
 passed=0
 failed=0
+# The library is a unity build: no private helper may silently overload another source's (tools/check-private-names.py).
+if python3 tools/check-private-names.py; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Adds the counts of CTest's summary line ("N% tests passed, F tests failed out of T") in $log to the totals.

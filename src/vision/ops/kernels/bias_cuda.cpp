@@ -6,8 +6,8 @@
 namespace vision::ops::kernels {
 namespace {
 
-constexpr const char* kFile = "vision/ops/kernels/bias.cuh";
-constexpr int kThreads = 256;
+constexpr const char* kBiasFile = "vision/ops/kernels/bias.cuh";
+constexpr int kBiasThreads = 256;
 
 void check_dtype(const char* name, DType dtype) {
   VISION_CHECK(core::is_floating(dtype), "{}: no CUDA kernel for {} tensors (f32, f16 and bf16 only)", name,
@@ -18,7 +18,7 @@ std::string with_layout(const char* name, Layout layout) {
   return std::string(name) + (layout == Layout::nhwc ? "_nhwc" : "");
 }
 
-void check_shape(const core::Shape& x, const char* what) {
+void check_bias_shape(const core::Shape& x, const char* what) {
   VISION_CHECK(x.rank() == 4 && x.is_concrete(), "{}: needs an (N, C, H, W) tensor, got {}", what, x.str());
 }
 
@@ -38,27 +38,27 @@ VISION_REGISTER_KERNELS(register_bias_kernels);
 }  // namespace
 
 BiasAct::BiasAct(DType t, Layout layout, bool silu)
-    : KernelDescriptor({with_layout("bias_act", layout), kFile, t, {{"silu", silu ? 1 : 0}},
+    : KernelDescriptor({with_layout("bias_act", layout), kBiasFile, t, {{"silu", silu ? 1 : 0}},
                         "{T}*, const {T}*, int64_t, int64_t, int64_t"}) {
   check_dtype("bias_act", t);
 }
 ChannelSumPartials::ChannelSumPartials(DType t, Layout layout)
-    : KernelDescriptor({with_layout("channel_sum_partials", layout), kFile, t, {},
+    : KernelDescriptor({with_layout("channel_sum_partials", layout), kBiasFile, t, {},
                         "const {T}*, float*, int64_t, int64_t, int64_t, int64_t"}) {
   check_dtype("channel_sum_partials", t);
 }
 ChannelSumFinalize::ChannelSumFinalize(DType t)
-    : KernelDescriptor({"channel_sum_finalize", kFile, t, {}, "const float*, {T}*, int64_t, int64_t"}) {
+    : KernelDescriptor({"channel_sum_finalize", kBiasFile, t, {}, "const float*, {T}*, int64_t, int64_t"}) {
   check_dtype("channel_sum_finalize", t);
 }
 
 void launch_bias_act(cudaStream_t stream, DType dtype, Layout layout, bool silu, const core::Shape& y, void* y_data,
                      const void* bias) {
-  check_shape(y, "bias_act");
+  check_bias_shape(y, "bias_act");
   const int64_t n = y.numel();
   if (n == 0) return;
   cuda::kernel_instance<BiasAct>(dtype, layout, silu)
-      .launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, y_data, bias, n, y[1], y[2] * y[3]);
+      .launch(stream, dim3(cuda::grid_blocks(n, kBiasThreads)), dim3(kBiasThreads), 0, y_data, bias, n, y[1], y[2] * y[3]);
 }
 
 size_t channel_sum_workspace_bytes(const core::Shape& x, Layout layout) {
@@ -67,14 +67,14 @@ size_t channel_sum_workspace_bytes(const core::Shape& x, Layout layout) {
 
 void launch_channel_sum(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x, const void* x_data,
                         void* out, void* workspace) {
-  check_shape(x, "channel_sum");
+  check_bias_shape(x, "channel_sum");
   const ChannelReduction r = channel_reduction(x, layout);
   VISION_CHECK(workspace, "channel_sum: no workspace for the partial sums");
   cuda::kernel_instance<ChannelSumPartials>(dtype, layout)
       .launch(stream, dim3(static_cast<uint32_t>(r.tiles), static_cast<uint32_t>(r.splits)),
               dim3(kChannelReduceThreads), 0, x_data, workspace, r.rows, r.channels, r.inner, r.rows_per_split);
-  cuda::kernel_instance<ChannelSumFinalize>(dtype).launch(stream, dim3(cuda::grid_blocks(r.channels, kThreads)),
-                                                          dim3(kThreads), 0, static_cast<const void*>(workspace), out,
+  cuda::kernel_instance<ChannelSumFinalize>(dtype).launch(stream, dim3(cuda::grid_blocks(r.channels, kBiasThreads)),
+                                                          dim3(kBiasThreads), 0, static_cast<const void*>(workspace), out,
                                                           r.splits, r.channels);
 }
 

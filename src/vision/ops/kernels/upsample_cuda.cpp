@@ -5,7 +5,7 @@
 namespace vision::ops::kernels {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kUpsampleThreads = 256;
 constexpr const char* kParams = "const {T}*, {T}*, int64_t, int64_t, int64_t, int64_t";
 
 cuda::KernelSpec make_spec(const char* name, DType dtype, Layout layout) {
@@ -23,7 +23,7 @@ void launch(cudaStream_t stream, DType dtype, Layout layout, const void* in, voi
                batch, channels, h, w);
   const int64_t n = batch * channels * h * w;  // one thread per input element
   if (n == 0) return;
-  kernel.launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, in, out, batch, channels, h, w);
+  kernel.launch(stream, dim3(cuda::grid_blocks(n, kUpsampleThreads)), dim3(kUpsampleThreads), 0, in, out, batch, channels, h, w);
 }
 
 void register_upsample_kernels(cuda::KernelRegistry& r) {

@@ -96,7 +96,7 @@ float key_logit(uint64_t key) {
 }
 uint32_t key_index(uint64_t key) { return ~static_cast<uint32_t>(key); }
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float score_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 struct Sizes {
   int64_t batch, n_anchors, n_classes;
@@ -133,7 +133,7 @@ Sizes check_cpu_tensors(const Tensor& boxes, const Tensor& logits, const Postpro
 // Image b's row r: (x1, y1, x2, y2) of anchor a, σ(logit), class.
 void write_row(float* row, const float* boxes_b, int64_t n_anchors, uint32_t anchor, float logit, int64_t cls) {
   for (int q = 0; q < 4; ++q) row[q] = boxes_b[q * n_anchors + anchor];
-  row[4] = sigmoid(logit);
+  row[4] = score_sigmoid(logit);
   row[5] = static_cast<float>(cls);
 }
 

@@ -11,8 +11,8 @@ namespace vision::models::yolo::kernels::attention {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr const char* kFile = "vision/models/yolo/kernels/attention/psa.cuh";
-constexpr const char* kScope = "vision::models::yolo::kernels::attention";
+constexpr const char* kPsaFile = "vision/models/yolo/kernels/attention/psa.cuh";
+constexpr const char* kPsaScope = "vision::models::yolo::kernels::attention";
 constexpr const char* kRowsParams = "const {T}*, {T}*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t";
 constexpr const char* kExtractParams = "const {T}*, {T}*, int64_t, int64_t, int64_t";
 
@@ -29,11 +29,11 @@ cuda::KernelSpec psa_spec(const char* name, core::DType dtype, const char* const
                core::dtype_name(dtype));
   cuda::KernelSpec s;
   s.name = name;
-  s.file = kFile;
+  s.file = kPsaFile;
   s.dtype = dtype;
   s.constants = {{constant, checked_pow2(value, constant)}, {"nhwc", layout == core::Layout::nhwc ? 1 : 0}};
   s.params = params;
-  s.scope = kScope;
+  s.scope = kPsaScope;
   return s;
 }
 
@@ -59,7 +59,7 @@ cuda::KernelSpec direct_spec(core::DType dtype, int key_dim) {
   s.constants = {{"kd", key_dim}, {"bn", in.tiles.block_n}, {"wg", in.tiles.warps / 4}};
   s.id_constants = 1;
   s.params = "const {T}*, {T}*, int, int, float";
-  s.scope = kScope;
+  s.scope = kPsaScope;
   return s;
 }
 

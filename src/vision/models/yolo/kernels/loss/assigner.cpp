@@ -70,7 +70,7 @@ uint64_t align_key(float align, int64_t anchor) {
   return (static_cast<uint64_t>(std::bit_cast<uint32_t>(align)) << 32) | static_cast<uint32_t>(~anchor);
 }
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float assign_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // The candidate box of gt (x1, y1, x2, y2) in pixels after STAL, as upstream computes it: through (cx, cy, w, h).
 void stal_box(const float* gt, const AssignerOptions& o, float* out) {
@@ -108,7 +108,7 @@ bool anchor_metrics(const GtView& gt, const float* boxes_b, const float* an, int
   if (!candidate) return false;
   const float pred[4] = {boxes_b[a] * s, boxes_b[n + a] * s, boxes_b[2 * n + a] * s, boxes_b[3 * n + a] * s};
   overlap = std::fmax(assigner_ciou(gt.box, pred), 0.0f);  // NaN → 0
-  align = std::pow(sigmoid(gt.logits[a]), o.alpha) * std::pow(overlap, o.beta);
+  align = std::pow(assign_sigmoid(gt.logits[a]), o.alpha) * std::pow(overlap, o.beta);
   if (!(align > 0.0f)) align = 0.0f;  // NaN → 0
   return true;
 }

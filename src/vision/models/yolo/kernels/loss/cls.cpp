@@ -44,7 +44,7 @@ void check_distances(const Tensor& pred, const char* op) {
 // max(x, 0) − x·t + log1p(exp(−|x|)) in float64.
 double bce_term(double x, double t) { return std::max(x, 0.0) - x * t + std::log1p(std::exp(-std::abs(x))); }
 // σ(x) without overflow for either sign.
-double sigmoid(double x) {
+double sigmoid_f64(double x) {
   if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
   const double e = std::exp(x);
   return e / (1.0 + e);
@@ -75,7 +75,7 @@ void bce_cls_backward_cpu(const Tensor& logits, const Tensor& targets, double sc
   const float* t = targets.data<float>();
   float* d = grad_logits.data<float>();
   cpu::parallel_for(logits.numel(),
-                    [&](int64_t i) { d[i] = static_cast<float>((sigmoid(x[i]) - t[i]) * scale); });
+                    [&](int64_t i) { d[i] = static_cast<float>((sigmoid_f64(x[i]) - t[i]) * scale); });
 }
 
 namespace {

@@ -11,6 +11,7 @@
 
 #include "vision/core/error.h"
 #include "vision/cuda/check.h"
+#include "vision/models/yolo/kernels/loss/host_util_cuda.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/kernel_info_cuda.h"
 #include "vision/models/yolo/kernels/detect_decode.h"
@@ -23,12 +24,12 @@ using core::Shape;
 
 constexpr int kClsLossThreads = 256;  // as in cls.cuh
 constexpr int64_t kItemsPerThread = 8;
-constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
-constexpr const char* kFile = "vision/models/yolo/kernels/loss/cls.cuh";
-constexpr const char* kScope = "vision::models::yolo::kernels::loss";
+constexpr DType kClsDtypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr const char* kClsFile = "vision/models/yolo/kernels/loss/cls.cuh";
+constexpr const char* kClsScope = "vision::models::yolo::kernels::loss";
 
 void register_cls_loss_kernels(cuda::KernelRegistry& r) {
-  for (DType t : kDtypes) {
+  for (DType t : kClsDtypes) {
     r.add<BceClsForwardPartial>(t);
     r.add<BceClsBackward>(t);
     r.add<L1DistanceForwardPartial>(t);
@@ -45,7 +46,7 @@ void check_dtype(DType t, const char* what) {
 
 cuda::KernelSpec loss_spec(const char* name, DType t, const char* params) {
   check_dtype(t, name);
-  return {name, kFile, t, {}, params, kScope};
+  return {name, kClsFile, t, {}, params, kClsScope};
 }
 
 void check_count(int64_t n, int64_t factor, const char* what) {
@@ -157,10 +158,6 @@ void check_tensor(const Tensor& t, const char* op, const char* what, const Shape
                shape.str(), t.defined() ? t.str() : std::string("an undefined tensor"));
 }
 
-void zero_if_defined(const Tensor& t, cudaStream_t stream) {
-  if (t.defined()) VISION_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream));
-}
-
 // What the two CUDA RuntimeOps share: the twin's state and saved specs, formats, workspace.
 class LossCudaRuntime : public graph::RuntimeOp {
  public:
@@ -234,7 +231,7 @@ class BceClsCudaRuntime final : public LossCudaRuntime {
                               static_cast<const float*>(ctx.grad_output.raw()),
                               static_cast<const float*>(ctx.saved[0].raw()), d.raw(), x.numel());
     }
-    zero_if_defined(ctx.grad_inputs.at(1), stream);
+    zero_async_if_defined(ctx.grad_inputs.at(1), stream);
   }
   std::vector<graph::KernelInfo> kernels() const override {
     const DType t = format().dtype;
@@ -283,7 +280,7 @@ class L1DistanceCudaRuntime final : public LossCudaRuntime {
                                   static_cast<const float*>(ctx.saved[0].raw()), d.raw(), p.dim(0), p.dim(2), size[0],
                                   size[1]);
     }
-    for (size_t i = 1; i < 6; ++i) zero_if_defined(ctx.grad_inputs.at(i), stream);
+    for (size_t i = 1; i < 6; ++i) zero_async_if_defined(ctx.grad_inputs.at(i), stream);
   }
   std::vector<graph::KernelInfo> kernels() const override {
     const DType t = format().dtype;
