@@ -22,8 +22,11 @@ echo "test: VISION_TEST_SEED=$VISION_TEST_SEED"
 status=0
 passed=0
 failed=0
-# The library is a unity build: no private helper may silently overload another source's (tools/check-private-names.py).
-if python3 tools/check-private-names.py; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+# Two checks of the sources: the library is a unity build, so no private helper may silently overload another
+# source's (tools/check-private-names.py); every include keeps the layer order (tools/check-layers.py).
+for check in tools/check-private-names.py tools/check-layers.py; do
+  if python3 "$check"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Adds the counts of CTest's summary line ("N% tests passed, F tests failed out of T") in $log to the totals.
