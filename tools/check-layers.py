@@ -1,11 +1,8 @@
 #!/usr/bin/env python3
 """The library's layers (docs/architecture.md), bottom to top; a source includes only headers of its own layer and of
 lower ones. This check reads every #include "vision/..." under src/vision and fails on one that runs upward, or
-sideways between two layers of the same floor, or into the CUDA backend's internals (graph/cuda/) from a layer that
-should reach the backend only through graph/backend.h.
-
-The three crossings issue #28 names are known and listed below; the check fails when a new one appears, and also when a
-listed one is gone (so that the list shrinks with the fixes).
+sideways between two layers of the same floor, or into the CUDA backend's internals (graph/cuda/) from a source that
+is not CUDA-specific (those reach the backend through graph/backend.h).
 
   tools/check-layers.py          (exit 1 on a finding)
 """
@@ -23,17 +20,13 @@ FLOORS = {
     "models": 5,               # YOLO26: blocks, its ops and kernels, loss, trainer, weights
     "detector": 6,             # vision::Detector
 }
-# Who may include the CUDA backend's own headers (graph/cuda/): the graph, the ops and models that launch on its
-# stream, and the detector's GPU letterbox.
-CUDA_BACKEND_USERS = {"graph", "ops", "models", "detector"}
-# Known crossings (issue #28), as (including file, included header).
-KNOWN = {
-    ("src/vision/data/dataset.h", "eval/metrics.h"),
-    ("src/vision/train/checkpoint.h", "models/yolo/yolo26.h"),
-    ("src/vision/train/checkpoint.cpp", "models/yolo/weights.h"),
-    ("src/vision/train/ema.cpp", "graph/cuda/cuda_backend.h"),
-    ("src/vision/train/optimizer.cpp", "graph/cuda/cuda_backend.h"),
-}
+# Who may include the CUDA backend's own headers (graph/cuda/): the graph itself, CUDA-specific sources (under a
+# cuda/ folder or named *_cuda.cpp / *_cuda.h: launchers on the backend's stream) and the detector's GPU letterbox.
+
+
+def may_reach_cuda_backend(rel, layer):
+    name = rel.rsplit("/", 1)[-1]
+    return (layer in ("graph", "detector") or "/cuda/" in rel or name.endswith(("_cuda.cpp", "_cuda.h")))
 INCLUDE = re.compile(r'^\s*#\s*include\s+"vision/([^"]+)"')
 
 
@@ -45,7 +38,7 @@ def layer_of(path):
 
 def main():
     root = pathlib.Path(__file__).resolve().parent.parent
-    findings, seen = [], set()
+    findings = []
     for path in sorted((root / "src/vision").rglob("*")):
         if path.suffix not in (".h", ".cpp", ".cuh"):
             continue
@@ -67,21 +60,16 @@ def main():
             if dst != src and FLOORS[dst] >= FLOORS[src]:
                 why = (f"{src} (floor {FLOORS[src]}) includes {dst} (floor {FLOORS[dst]})"
                        + (": upward" if FLOORS[dst] > FLOORS[src] else ": sideways on one floor"))
-            elif header.startswith("graph/cuda/") and src not in CUDA_BACKEND_USERS:
-                why = f"{src} includes the CUDA backend's own header (only {', '.join(sorted(CUDA_BACKEND_USERS))} may)"
+            elif header.startswith("graph/cuda/") and not may_reach_cuda_backend(rel, src):
+                why = "includes the CUDA backend's own header from a source that is not CUDA-specific"
             if why is None:
                 continue
-            if (rel, header) in KNOWN:
-                seen.add((rel, header))
-                continue
             findings.append(f"{rel}:{n}: #include \"vision/{header}\": {why}")
-    for rel, header in sorted(KNOWN - seen):
-        findings.append(f"{rel} no longer includes {header}: take it off KNOWN in tools/check-layers.py")
     for f in findings:
         print("check-layers: " + f)
     if findings:
         return 1
-    print(f"check-layers: every include of src/vision keeps the layer order ({len(KNOWN)} known crossings, issue #28)")
+    print("check-layers: every include of src/vision keeps the layer order")
     return 0
 
 

@@ -239,20 +239,20 @@ TEST(Checkpoint, YoloCheckpointLoadsForInferenceAndChecksTheModel) {
   (void)detector;
 
   const train::Checkpoint c = train::read_checkpoint(path);
-  EXPECT_NO_THROW(train::check_checkpoint_model(c, spec));
+  EXPECT_NO_THROW(models::yolo::check_checkpoint_model(c, spec));
   // Resume: the live model into a training state.
   graph::Graph g;
   models::yolo::record_yolo26_training(g.input("images", Shape{1, 3, 32, 32}), spec);
   graph::StateStore store(g, graph::cpu_backend(), {Shape{1, 3, 32, 32}});
-  train::load_checkpoint_model(store, spec, c);
+  models::yolo::load_checkpoint_model(store, spec, c);
   EXPECT_TRUE(bit_equal(store.to_host()[0].second, *find(model, store.to_host()[0].first)));
 
   const models::yolo::Yolo26Spec other{.scale = models::yolo::Scale::n, .nc = 5};
-  const std::string e = error_of([&] { train::check_checkpoint_model(c, other); });
+  const std::string e = error_of([&] { models::yolo::check_checkpoint_model(c, other); });
   EXPECT_NE(e.find(path.string()), std::string::npos) << e;
   EXPECT_NE(e.find("YOLO26n with 2 classes"), std::string::npos) << e;
   EXPECT_NE(e.find("YOLO26n with 5 classes"), std::string::npos) << e;
-  EXPECT_NE(error_of([&] { train::load_checkpoint_model(store, other, c); }).find("5 classes"), std::string::npos);
+  EXPECT_NE(error_of([&] { models::yolo::load_checkpoint_model(store, other, c); }).find("5 classes"), std::string::npos);
 }
 
 // A writer killed with SIGKILL at random moments while writing ~24 MB checkpoints leaves a complete checkpoint at

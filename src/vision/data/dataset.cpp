@@ -304,8 +304,8 @@ fs::path label_path(const fs::path& image) {
   return out.replace_extension(".txt");
 }
 
-std::vector<eval::GroundTruth> to_pixels(std::span<const LabelBox> labels, int64_t width, int64_t height) {
-  std::vector<eval::GroundTruth> out;
+std::vector<GroundTruth> to_pixels(std::span<const LabelBox> labels, int64_t width, int64_t height) {
+  std::vector<GroundTruth> out;
   out.reserve(labels.size());
   const double W = static_cast<double>(width), H = static_cast<double>(height);
   for (const LabelBox& l : labels)

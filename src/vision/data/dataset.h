@@ -39,7 +39,7 @@
 #include <string_view>
 #include <vector>
 
-#include "vision/eval/metrics.h"
+#include "vision/data/detection.h"
 
 namespace vision::data {
 
@@ -93,8 +93,8 @@ LabelFile read_labels(const std::filesystem::path& file, int64_t nc);
 // The label file of an image (see the header comment).
 std::filesystem::path label_path(const std::filesystem::path& image);
 
-// The labels as eval::GroundTruth boxes in the pixels of a width × height image: x1 = (cx − w/2)·width, etc.
-std::vector<eval::GroundTruth> to_pixels(std::span<const LabelBox> labels, int64_t width, int64_t height);
+// The labels as GroundTruth boxes in the pixels of a width × height image: x1 = (cx − w/2)·width, etc.
+std::vector<GroundTruth> to_pixels(std::span<const LabelBox> labels, int64_t width, int64_t height);
 
 // The images of a split, in order (see the header comment); throws naming a missing folder or list file.
 std::vector<std::filesystem::path> list_images(std::span<const std::filesystem::path> sources);

@@ -43,10 +43,7 @@ namespace vision::eval {
 inline constexpr int kNumIouThresholds = 10;
 
 // One ground-truth object: its box (x1, y1, x2, y2, the same pixels as the detections') and class.
-struct GroundTruth {
-  std::array<float, 4> box = {};
-  int64_t cls = 0;
-};
+using GroundTruth = data::GroundTruth;
 
 // The ten IoU thresholds, numpy's float64 linspace(0.5, 0.95, 10).
 std::array<double, kNumIouThresholds> iou_thresholds();

@@ -11,7 +11,6 @@
 
 #include "vision/core/error.h"
 #include "vision/core/json.h"
-#include "vision/models/yolo/weights.h"
 
 namespace vision::train {
 
@@ -181,21 +180,6 @@ Checkpoint read_checkpoint(const fs::path& path) {
                        "one (weights/last.safetensors or an earlier copy)",
                        where, name, v);
   return out;
-}
-
-void check_checkpoint_model(const Checkpoint& checkpoint, const models::yolo::Yolo26Spec& spec) {
-  using models::yolo::scale_name;
-  const models::yolo::ModelInfo info = models::yolo::read_model_info(checkpoint.weights());
-  VISION_CHECK(info.spec.scale == spec.scale && info.spec.nc == spec.nc,
-               "{} is a checkpoint of YOLO26{} with {} classes; the model it is loaded into is YOLO26{} with {} "
-               "classes",
-               checkpoint.path.string(), scale_name(info.spec.scale), info.spec.nc, scale_name(spec.scale), spec.nc);
-}
-
-void load_checkpoint_model(graph::StateStore& state, const models::yolo::Yolo26Spec& spec,
-                           const Checkpoint& checkpoint, bool use_ema) {
-  check_checkpoint_model(checkpoint, spec);
-  models::yolo::load_weights(state, spec, checkpoint.weights(use_ema));
 }
 
 }  // namespace vision::train

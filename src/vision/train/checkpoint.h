@@ -11,7 +11,8 @@
 //   metadata         the model's metadata as given (weights_metadata(info): scale, nc, names, imgsz, stride), plus
 //                    "checkpoint" = {"version": 1, "ema": true|false} and "training" = the TrainingState as JSON.
 // load_weights (so Yolo26Model::load and vision::Detector) skips the "train." and "optimizer." tensors, so a
-// checkpoint loads into an inference model with the EMA weights; read_checkpoint splits the groups back.
+// checkpoint loads into an inference model with the EMA weights; read_checkpoint splits the groups back. (Loading
+// a checkpoint into a YOLO26 model: models/yolo/weights.h, load_checkpoint_model.)
 //
 // Atomicity: write_safetensors writes "<path>.tmp.<pid>", fsyncs it and renames it over path, so a writer killed at
 // any moment (SIGKILL, power loss after the rename's directory entry is durable) leaves the previous checkpoint
@@ -33,7 +34,6 @@
 
 #include "vision/core/safetensors.h"
 #include "vision/graph/state.h"
-#include "vision/models/yolo/yolo26.h"
 #include "vision/train/training_state.h"
 
 namespace vision::train {
@@ -69,13 +69,6 @@ void write_checkpoint(const std::filesystem::path& path, const NamedTensors& mod
 // Reads and validates a checkpoint. A truncated or corrupt file, a file that is no training checkpoint (a weights
 // file), or inconsistent groups: vision::Error naming the file and what is wrong.
 Checkpoint read_checkpoint(const std::filesystem::path& path);
-
-// Checks that a checkpoint holds the YOLO26 model `spec` describes (scale and nc, via read_model_info): a mismatch is
-// a vision::Error naming the file and both models.
-void check_checkpoint_model(const Checkpoint& checkpoint, const models::yolo::Yolo26Spec& spec);
-// check_checkpoint_model, then the live model (or the EMA's weights with use_ema) into a YOLO26 state (load_weights).
-void load_checkpoint_model(graph::StateStore& state, const models::yolo::Yolo26Spec& spec,
-                           const Checkpoint& checkpoint, bool use_ema = false);
 
 // Removes "<path>.tmp.<pid>" files next to path whose pid is not a live process (not this one); returns how many.
 size_t remove_stale_temporaries(const std::filesystem::path& path);

@@ -9,7 +9,6 @@
 #include "vision/core/error.h"
 #include "vision/train/optim_kernels.h"
 #ifdef VISION_HAS_CUDA
-#include "vision/graph/cuda/cuda_backend.h"
 #include "vision/train/optim_kernels_cuda.h"
 #endif
 
@@ -66,7 +65,7 @@ struct ModelEma::Impl {
       return;
     }
 #ifdef VISION_HAS_CUDA
-    launch_ema_update(graph::CudaBackendContext::of(backend).stream(), ema, params, buffers,
+    launch_ema_update(*backend, ema, params, buffers,
                       static_cast<const EmaChunk*>(device_chunks.get()), static_cast<int64_t>(chunks.size()), d, omd);
 #else
     fail("EMA: this build has no CUDA backend");

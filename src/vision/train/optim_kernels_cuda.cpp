@@ -7,6 +7,7 @@
 #include "vision/core/error.h"
 #include "vision/cuda/check.h"
 #include "vision/cuda/libraries.h"
+#include "vision/graph/cuda/cuda_backend.h"
 #include "vision/train/optim_kernels.h"
 
 namespace vision::train {
@@ -112,6 +113,11 @@ void launch_ema_update(cudaStream_t stream, float* ema, const float* params, con
   if (n_chunks == 0) return;
   cuda::kernel_instance<EmaUpdate>().launch(stream, chunk_grid(n_chunks, "ema_update"), dim3(kOptimThreads), 0, ema,
                                             params, buffers, chunks, d, omd);
+}
+
+void launch_ema_update(graph::BackendContext& backend, float* ema, const float* params, const float* buffers,
+                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd) {
+  launch_ema_update(graph::CudaBackendContext::of(&backend).stream(), ema, params, buffers, chunks, n_chunks, d, omd);
 }
 
 uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_t* x, uint16_t* y, uint16_t* a,

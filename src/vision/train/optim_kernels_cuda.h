@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "vision/cuda/kernel.h"
+#include "vision/graph/backend.h"
 #include "vision/train/optim_layout.cuh"
 
 namespace vision::train {
@@ -61,6 +62,9 @@ void launch_muon_prepare(cudaStream_t stream, const float* grads, float* muon_mo
 void launch_muon_normalize(cudaStream_t stream, uint16_t* ns, const OptimTensor* tensors, const int64_t* muon_tensors,
                            int64_t n_muon);
 void launch_ema_update(cudaStream_t stream, float* ema, const float* params, const float* buffers,
+                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd);
+// The same on a CUDA backend's stream (train/ema.cpp reaches the backend through this, not graph/cuda/).
+void launch_ema_update(graph::BackendContext& backend, float* ema, const float* params, const float* buffers,
                        const EmaChunk* chunks, int64_t n_chunks, float d, float omd);
 
 // `steps` Newton–Schulz iterations on `batch` row-major m × n bf16 matrices (m ≤ n) at x, on the handle's stream,

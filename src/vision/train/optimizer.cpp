@@ -9,10 +9,7 @@
 
 #include "vision/core/error.h"
 #include "vision/train/optim_kernels.h"
-#ifdef VISION_HAS_CUDA
-#include "vision/graph/cuda/cuda_backend.h"
-#include "vision/train/optim_kernels_cuda.h"
-#endif
+#include "vision/train/optim_engine.h"
 
 namespace vision::train {
 
@@ -42,21 +39,6 @@ OptimizerChoice choose_auto_optimizer(int64_t n_train, int64_t batch, int64_t nb
 }
 
 namespace {
-
-// The tables of optim_layout.cuh for one assignment.
-struct OptimTables {
-  std::vector<OptimTensor> tensors;      // the non-frozen parameters
-  std::vector<OptimChunk> chunks;        // all of them
-  std::vector<OptimChunk> muon_chunks;   // the Muon tensors'
-  std::vector<int64_t> muon_tensors;     // indices into tensors
-  struct NsBatch {
-    int64_t m = 0, n = 0, count = 0, ns_offset = 0;  // count matrices of m × n (m ≤ n) from ns_offset on
-  };
-  std::vector<NsBatch> ns_batches;
-  int64_t ns_elements = 0;
-  int64_t max_square = 0;  // the largest count · m · m
-  std::vector<int64_t> tensor_of_param;  // assignment param index → tensors index, −1 when frozen
-};
 
 void add_chunks(std::vector<OptimChunk>& out, int64_t tensor, int64_t numel) {
   for (int64_t s = 0; s < numel; s += kOptimChunk) out.push_back({tensor, s, std::min<int64_t>(kOptimChunk, numel - s)});
@@ -113,22 +95,6 @@ OptimTables build_tables(const GroupAssignment& a, bool musgd) {
   return t;
 }
 
-// Flat state buffers (f32, one element per parameter element; unused where a tensor has no such state).
-struct StatePointers {
-  float* params = nullptr;
-  const float* grads = nullptr;
-  float* momentum = nullptr;       // SGD / MuSGD momentum buffer; AdamW exp_avg
-  float* second = nullptr;         // AdamW exp_avg_sq; MuSGD Muon momentum buffer
-};
-
-class Engine {
- public:
-  virtual ~Engine() = default;
-  virtual float grad_sumsq() = 0;
-  virtual void sgd(std::span<const OptimGroup> groups, float coef, bool musgd, int ns_steps) = 0;
-  virtual void adamw(std::span<const OptimGroup> groups, float coef) = 0;
-};
-
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const OptimTables& t, StatePointers p) : t_(t), p_(p), ns_(static_cast<size_t>(t.ns_elements)) {}
@@ -152,85 +118,6 @@ class CpuEngine final : public Engine {
   std::vector<uint16_t> ns_;
 };
 
-#ifdef VISION_HAS_CUDA
-class CudaEngine final : public Engine {
- public:
-  CudaEngine(const OptimTables& t, StatePointers p, graph::BackendContext& backend)
-      : t_(t), p_(p), backend_(backend), cuda_(graph::CudaBackendContext::of(&backend)) {
-    tensors_ = upload(t.tensors);
-    chunks_ = upload(t.chunks);
-    muon_chunks_ = upload(t.muon_chunks);
-    muon_tensors_ = upload(t.muon_tensors);
-    groups_ = backend.allocate(std::max<size_t>(t.tensors.size(), 1) * sizeof(OptimGroup));
-    partials_ = backend.allocate(std::max<size_t>(t.chunks.size(), 1) * sizeof(float));
-    sum_ = backend.allocate(sizeof(float));
-    if (t.ns_elements > 0) {
-      const size_t ns_bytes = static_cast<size_t>(t.ns_elements) * 2, sq_bytes = static_cast<size_t>(t.max_square) * 2;
-      ns_x_ = backend.allocate(ns_bytes);
-      ns_y_ = backend.allocate(ns_bytes);
-      ns_a_ = backend.allocate(sq_bytes);
-      ns_b_ = backend.allocate(sq_bytes);
-    }
-  }
-
-  float grad_sumsq() override {
-    launch_grad_sumsq(cuda_.stream(), p_.grads, as<OptimTensor>(tensors_), as<OptimChunk>(chunks_),
-                      static_cast<int64_t>(t_.chunks.size()), as<float>(partials_), as<float>(sum_));
-    float host = 0;
-    backend_.copy_to_host(&host, sum_.get(), sizeof(host));
-    return host;
-  }
-
-  void sgd(std::span<const OptimGroup> groups, float coef, bool musgd, int ns_steps) override {
-    upload_groups(groups);
-    const uint16_t* ns_out = nullptr;
-    if (musgd && !t_.muon_tensors.empty()) {
-      auto* x = as<uint16_t>(ns_x_);
-      launch_muon_prepare(cuda_.stream(), p_.grads, p_.second, x, as<OptimTensor>(tensors_),
-                          as<OptimChunk>(muon_chunks_), static_cast<int64_t>(t_.muon_chunks.size()),
-                          as<OptimGroup>(groups_), coef);
-      launch_muon_normalize(cuda_.stream(), x, as<OptimTensor>(tensors_), as<int64_t>(muon_tensors_),
-                            static_cast<int64_t>(t_.muon_tensors.size()));
-      // Every batch runs the same number of iterations, so all results land in the same buffer.
-      for (const auto& b : t_.ns_batches)
-        ns_out = newton_schulz_cuda(cuda_.cublas(), cuda_.stream(), x + b.ns_offset, as<uint16_t>(ns_y_) + b.ns_offset,
-                                    as<uint16_t>(ns_a_), as<uint16_t>(ns_b_), b.count, b.m, b.n, ns_steps) -
-                 b.ns_offset;
-    }
-    launch_sgd_step(cuda_.stream(), p_.params, p_.grads, p_.momentum, ns_out, as<OptimTensor>(tensors_),
-                    as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), as<OptimGroup>(groups_), coef);
-  }
-
-  void adamw(std::span<const OptimGroup> groups, float coef) override {
-    upload_groups(groups);
-    launch_adamw_step(cuda_.stream(), p_.params, p_.grads, p_.momentum, p_.second, as<OptimTensor>(tensors_),
-                      as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), as<OptimGroup>(groups_), coef);
-  }
-
- private:
-  template <typename T>
-  static T* as(const std::shared_ptr<void>& p) {
-    return static_cast<T*>(p.get());
-  }
-  template <typename T>
-  std::shared_ptr<void> upload(const std::vector<T>& v) {
-    auto mem = backend_.allocate(std::max<size_t>(v.size(), 1) * sizeof(T));
-    if (!v.empty()) backend_.copy_to_device(mem.get(), v.data(), v.size() * sizeof(T));
-    return mem;
-  }
-  void upload_groups(std::span<const OptimGroup> groups) {
-    VISION_CHECK(groups.size() <= std::max<size_t>(t_.tensors.size(), 1), "optimizer: more groups than tensors");
-    if (!groups.empty()) backend_.copy_to_device(groups_.get(), groups.data(), groups.size() * sizeof(OptimGroup));
-  }
-
-  const OptimTables& t_;
-  StatePointers p_;
-  graph::BackendContext& backend_;
-  graph::CudaBackendContext& cuda_;
-  std::shared_ptr<void> tensors_, chunks_, muon_chunks_, muon_tensors_, groups_, partials_, sum_;
-  std::shared_ptr<void> ns_x_, ns_y_, ns_a_, ns_b_;
-};
-#endif
 
 }  // namespace
 
@@ -289,7 +176,7 @@ struct Optimizer::Impl {
       engine = std::make_unique<CpuEngine>(tables, p);
     } else {
 #ifdef VISION_HAS_CUDA
-      engine = std::make_unique<CudaEngine>(tables, p, *backend);
+      engine = make_cuda_engine(tables, p, *backend);
 #else
       fail("optimizer: this build has no CUDA backend");
 #endif

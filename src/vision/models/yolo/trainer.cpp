@@ -281,7 +281,7 @@ void Yolo26Trainer::save_checkpoint(const std::filesystem::path& path, const nlo
 }
 
 train::TrainingState Yolo26Trainer::resume(const train::Checkpoint& checkpoint) {
-  train::load_checkpoint_model(executor_->state(), info_.spec, checkpoint);
+  load_checkpoint_model(executor_->state(), info_.spec, checkpoint);
   const train::TrainingState& s = checkpoint.state;
   VISION_CHECK(s.optimizer == train::optimizer_name(choice_.kind),
                "{}: the checkpoint's optimizer is {} but this run uses {}", checkpoint.path.string(), s.optimizer,

@@ -216,6 +216,20 @@ void load_weights(graph::StateStore& state, const Yolo26Spec& spec, const core::
   });
 }
 
+void check_checkpoint_model(const train::Checkpoint& checkpoint, const Yolo26Spec& spec) {
+  const ModelInfo info = read_model_info(checkpoint.weights());
+  VISION_CHECK(info.spec.scale == spec.scale && info.spec.nc == spec.nc,
+               "{} is a checkpoint of YOLO26{} with {} classes; the model it is loaded into is YOLO26{} with {} "
+               "classes",
+               checkpoint.path.string(), scale_name(info.spec.scale), info.spec.nc, scale_name(spec.scale), spec.nc);
+}
+
+void load_checkpoint_model(graph::StateStore& state, const Yolo26Spec& spec, const train::Checkpoint& checkpoint,
+                           bool use_ema) {
+  check_checkpoint_model(checkpoint, spec);
+  load_weights(state, spec, checkpoint.weights(use_ema));
+}
+
 ExportedWeights fold_batchnorm(const core::SafetensorsFile& full, core::DType dtype) {
   ModelInfo info = read_model_info(full);
   VISION_CHECK(!info.fused(), "{} is an exported model already: BatchNorm is folded", full.path.string());

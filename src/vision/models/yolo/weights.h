@@ -22,6 +22,7 @@
 #include "vision/core/safetensors.h"
 #include "vision/graph/state.h"
 #include "vision/models/yolo/yolo26.h"
+#include "vision/train/checkpoint.h"
 
 namespace vision::models::yolo {
 
@@ -50,6 +51,13 @@ ModelInfo read_model_info(const core::SafetensorsFile& file);
 // ignored, and so are a training checkpoint's "train.*" and "optimizer.*" tensors (train/checkpoint.h: its plain
 // names hold the EMA weights); any other missing, unexpected or mis-shaped tensor is an error listing them all.
 void load_weights(graph::StateStore& state, const Yolo26Spec& spec, const core::SafetensorsFile& file);
+
+// Checks that a training checkpoint holds the YOLO26 model `spec` describes (scale and nc, via read_model_info): a
+// mismatch is a vision::Error naming the file and both models.
+void check_checkpoint_model(const train::Checkpoint& checkpoint, const Yolo26Spec& spec);
+// check_checkpoint_model, then the live model (or the EMA's weights with use_ema) into a YOLO26 state (load_weights).
+void load_checkpoint_model(graph::StateStore& state, const Yolo26Spec& spec, const train::Checkpoint& checkpoint,
+                           bool use_ema = false);
 
 // An exported model from a full checkpoint: each Conv's BatchNorm folded into its convolution in float64 (weight·γ/σ,
 // bias β − μ·γ/σ, σ = sqrt(running_var + 1e-3)), the one-to-many head dropped, tensors in dtype (f32 or f16),
