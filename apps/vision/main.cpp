@@ -2,13 +2,20 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
 
 #include "commands.h"
 #include "vision/core/error.h"
+#include "vision/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"vision — YOLO26 object detection engine (inference and training, CPU and CUDA)"};
   app.require_subcommand(1);
+#ifdef VISION_HAS_CUDA
+  app.set_version_flag("--version", std::string("vision ") + vision::kVersion + " (CUDA build)");
+#else
+  app.set_version_flag("--version", std::string("vision ") + vision::kVersion + " (CPU-only build)");
+#endif
   vision::cli::add_demo_command(app);
   vision::cli::add_synth_command(app);
   vision::cli::add_init_command(app);

@@ -145,22 +145,27 @@ void newton_schulz_cpu(uint16_t* x_bits, int64_t batch, int64_t m, int64_t n, in
   VISION_CHECK(m > 0 && n > 0 && m <= n && batch >= 0 && steps >= 0,
                "newton_schulz: {} matrices of {}×{} (rows ≤ cols, transpose first)", batch, m, n);
   const auto mm = static_cast<size_t>(m * m), mn = static_cast<size_t>(m * n);
-  std::vector<float> X(mn), Y(mn), A(mm), B(mm);
+  std::vector<float> X(mn), XT(mn), Y(mn), A(mm), B(mm);
   for (int64_t b = 0; b < batch; ++b) {
     uint16_t* xb = x_bits + b * m * n;
     for (size_t i = 0; i < mn; ++i) X[i] = from_bf16(xb[i]);
     for (int it = 0; it < steps; ++it) {
-      // A = bf16(X·Xᵀ): symmetric, the same products in the same order for (i, j) and (j, i).
+      // A = bf16(X·Xᵀ): symmetric, the same products in the same order for (i, j) and (j, i). Each element adds its
+      // products k ascending; row i keeps one accumulator per j ≤ i and walks Xᵀ's rows (contiguous in j), so the
+      // accumulators are independent (vectorisable) and the order per element is the plain loop's.
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t k = 0; k < n; ++k) XT[static_cast<size_t>(k * m + i)] = X[static_cast<size_t>(i * n + k)];
       cpu::parallel_for(
           m,
           [&](int64_t i) {
             const float* xi = &X[static_cast<size_t>(i * n)];
-            for (int64_t j = 0; j <= i; ++j) {
-              const float* xj = &X[static_cast<size_t>(j * n)];
-              float acc = 0.0f;
-              for (int64_t k = 0; k < n; ++k) acc = acc + xi[k] * xj[k];
-              A[static_cast<size_t>(i * m + j)] = round_bf16(acc);
+            std::vector<float> acc(static_cast<size_t>(i + 1), 0.0f);
+            for (int64_t k = 0; k < n; ++k) {
+              const float x_ik = xi[k];
+              const float* xtk = &XT[static_cast<size_t>(k * m)];
+              for (int64_t j = 0; j <= i; ++j) acc[static_cast<size_t>(j)] = acc[static_cast<size_t>(j)] + x_ik * xtk[j];
             }
+            for (int64_t j = 0; j <= i; ++j) A[static_cast<size_t>(i * m + j)] = round_bf16(acc[static_cast<size_t>(j)]);
           },
           m * m * n);
       for (int64_t i = 0; i < m; ++i)
