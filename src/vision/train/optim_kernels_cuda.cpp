@@ -117,7 +117,7 @@ void launch_ema_update(cudaStream_t stream, float* ema, const float* params, con
 
 void launch_ema_update(graph::BackendContext& backend, float* ema, const float* params, const float* buffers,
                        const EmaChunk* chunks, int64_t n_chunks, float d, float omd) {
-  launch_ema_update(graph::CudaBackendContext::of(&backend).stream(), ema, params, buffers, chunks, n_chunks, d, omd);
+  launch_ema_update(graph::stream_of(&backend), ema, params, buffers, chunks, n_chunks, d, omd);
 }
 
 uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_t* x, uint16_t* y, uint16_t* a,

@@ -44,6 +44,9 @@ class CudaBackendContext final : public BackendContext {
   cuda::StagedUploader uploads_;  // copy_to_device; declared last, so it is freed first
 };
 
+// The CUDA stream of a ForwardCtx/BackwardCtx's backend (CudaBackendContext::of(ctx).stream()).
+inline cudaStream_t stream_of(BackendContext* ctx) { return CudaBackendContext::of(ctx).stream(); }
+
 // The process-wide CUDA backend; throws vision::Error (with the probe's reason) when no GPU is usable.
 std::shared_ptr<BackendContext> cuda_backend();
 

@@ -41,7 +41,7 @@ using graph::TensorSpec;
 
 namespace {
 
-cudaStream_t stream_of(graph::BackendContext* b) { return CudaBackendContext::of(b).stream(); }
+using graph::stream_of;
 cudnnHandle_t cudnn_of(graph::BackendContext* b) { return CudaBackendContext::of(b).cudnn(); }
 
 // kernels() of an op: what each NVRTC kernel it may launch is.

@@ -150,7 +150,7 @@ void launch_l1_distance_backward(cudaStream_t stream, DType dtype, const void* p
 
 namespace {
 
-cudaStream_t stream_of(graph::BackendContext* b) { return graph::CudaBackendContext::of(b).stream(); }
+using graph::stream_of;
 
 void check_tensor(const Tensor& t, const char* op, const char* what, const Shape& shape, DType dtype) {
   VISION_CHECK(t.defined() && t.device() == core::Device::cuda && t.shape() == shape && t.dtype() == dtype,

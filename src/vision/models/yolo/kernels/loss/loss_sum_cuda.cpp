@@ -117,7 +117,7 @@ void launch_e2e_loss_sum_backward(cudaStream_t stream, const float* a, const flo
 
 namespace {
 
-cudaStream_t loss_stream_of(graph::BackendContext* b) { return graph::CudaBackendContext::of(b).stream(); }
+using graph::stream_of;
 
 // The tensor's f32 device pointer after checking it; null for an undefined tensor when `optional`.
 const float* f32_in(const Tensor& t, const std::string& op, const char* what, const Shape& shape,
@@ -156,7 +156,7 @@ class TargetScoreSumCudaRuntime final : public SumCudaRuntime {
     const Tensor& s = ctx.inputs.at(0);
     VISION_CHECK(s.rank() == 3, "target_score_sum (CUDA): the target scores must be [B, nc, A], got {}", s.str());
     const int64_t batch = s.dim(0), nc = s.dim(1), n = s.dim(2);
-    launch_target_score_sum(loss_stream_of(ctx.backend), f32_in(s, name(), "the target scores", s.shape()),
+    launch_target_score_sum(stream_of(ctx.backend), f32_in(s, name(), "the target scores", s.shape()),
                             f32_out(ctx.output, name(), "the weight", Shape{batch, n}), batch, nc, n);
   }
   std::vector<graph::KernelInfo> kernels() const override {
@@ -177,13 +177,13 @@ class NormalizedSumCudaRuntime final : public SumCudaRuntime {
                  "normalized_sum (CUDA): the workspace holds {} bytes, {} needed",
                  ctx.workspace.defined() ? ctx.workspace.nbytes() : 0, loss_workspace_bytes(n));
     float* norm = ctx.saved.empty() ? nullptr : f32_out(ctx.saved[0], name(), "the saved normaliser", Shape{1});
-    launch_normalized_sum_forward(loss_stream_of(ctx.backend), f32_in(x, name(), "x", x.shape()),
+    launch_normalized_sum_forward(stream_of(ctx.backend), f32_in(x, name(), "x", x.shape()),
                                   f32_in(ctx.inputs.at(1), name(), "w", x.shape()),
                                   f32_out(ctx.output, name(), "the sum", Shape{}), norm, ctx.workspace.raw(), n);
   }
   void backward(graph::BackwardCtx& ctx) override {
     VISION_CHECK(!ctx.saved.empty(), "normalized_sum: backward needs a plan built for training");
-    const cudaStream_t stream = loss_stream_of(ctx.backend);
+    const cudaStream_t stream = stream_of(ctx.backend);
     const Tensor& x = ctx.inputs.at(0);
     if (const Tensor& d = ctx.grad_inputs.at(0); d.defined())
       launch_normalized_sum_backward(stream, f32_in(ctx.grad_output, name(), "the sum's gradient", Shape{}),
@@ -203,7 +203,7 @@ class DetectionLossCudaRuntime final : public SumCudaRuntime {
   DetectionLossCudaRuntime(std::unique_ptr<graph::RuntimeOp> twin, LossGains gains)
       : SumCudaRuntime(std::move(twin)), gains_(gains) {}
   void forward(graph::ForwardCtx& ctx) override {
-    launch_detection_loss_forward(loss_stream_of(ctx.backend), f32_in(ctx.inputs.at(0), name(), "box", Shape{}),
+    launch_detection_loss_forward(stream_of(ctx.backend), f32_in(ctx.inputs.at(0), name(), "box", Shape{}),
                                   f32_in(ctx.inputs.at(1), name(), "cls", Shape{}),
                                   f32_in(ctx.inputs.at(2), name(), "l1", Shape{}),
                                   f32_out(ctx.outputs.at(0), name(), "the loss", Shape{}),
@@ -211,13 +211,13 @@ class DetectionLossCudaRuntime final : public SumCudaRuntime {
   }
   void backward(graph::BackwardCtx& ctx) override {
     const std::string& op = name();
-    launch_detection_loss_backward(loss_stream_of(ctx.backend), f32_in(ctx.grad_outputs.at(0), op, "d_loss", Shape{}, true),
+    launch_detection_loss_backward(stream_of(ctx.backend), f32_in(ctx.grad_outputs.at(0), op, "d_loss", Shape{}, true),
                                    f32_in(ctx.grad_outputs.at(1), op, "d_items", Shape{3}, true),
                                    f32_out(ctx.grad_inputs.at(0), op, "d_box", Shape{}, true),
                                    f32_out(ctx.grad_inputs.at(1), op, "d_cls", Shape{}, true),
                                    f32_out(ctx.grad_inputs.at(2), op, "d_l1", Shape{}, true), batch(ctx.inputs),
                                    gains_);
-    zero_async_if_defined(ctx.grad_inputs.at(3), loss_stream_of(ctx.backend));
+    zero_async_if_defined(ctx.grad_inputs.at(3), stream_of(ctx.backend));
   }
   std::vector<graph::KernelInfo> kernels() const override {
     return {graph::kernel_info(cuda::kernel_instance<DetectionLossForward>()),
@@ -233,7 +233,7 @@ class E2ELossSumCudaRuntime final : public SumCudaRuntime {
  public:
   using SumCudaRuntime::SumCudaRuntime;
   void forward(graph::ForwardCtx& ctx) override {
-    launch_e2e_loss_sum_forward(loss_stream_of(ctx.backend), f32_in(ctx.inputs.at(0), name(), "loss_o2m", Shape{}),
+    launch_e2e_loss_sum_forward(stream_of(ctx.backend), f32_in(ctx.inputs.at(0), name(), "loss_o2m", Shape{}),
                                 f32_in(ctx.inputs.at(1), name(), "loss_o2o", Shape{}),
                                 f32_in(ctx.inputs.at(2), name(), "the weights", Shape{2}),
                                 f32_out(ctx.output, name(), "the total", Shape{}));
@@ -241,7 +241,7 @@ class E2ELossSumCudaRuntime final : public SumCudaRuntime {
   void backward(graph::BackwardCtx& ctx) override {
     const std::string& op = name();
     launch_e2e_loss_sum_backward(
-        loss_stream_of(ctx.backend), f32_in(ctx.inputs.at(0), op, "loss_o2m", Shape{}),
+        stream_of(ctx.backend), f32_in(ctx.inputs.at(0), op, "loss_o2m", Shape{}),
         f32_in(ctx.inputs.at(1), op, "loss_o2o", Shape{}), f32_in(ctx.inputs.at(2), op, "the weights", Shape{2}),
         f32_in(ctx.grad_output, op, "d_total", Shape{}), f32_out(ctx.grad_inputs.at(0), op, "d_o2m", Shape{}, true),
         f32_out(ctx.grad_inputs.at(1), op, "d_o2o", Shape{}, true),
