@@ -18,7 +18,7 @@ FLOORS = {
     "ops": 3, "eval": 3,       # the built-in ops; metrics
     "train": 4,                # optimizers, EMA, schedules, checkpoints
     "models": 5,               # YOLO26: blocks, its ops and kernels, loss, trainer, weights
-    "detector": 6,             # vision::Detector
+    "api": 6,                  # the files at the top: vision::Detector, vision::train
 }
 # Who may include the CUDA backend's own headers (graph/cuda/): the graph itself, CUDA-specific sources (under a
 # cuda/ folder or named *_cuda.cpp / *_cuda.h: launchers on the backend's stream) and the detector's GPU letterbox.
@@ -26,14 +26,14 @@ FLOORS = {
 
 def may_reach_cuda_backend(rel, layer):
     name = rel.rsplit("/", 1)[-1]
-    return (layer in ("graph", "detector") or "/cuda/" in rel or name.endswith(("_cuda.cpp", "_cuda.h")))
+    return (layer in ("graph", "api") or "/cuda/" in rel or name.endswith(("_cuda.cpp", "_cuda.h")))
 INCLUDE = re.compile(r'^\s*#\s*include\s+"vision/([^"]+)"')
 
 
 def layer_of(path):
     """The layer of a path under src/vision (or of an include written as "vision/...")."""
     first = path.split("/")[0]
-    return "detector" if first.startswith("detector.") else first
+    return "api" if "/" not in path and first.endswith((".h", ".cpp")) else first
 
 
 def main():

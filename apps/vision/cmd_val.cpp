@@ -18,7 +18,7 @@
 #include "vision/data/dataset.h"
 #include "vision/detector.h"
 #include "vision/eval/metrics.h"
-#include "results_plot.h"
+#include "vision/eval/plots.h"
 
 namespace vision::cli {
 namespace {
@@ -164,8 +164,8 @@ int run_val(const ValOptions& o) {
     fmt::print("vision val: note: the metrics leave out the skipped images and label lines (see the messages above)\n");
 
   if (!o.plots.empty()) {
-    write_pr_curve(result, names, fs::path(o.plots) / "PR_curve.png");
-    write_prediction_grid(shown, shown_found, names, fs::path(o.plots) / "val_pred.jpg");
+    eval::write_pr_curve(result, names, fs::path(o.plots) / "PR_curve.png");
+    eval::write_prediction_grid(shown, shown_found, names, fs::path(o.plots) / "val_pred.jpg");
     fmt::print("vision val: PR_curve.png and val_pred.jpg (predictions with score ≥ 0.25) written to {}\n", o.plots);
   }
   if (!o.save_json.empty()) {

@@ -15,8 +15,8 @@ namespace {
 
 using core::DType;
 
-constexpr const char* kFile = "vision/train/optim.cuh";
-constexpr const char* kScope = "vision::train";
+constexpr const char* kOptimFile = "vision/train/optim.cuh";
+constexpr const char* kOptimScope = "vision::train";
 
 void register_optim_kernels(cuda::KernelRegistry& r) {
   r.add<GradSumsqPartial>();
@@ -40,30 +40,30 @@ dim3 chunk_grid(int64_t n_chunks, const char* what) {
 
 GradSumsqPartial::GradSumsqPartial()
     : KernelDescriptor(
-          {"grad_sumsq_partial", kFile, DType::f32, {}, "const {T}*, const void*, const void*, float*", kScope}) {}
+          {"grad_sumsq_partial", kOptimFile, DType::f32, {}, "const {T}*, const void*, const void*, float*", kOptimScope}) {}
 
 GradSumsqFinalize::GradSumsqFinalize()
-    : KernelDescriptor({"grad_sumsq_finalize", kFile, DType::f32, {}, "const {T}*, int64_t, float*", kScope}) {}
+    : KernelDescriptor({"grad_sumsq_finalize", kOptimFile, DType::f32, {}, "const {T}*, int64_t, float*", kOptimScope}) {}
 
 SgdStep::SgdStep()
-    : KernelDescriptor({"sgd_step", kFile, DType::f32, {},
+    : KernelDescriptor({"sgd_step", kOptimFile, DType::f32, {},
                         "{T}*, const {T}*, {T}*, const __nv_bfloat16*, const void*, const void*, const void*, float",
-                        kScope}) {}
+                        kOptimScope}) {}
 
 AdamwStep::AdamwStep()
-    : KernelDescriptor({"adamw_step", kFile, DType::f32, {},
-                        "{T}*, const {T}*, {T}*, {T}*, const void*, const void*, const void*, float", kScope}) {}
+    : KernelDescriptor({"adamw_step", kOptimFile, DType::f32, {},
+                        "{T}*, const {T}*, {T}*, {T}*, const void*, const void*, const void*, float", kOptimScope}) {}
 
 MuonPrepare::MuonPrepare()
-    : KernelDescriptor({"muon_prepare", kFile, DType::f32, {},
-                        "const {T}*, {T}*, __nv_bfloat16*, const void*, const void*, const void*, float", kScope}) {}
+    : KernelDescriptor({"muon_prepare", kOptimFile, DType::f32, {},
+                        "const {T}*, {T}*, __nv_bfloat16*, const void*, const void*, const void*, float", kOptimScope}) {}
 
 MuonNormalize::MuonNormalize()
-    : KernelDescriptor({"muon_normalize", kFile, DType::bf16, {}, "{T}*, const void*, const int64_t*", kScope}) {}
+    : KernelDescriptor({"muon_normalize", kOptimFile, DType::bf16, {}, "{T}*, const void*, const int64_t*", kOptimScope}) {}
 
 EmaUpdate::EmaUpdate()
     : KernelDescriptor(
-          {"ema_update", kFile, DType::f32, {}, "{T}*, const {T}*, const {T}*, const void*, float, float", kScope}) {}
+          {"ema_update", kOptimFile, DType::f32, {}, "{T}*, const {T}*, const {T}*, const void*, float, float", kOptimScope}) {}
 
 void launch_grad_sumsq(cudaStream_t stream, const float* grads, const OptimTensor* tensors, const OptimChunk* chunks,
                        int64_t n_chunks, float* partials, float* out) {

@@ -6,14 +6,14 @@
 namespace vision::ops::kernels {
 namespace {
 
-constexpr const char* kFile = "vision/ops/kernels/batchnorm.cuh";
+constexpr const char* kBatchnormFile = "vision/ops/kernels/batchnorm.cuh";
 constexpr int kThreads = 256;
 
 // "batchnorm_stats" or "batchnorm_stats_nhwc" for an activation dtype of the kernels (f32, f16, bf16).
 cuda::KernelSpec activation_spec(const char* name, DType dtype, Layout layout, const char* params) {
   VISION_CHECK(core::is_floating(dtype), "{}: no CUDA kernel for {} tensors (f32, f16 and bf16 only)", name,
                core::dtype_name(dtype));
-  return {std::string(name) + (layout == Layout::nhwc ? "_nhwc" : ""), kFile, dtype, {}, params};
+  return {std::string(name) + (layout == Layout::nhwc ? "_nhwc" : ""), kBatchnormFile, dtype, {}, params};
 }
 
 void register_batchnorm_kernels(cuda::KernelRegistry& r) {
@@ -41,16 +41,16 @@ void check_shape(const core::Shape& x, const char* what) {
 }  // namespace
 
 BatchNormFold::BatchNormFold(DType t)
-    : KernelDescriptor({"batchnorm_fold", kFile, t, {},
+    : KernelDescriptor({"batchnorm_fold", kBatchnormFile, t, {},
                         "const {T}*, const {T}*, const {T}*, const {T}*, const {T}*, const {T}*, {T}*, {T}*, int64_t, "
                         "int64_t, float"}) {}
-IncrementCounter::IncrementCounter() : KernelDescriptor({"increment_counter", kFile, DType::i64, {}, "{T}*"}) {}
+IncrementCounter::IncrementCounter() : KernelDescriptor({"increment_counter", kBatchnormFile, DType::i64, {}, "{T}*"}) {}
 
 BatchNormStats::BatchNormStats(DType t, Layout layout)
     : KernelDescriptor(
           activation_spec("batchnorm_stats", t, layout, "const {T}*, float*, int64_t, int64_t, int64_t, int64_t")) {}
 BatchNormStatsFinalize::BatchNormStatsFinalize()
-    : KernelDescriptor({"batchnorm_stats_finalize", kFile, DType::f32, {},
+    : KernelDescriptor({"batchnorm_stats_finalize", kBatchnormFile, DType::f32, {},
                         "const {T}*, {T}*, {T}*, {T}*, {T}*, int64_t, int64_t, int64_t, int64_t, float, float"}) {}
 BatchNormApply::BatchNormApply(DType t, Layout layout)
     : KernelDescriptor(activation_spec("batchnorm_apply", t, layout,
@@ -61,7 +61,7 @@ BatchNormBackwardSums::BatchNormBackwardSums(DType t, Layout layout)
                                        "const {T}*, const {T}*, const float*, float*, int64_t, int64_t, int64_t, "
                                        "int64_t")) {}
 BatchNormBackwardFinalize::BatchNormBackwardFinalize()
-    : KernelDescriptor({"batchnorm_backward_finalize", kFile, DType::f32, {},
+    : KernelDescriptor({"batchnorm_backward_finalize", kBatchnormFile, DType::f32, {},
                         "const {T}*, const {T}*, {T}*, {T}*, int64_t, int64_t"}) {}
 BatchNormBackwardApply::BatchNormBackwardApply(DType t, Layout layout)
     : KernelDescriptor(activation_spec("batchnorm_backward_apply", t, layout,

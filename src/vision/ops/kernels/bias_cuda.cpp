@@ -9,7 +9,7 @@ namespace {
 constexpr const char* kBiasFile = "vision/ops/kernels/bias.cuh";
 constexpr int kBiasThreads = 256;
 
-void check_dtype(const char* name, DType dtype) {
+void check_bias_dtype(const char* name, DType dtype) {
   VISION_CHECK(core::is_floating(dtype), "{}: no CUDA kernel for {} tensors (f32, f16 and bf16 only)", name,
                core::dtype_name(dtype));
 }
@@ -40,16 +40,16 @@ VISION_REGISTER_KERNELS(register_bias_kernels);
 BiasAct::BiasAct(DType t, Layout layout, bool silu)
     : KernelDescriptor({with_layout("bias_act", layout), kBiasFile, t, {{"silu", silu ? 1 : 0}},
                         "{T}*, const {T}*, int64_t, int64_t, int64_t"}) {
-  check_dtype("bias_act", t);
+  check_bias_dtype("bias_act", t);
 }
 ChannelSumPartials::ChannelSumPartials(DType t, Layout layout)
     : KernelDescriptor({with_layout("channel_sum_partials", layout), kBiasFile, t, {},
                         "const {T}*, float*, int64_t, int64_t, int64_t, int64_t"}) {
-  check_dtype("channel_sum_partials", t);
+  check_bias_dtype("channel_sum_partials", t);
 }
 ChannelSumFinalize::ChannelSumFinalize(DType t)
     : KernelDescriptor({"channel_sum_finalize", kBiasFile, t, {}, "const float*, {T}*, int64_t, int64_t"}) {
-  check_dtype("channel_sum_finalize", t);
+  check_bias_dtype("channel_sum_finalize", t);
 }
 
 void launch_bias_act(cudaStream_t stream, DType dtype, Layout layout, bool silu, const core::Shape& y, void* y_data,

@@ -18,19 +18,19 @@ using core::DType;
 using core::Shape;
 
 constexpr int kThreads = 256;
-constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
-constexpr const char* kFile = "vision/models/yolo/kernels/detect_decode.cuh";
-constexpr const char* kScope = "vision::models::yolo::kernels";
+constexpr DType kDecodeDtypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr const char* kDecodeFile = "vision/models/yolo/kernels/detect_decode.cuh";
+constexpr const char* kDecodeScope = "vision::models::yolo::kernels";
 
 void register_detect_decode_kernels(cuda::KernelRegistry& r) {
-  for (DType t : kDtypes) {
+  for (DType t : kDecodeDtypes) {
     r.add<DetectDecodeForward>(t);
     r.add<DetectDecodeBackward>(t);
   }
 }
 VISION_REGISTER_KERNELS(register_detect_decode_kernels);
 
-void check_dtype(DType t) {
+void check_decode_dtype(DType t) {
   VISION_CHECK(core::is_floating(t), "detect_decode: no CUDA kernel for {} tensors (f32, f16 and bf16 only)",
                core::dtype_name(t));
 }
@@ -44,14 +44,14 @@ void check_sizes(int64_t batch, int64_t n_anchors) {
 }  // namespace
 
 DetectDecodeForward::DetectDecodeForward(DType t)
-    : KernelDescriptor({"detect_decode_forward", kFile, t, {},
-                        "const {T}*, const float*, {T}*, int64_t, int64_t, int32_t", kScope}) {
-  check_dtype(t);
+    : KernelDescriptor({"detect_decode_forward", kDecodeFile, t, {},
+                        "const {T}*, const float*, {T}*, int64_t, int64_t, int32_t", kDecodeScope}) {
+  check_decode_dtype(t);
 }
 
 DetectDecodeBackward::DetectDecodeBackward(DType t)
-    : KernelDescriptor({"detect_decode_backward", kFile, t, {}, "const {T}*, {T}*, int64_t, int64_t", kScope}) {
-  check_dtype(t);
+    : KernelDescriptor({"detect_decode_backward", kDecodeFile, t, {}, "const {T}*, {T}*, int64_t, int64_t", kDecodeScope}) {
+  check_decode_dtype(t);
 }
 
 void launch_detect_decode_forward(cudaStream_t stream, DType dtype, const void* ltrb, const float* anchors,

@@ -24,12 +24,12 @@ constexpr int kSelectThreads = 1024;
 constexpr int kRankThreads = 256;
 constexpr int kNmsTile = 256;
 
-constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
-constexpr const char* kFile = "vision/models/yolo/kernels/postprocess.cuh";
-constexpr const char* kScope = "vision::models::yolo::kernels";
+constexpr DType kPostprocessDtypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr const char* kPostprocessFile = "vision/models/yolo/kernels/postprocess.cuh";
+constexpr const char* kPostprocessScope = "vision::models::yolo::kernels";
 
 void register_postprocess_kernels(cuda::KernelRegistry& r) {
-  for (DType t : kDtypes) {
+  for (DType t : kPostprocessDtypes) {
     r.add<PostprocessE2eAnchorKeys>(t);
     r.add<PostprocessE2eSelect>(t);
     r.add<PostprocessNmsCandidates>(t);
@@ -39,7 +39,7 @@ void register_postprocess_kernels(cuda::KernelRegistry& r) {
 }
 VISION_REGISTER_KERNELS(register_postprocess_kernels);
 
-void check_dtype(DType t) {
+void check_postprocess_dtype(DType t) {
   VISION_CHECK(core::is_floating(t), "postprocess: no CUDA kernel for {} tensors (f32, f16 and bf16 only)",
                core::dtype_name(t));
 }
@@ -84,38 +84,38 @@ void check_workspace(const void* workspace, size_t have, size_t need, std::strin
 }  // namespace
 
 PostprocessE2eAnchorKeys::PostprocessE2eAnchorKeys(DType t)
-    : KernelDescriptor({"postprocess_e2e_anchor_keys", kFile, t, {}, "const {T}*, uint64_t*, int64_t, int64_t",
-                        kScope}) {
-  check_dtype(t);
+    : KernelDescriptor({"postprocess_e2e_anchor_keys", kPostprocessFile, t, {}, "const {T}*, uint64_t*, int64_t, int64_t",
+                        kPostprocessScope}) {
+  check_postprocess_dtype(t);
 }
 
 PostprocessE2eSelect::PostprocessE2eSelect(DType t)
-    : KernelDescriptor({"postprocess_e2e_select", kFile, t, {},
+    : KernelDescriptor({"postprocess_e2e_select", kPostprocessFile, t, {},
                         "const {T}*, const {T}*, const uint64_t*, uint64_t*, const float*, float*, int32_t*, int64_t, "
                         "int64_t, int32_t, float",
-                        kScope}) {
-  check_dtype(t);
+                        kPostprocessScope}) {
+  check_postprocess_dtype(t);
 }
 
 PostprocessNmsCandidates::PostprocessNmsCandidates(DType t)
-    : KernelDescriptor({"postprocess_nms_candidates", kFile, t, {},
-                        "const {T}*, const float*, uint64_t*, int32_t*, int32_t*, int64_t, int64_t, float", kScope}) {
-  check_dtype(t);
+    : KernelDescriptor({"postprocess_nms_candidates", kPostprocessFile, t, {},
+                        "const {T}*, const float*, uint64_t*, int32_t*, int32_t*, int64_t, int64_t, float", kPostprocessScope}) {
+  check_postprocess_dtype(t);
 }
 
 PostprocessNmsRank::PostprocessNmsRank(DType t)
-    : KernelDescriptor({"postprocess_nms_rank", kFile, t, {},
-                        "const uint64_t*, const int32_t*, int32_t*, int64_t, int64_t, int32_t", kScope}) {
+    : KernelDescriptor({"postprocess_nms_rank", kPostprocessFile, t, {},
+                        "const uint64_t*, const int32_t*, int32_t*, int64_t, int64_t, int32_t", kPostprocessScope}) {
   VISION_CHECK(t == DType::f32, "postprocess_nms_rank reads no element data and exists as f32 only, not {}",
                core::dtype_name(t));
 }
 
 PostprocessNmsSelect::PostprocessNmsSelect(DType t)
-    : KernelDescriptor({"postprocess_nms_select", kFile, t, {},
+    : KernelDescriptor({"postprocess_nms_select", kPostprocessFile, t, {},
                         "const {T}*, const uint64_t*, const int32_t*, const int32_t*, const int32_t*, float*, "
                         "int32_t*, int64_t, int64_t, int32_t, int32_t, float",
-                        kScope}) {
-  check_dtype(t);
+                        kPostprocessScope}) {
+  check_postprocess_dtype(t);
 }
 
 size_t postprocess_e2e_workspace_bytes(const PostprocessSizes& s, const PostprocessOptions& o) {
@@ -135,7 +135,7 @@ size_t postprocess_nms_workspace_bytes(const PostprocessSizes& s, const Postproc
 void launch_postprocess_e2e(cudaStream_t stream, DType dtype, const void* boxes, const void* logits,
                             const float* class_mask, float* detections, int32_t* count, void* workspace,
                             size_t workspace_bytes, const PostprocessSizes& s, const PostprocessOptions& o) {
-  check_dtype(dtype);
+  check_postprocess_dtype(dtype);
   const size_t need = postprocess_e2e_workspace_bytes(s, o);
   if (s.batch == 0) return;
   if (s.n_anchors == 0) return zero_outputs(stream, detections, count, s, o);
@@ -158,7 +158,7 @@ void launch_postprocess_e2e(cudaStream_t stream, DType dtype, const void* boxes,
 void launch_postprocess_nms(cudaStream_t stream, DType dtype, const void* boxes, const void* logits,
                             const float* class_mask, float* detections, int32_t* count, void* workspace,
                             size_t workspace_bytes, const PostprocessSizes& s, const PostprocessOptions& o) {
-  check_dtype(dtype);
+  check_postprocess_dtype(dtype);
   const size_t need = postprocess_nms_workspace_bytes(s, o);
   if (s.batch == 0) return;
   if (s.n_anchors == 0) return zero_outputs(stream, detections, count, s, o);

@@ -26,15 +26,15 @@ namespace {
 using core::Shape;
 using core::Tensor;
 
-constexpr const char* kFile = "vision/models/yolo/kernels/attention/flash_attn2.cuh";
+constexpr const char* kFa2File = "vision/models/yolo/kernels/attention/flash_attn2.cuh";
 constexpr const char* kFileSm90 = "vision/models/yolo/kernels/attention/flash_attn2_sm90.cuh";
-constexpr const char* kScope = "vision::models::yolo::kernels::attention";
+constexpr const char* kFa2Scope = "vision::models::yolo::kernels::attention";
 
 // The (d, d_v) pairs registered (and snapshot/compile-tested): YOLO26's PSA runs d_v = 2 · d.
 constexpr std::pair<int, int> kHeadSizes[] = {{16, 16}, {32, 32}, {64, 64},  {128, 128},
                                               {16, 32}, {32, 64}, {64, 128}, {128, 256}};
 constexpr int kValueSizes[] = {16, 32, 64, 128, 256};
-constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr DType kFa2Dtypes[] = {DType::f32, DType::f16, DType::bf16};
 
 constexpr const char* kForwardParams = "const {T}*, const {T}*, const {T}*, {T}*, float*, int, int, float";
 constexpr const char* kPreprocessParams = "const {T}*, const {T}*, float*, int";
@@ -61,7 +61,7 @@ const char* params_of(FlashAttention2Kernel kernel) {
 }
 
 void register_flash_attention2_kernels(cuda::KernelRegistry& r) {
-  for (DType t : kDtypes) {
+  for (DType t : kFa2Dtypes) {
     for (const auto& [d, dv] : kHeadSizes) {
       r.add<FlashAttention2Forward>(t, d, dv);
       r.add<FlashAttention2BackwardDq>(t, d, dv);
@@ -116,9 +116,9 @@ cuda::KernelSpec flash_attention2_spec(const FlashAttention2Instance& in, DType 
   spec.name = fmt::format("flash_attention2_{}", flash_attention2_kernel_label(in.kernel));
   const bool sm90 =
       in.kernel == FlashAttention2Kernel::forward_sm90 || in.kernel == FlashAttention2Kernel::backward_sm90;
-  spec.file = sm90 ? kFileSm90 : kFile;
+  spec.file = sm90 ? kFileSm90 : kFa2File;
   spec.dtype = dtype;
-  spec.scope = kScope;
+  spec.scope = kFa2Scope;
   spec.params = params_of(in.kernel);
   if (in.kernel == FlashAttention2Kernel::backward_preprocess) {
     spec.constants = {{"dv", in.d_v}, {"w", in.tiles.warps}};
@@ -431,7 +431,7 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
       if (last_) problems.push_back(*last_);
     }
     if (problems.empty())
-      for (DType t : kDtypes)
+      for (DType t : kFa2Dtypes)
         for (const auto& [d, dv] : kHeadSizes) problems.emplace_back(t, d, dv);
     std::vector<graph::KernelInfo> out;
     std::set<std::string, std::less<>> seen;  // preprocessing and dQ conversion are shared between head sizes

@@ -22,12 +22,12 @@ constexpr int kTopkThreads = 256;
 constexpr int kResolveThreads = 128;
 constexpr int kFinalizeThreads = 256;
 
-constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
-constexpr const char* kFile = "vision/models/yolo/kernels/loss/assigner.cuh";
-constexpr const char* kScope = "vision::models::yolo::kernels::loss";
+constexpr DType kAssignerDtypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr const char* kAssignerFile = "vision/models/yolo/kernels/loss/assigner.cuh";
+constexpr const char* kAssignerScope = "vision::models::yolo::kernels::loss";
 
 void register_assigner_kernels(cuda::KernelRegistry& r) {
-  for (DType t : kDtypes) {
+  for (DType t : kAssignerDtypes) {
     r.add<AssignerTopk>(t);
     r.add<AssignerResolve>(t);
     r.add<AssignerFinalize>(t);
@@ -35,7 +35,7 @@ void register_assigner_kernels(cuda::KernelRegistry& r) {
 }
 VISION_REGISTER_KERNELS(register_assigner_kernels);
 
-void check_dtype(DType t) {
+void check_assigner_dtype(DType t) {
   VISION_CHECK(core::is_floating(t), "task_aligned_assigner: no CUDA kernel for {} tensors (f32, f16 and bf16 only)",
                core::dtype_name(t));
 }
@@ -56,36 +56,36 @@ void check_sizes(const AssignerSizes& s, const AssignerOptions& o) {
 
 AssignerTopk::AssignerTopk(DType t)
     : KernelDescriptor({"assigner_topk",
-                        kFile,
+                        kAssignerFile,
                         t,
                         {},
                         "const {T}*, const {T}*, const float*, const float*, const int32_t*, int32_t*, int32_t*, "
                         "int64_t, int64_t, int64_t, int32_t, float, float, float, float, float",
-                        kScope}) {
-  check_dtype(t);
+                        kAssignerScope}) {
+  check_assigner_dtype(t);
 }
 
 AssignerResolve::AssignerResolve(DType t)
     : KernelDescriptor({"assigner_resolve",
-                        kFile,
+                        kAssignerFile,
                         t,
                         {},
                         "const {T}*, const float*, const float*, const int32_t*, const int32_t*, int32_t*, int64_t, "
                         "int64_t, int64_t, int64_t, float, float, float",
-                        kScope}) {
-  check_dtype(t);
+                        kAssignerScope}) {
+  check_assigner_dtype(t);
 }
 
 AssignerFinalize::AssignerFinalize(DType t)
     : KernelDescriptor({"assigner_finalize",
-                        kFile,
+                        kAssignerFile,
                         t,
                         {},
                         "const {T}*, const {T}*, const float*, const float*, const int32_t*, const int32_t*, float*, "
                         "float*, uint8_t*, int32_t*, int64_t, int64_t, int64_t, int32_t, int32_t, float, float, float, "
                         "float, float",
-                        kScope}) {
-  check_dtype(t);
+                        kAssignerScope}) {
+  check_assigner_dtype(t);
 }
 
 size_t assigner_workspace_bytes(const AssignerSizes& s, const AssignerOptions& o) {
@@ -97,7 +97,7 @@ void launch_task_aligned_assigner(cudaStream_t stream, DType dtype, const void* 
                                   const float* anchors, const float* targets, const int32_t* count, float* target_boxes,
                                   float* target_scores, uint8_t* fg_mask, int32_t* gt_index, void* workspace,
                                   size_t workspace_bytes, const AssignerSizes& s, const AssignerOptions& o) {
-  check_dtype(dtype);
+  check_assigner_dtype(dtype);
   const size_t need = assigner_workspace_bytes(s, o);
   const auto b = static_cast<size_t>(s.batch), n = static_cast<size_t>(s.n_anchors);
   if (b == 0 || n == 0) return;

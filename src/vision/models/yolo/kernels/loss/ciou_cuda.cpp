@@ -17,19 +17,19 @@ namespace {
 using core::DType;
 using core::Shape;
 
-constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
-constexpr const char* kFile = "vision/models/yolo/kernels/loss/ciou.cuh";
-constexpr const char* kScope = "vision::models::yolo::kernels::loss";
+constexpr DType kCiouDtypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr const char* kCiouFile = "vision/models/yolo/kernels/loss/ciou.cuh";
+constexpr const char* kCiouScope = "vision::models::yolo::kernels::loss";
 
 void register_ciou_kernels(cuda::KernelRegistry& r) {
-  for (DType t : kDtypes) {
+  for (DType t : kCiouDtypes) {
     r.add<CiouForward>(t);
     r.add<CiouBackward>(t);
   }
 }
 VISION_REGISTER_KERNELS(register_ciou_kernels);
 
-void check_dtype(DType t) {
+void check_ciou_dtype(DType t) {
   VISION_CHECK(core::is_floating(t), "ciou_loss: no CUDA kernel for {} boxes (f32, f16 and bf16 only)",
                core::dtype_name(t));
 }
@@ -43,19 +43,19 @@ void check_sizes(int64_t batch, int64_t n_anchors) {
 }  // namespace
 
 CiouForward::CiouForward(DType t)
-    : KernelDescriptor({"ciou_forward", kFile, t, {{"block", kCiouBlock}},
+    : KernelDescriptor({"ciou_forward", kCiouFile, t, {{"block", kCiouBlock}},
                         "const {T}*, const float*, const float*, float*, float*, float*, float*, int64_t, int64_t, "
                         "int32_t",
-                        kScope}) {
-  check_dtype(t);
+                        kCiouScope}) {
+  check_ciou_dtype(t);
 }
 
 CiouBackward::CiouBackward(DType t)
-    : KernelDescriptor({"ciou_backward", kFile, t, {{"block", kCiouBlock}},
+    : KernelDescriptor({"ciou_backward", kCiouFile, t, {{"block", kCiouBlock}},
                         "const {T}*, const float*, const float*, const float*, const float*, const float*, "
                         "const float*, {T}*, int64_t, int64_t, int32_t, int32_t",
-                        kScope}) {
-  check_dtype(t);
+                        kCiouScope}) {
+  check_ciou_dtype(t);
 }
 
 void launch_ciou_forward(cudaStream_t stream, DType dtype, const void* pred, const float* target, const float* weight,

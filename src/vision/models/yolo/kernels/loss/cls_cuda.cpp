@@ -39,13 +39,13 @@ void register_cls_loss_kernels(cuda::KernelRegistry& r) {
 }
 VISION_REGISTER_KERNELS(register_cls_loss_kernels);
 
-void check_dtype(DType t, const char* what) {
+void check_cls_dtype(DType t, const char* what) {
   VISION_CHECK(core::is_floating(t), "{}: no CUDA kernel for {} predictions (f32, f16 and bf16 only)", what,
                core::dtype_name(t));
 }
 
 cuda::KernelSpec loss_spec(const char* name, DType t, const char* params) {
-  check_dtype(t, name);
+  check_cls_dtype(t, name);
   return {name, kClsFile, t, {}, params, kClsScope};
 }
 

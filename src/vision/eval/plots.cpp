@@ -1,4 +1,4 @@
-#include "results_plot.h"
+#include "vision/eval/plots.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,23 +12,23 @@
 #include "vision/data/font.h"
 #include "vision/data/image.h"
 
-namespace vision::cli {
+namespace vision::eval {
 namespace {
 
-void put(data::Image& im, int64_t x, int64_t y, data::Rgb c) {
+void plot_pixel(data::Image& im, int64_t x, int64_t y, data::Rgb c) {
   if (x < 0 || y < 0 || x >= im.width || y >= im.height) return;
   uint8_t* p = im.pixels.data() + (y * im.width + x) * 3;
   p[0] = c[0], p[1] = c[1], p[2] = c[2];
 }
 
 // A line from (x0, y0) to (x1, y1), two pixels wide.
-void line(data::Image& im, double x0, double y0, double x1, double y1, data::Rgb c) {
+void plot_line(data::Image& im, double x0, double y0, double x1, double y1, data::Rgb c) {
   const int steps = static_cast<int>(std::max(std::abs(x1 - x0), std::abs(y1 - y0))) + 1;
   for (int s = 0; s <= steps; ++s) {
     const double t = static_cast<double>(s) / steps;
     const auto x = static_cast<int64_t>(std::lround(x0 + t * (x1 - x0)));
     const auto y = static_cast<int64_t>(std::lround(y0 + t * (y1 - y0)));
-    put(im, x, y, c), put(im, x + 1, y, c), put(im, x, y + 1, c);
+    plot_pixel(im, x, y, c), plot_pixel(im, x + 1, y, c), plot_pixel(im, x, y + 1, c);
   }
 }
 
@@ -41,8 +41,8 @@ void write_pr_curve(const eval::MetricsResult& result, std::span<const std::stri
   im.pixels.assign(static_cast<size_t>(im.width * im.height * 3), 255);
   const double left = 60, right = 620, top = 40, bottom = 430;
   const data::Rgb axis{150, 150, 150};
-  line(im, left, bottom, right, bottom, axis);
-  line(im, left, top, left, bottom, axis);
+  plot_line(im, left, bottom, right, bottom, axis);
+  plot_line(im, left, top, left, bottom, axis);
   auto px = [&](double r) { return left + r * (right - left); };
   auto py = [&](double p) { return bottom - p * (bottom - top); };
   std::vector<double> mean(eval::kPrCurvePoints, 0.0);
@@ -51,7 +51,7 @@ void write_pr_curve(const eval::MetricsResult& result, std::span<const std::stri
     const data::Rgb colour = result.classes.size() <= 10 ? data::class_colour(c.cls) : data::Rgb{180, 180, 180};
     for (int i = 1; i < eval::kPrCurvePoints; ++i) {
       const double r0 = (i - 1.0) / (eval::kPrCurvePoints - 1), r1 = i / (eval::kPrCurvePoints - 1.0);
-      line(im, px(r0), py(c.pr_curve[static_cast<size_t>(i - 1)]), px(r1), py(c.pr_curve[static_cast<size_t>(i)]),
+      plot_line(im, px(r0), py(c.pr_curve[static_cast<size_t>(i - 1)]), px(r1), py(c.pr_curve[static_cast<size_t>(i)]),
            colour);
     }
     for (int i = 0; i < eval::kPrCurvePoints; ++i)
@@ -61,7 +61,7 @@ void write_pr_curve(const eval::MetricsResult& result, std::span<const std::stri
   for (int i = 1; i < eval::kPrCurvePoints && !result.classes.empty(); ++i) {
     const double r0 = (i - 1.0) / (eval::kPrCurvePoints - 1), r1 = i / (eval::kPrCurvePoints - 1.0);
     for (int d = -1; d <= 1; ++d)
-      line(im, px(r0), py(mean[static_cast<size_t>(i - 1)]) + d, px(r1), py(mean[static_cast<size_t>(i)]) + d, blue);
+      plot_line(im, px(r0), py(mean[static_cast<size_t>(i - 1)]) + d, px(r1), py(mean[static_cast<size_t>(i)]) + d, blue);
   }
   if (const auto font = data::Font::default_font()) {
     char buf[96];
@@ -141,12 +141,12 @@ void write_results_plot(const std::filesystem::path& csv, const std::filesystem:
     if (!(hi > lo)) hi = lo + 1e-9 + std::abs(lo) * 0.1, lo -= std::abs(lo) * 0.1;
     const double e0 = epochs.front(), e1 = std::max(epochs.back(), e0 + 1);
     const data::Rgb axis{150, 150, 150}, blue{31, 119, 180};
-    line(im, left, bottom, right, bottom, axis);
-    line(im, left, top, left, bottom, axis);
+    plot_line(im, left, bottom, right, bottom, axis);
+    plot_line(im, left, top, left, bottom, axis);
     auto px = [&](size_t i) { return left + (epochs[i] - e0) / (e1 - e0) * (right - left); };
     auto py = [&](double y) { return bottom - (y - lo) / (hi - lo) * (bottom - top); };
-    if (v.size() == 1) line(im, px(0) - 2, py(v[0]), px(0) + 2, py(v[0]), blue);
-    for (size_t i = 1; i < v.size(); ++i) line(im, px(i - 1), py(v[i - 1]), px(i), py(v[i]), blue);
+    if (v.size() == 1) plot_line(im, px(0) - 2, py(v[0]), px(0) + 2, py(v[0]), blue);
+    for (size_t i = 1; i < v.size(); ++i) plot_line(im, px(i - 1), py(v[i - 1]), px(i), py(v[i]), blue);
     if (font) {
       font->draw_text(im, names[first + k], ox + 40, oy + 6, 16.0f, {0, 0, 0});
       char buf[64];
@@ -161,4 +161,4 @@ void write_results_plot(const std::filesystem::path& csv, const std::filesystem:
   data::write_image(im, png);
 }
 
-}  // namespace vision::cli
+}  // namespace vision::eval

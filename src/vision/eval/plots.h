@@ -1,4 +1,4 @@
-// results.png of `vision train`: one small line chart per column of results.csv (the losses, P, R, mAP50, mAP50-95,
+// results.png of a training run (vision/trainer.h): one small line chart per column of results.csv (the losses, P, R, mAP50, mAP50-95,
 // fitness and lr against the epoch), drawn into an 8-bit image with the default font for the titles, and written as
 // PNG. Without a font the charts are drawn without titles.
 #pragma once
@@ -12,7 +12,7 @@
 #include "vision/data/image.h"
 #include "vision/eval/metrics.h"
 
-namespace vision::cli {
+namespace vision::eval {
 
 // Reads results.csv (a header line, then numbers) and writes the chart image; a CSV with no rows writes nothing.
 // Throws vision::Error when the file cannot be read or the image cannot be written.
@@ -27,4 +27,4 @@ void write_pr_curve(const eval::MetricsResult& result, std::span<const std::stri
 void write_prediction_grid(std::span<const data::Image> images, std::span<const std::vector<data::Detection>> found,
                            std::span<const std::string> names, const std::filesystem::path& jpg);
 
-}  // namespace vision::cli
+}  // namespace vision::eval
