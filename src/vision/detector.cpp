@@ -59,7 +59,9 @@ struct Detector::Impl {
   bool on_cuda() const { return backend->backend() == graph::Backend::cuda; }
 
   // The letterboxed batch in the model's input format, on the model's backend (CUDA) or the host (CPU).
-  core::Tensor preprocess(std::span<const data::Image> images, std::span<const data::LetterboxTransform> t) {
+  // A view that is not contiguous RGB is first packed into `packed` (which must outlive the upload).
+  core::Tensor preprocess(std::span<const data::ImageView> images, std::span<const data::LetterboxTransform> t,
+                          std::vector<data::Image>& packed) {
     const core::Shape shape{static_cast<int64_t>(images.size()), 3, t[0].input_h, t[0].input_w};
 #ifdef VISION_HAS_CUDA
     if (on_cuda()) {
@@ -67,10 +69,18 @@ struct Detector::Impl {
       CudaInput& c = *cuda_input;
       constexpr size_t kAlign = 256;
       std::vector<size_t> offsets;
+      std::vector<const uint8_t*> sources;
       size_t total = 0;
-      for (const data::Image& im : images) {
+      packed.reserve(images.size());
+      for (const data::ImageView& im : images) {
+        if (im.contiguous_rgb()) {
+          sources.push_back(im.pixels);
+        } else {
+          packed.push_back(data::to_image(im));
+          sources.push_back(packed.back().pixels.data());
+        }
         offsets.push_back(total);
-        total += (im.pixels.size() + kAlign - 1) / kAlign * kAlign;
+        total += (static_cast<size_t>(im.width * im.height * 3) + kAlign - 1) / kAlign * kAlign;
       }
       auto* image_bytes = static_cast<std::byte*>(c.images.get(*backend, total));
       const size_t batch_bytes = static_cast<size_t>(shape.numel()) * core::dtype_size(input_format.dtype);
@@ -79,7 +89,8 @@ struct Detector::Impl {
           core::Tensor::view(batch_data, shape, input_format.dtype, core::Device::cuda, input_format.layout);
       const cudaStream_t stream = graph::CudaBackendContext::of(backend.get()).stream();
       for (size_t i = 0; i < images.size(); ++i) {
-        c.uploader.upload(image_bytes + offsets[i], images[i].pixels.data(), images[i].pixels.size(), stream);
+        c.uploader.upload(image_bytes + offsets[i], sources[i], static_cast<size_t>(images[i].width * images[i].height * 3),
+                          stream);
         data::launch_letterbox_normalize(stream, reinterpret_cast<const uint8_t*>(image_bytes + offsets[i]), t[i],
                                          tensor, static_cast<int64_t>(i));
       }
@@ -163,22 +174,33 @@ std::array<int64_t, 2> Detector::imgsz() const { return impl().imgsz; }
 const DetectTiming& Detector::last_timing() const { return impl().timing; }
 
 std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data::Image> images) {
-  Impl& m = impl();
-  std::vector<std::vector<data::Detection>> result(images.size());
-  if (images.empty()) return result;
-  auto t0 = Clock::now();
-  std::vector<std::pair<int64_t, int64_t>> sizes;
+  std::vector<data::ImageView> views;
+  views.reserve(images.size());
   for (size_t i = 0; i < images.size(); ++i) {
     const data::Image& im = images[i];
     VISION_CHECK(!im.empty() && im.channels == 3 && im.width > 0 && im.height > 0 &&
                      im.pixels.size() == static_cast<size_t>(im.width * im.height * 3),
                  "detect: image {} of the batch must be 8-bit RGB (3 channels), got {}×{} with {} channels", i,
                  im.width, im.height, im.channels);
-    sizes.emplace_back(im.height, im.width);
+    views.emplace_back(im);
+  }
+  return detect(std::span<const data::ImageView>(views));
+}
+
+std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data::ImageView> images) {
+  Impl& m = impl();
+  std::vector<std::vector<data::Detection>> result(images.size());
+  if (images.empty()) return result;
+  auto t0 = Clock::now();
+  std::vector<std::pair<int64_t, int64_t>> sizes;
+  for (size_t i = 0; i < images.size(); ++i) {
+    data::check_image_view(images[i], fmt::format("detect: image {} of the batch", i));
+    sizes.emplace_back(images[i].height, images[i].width);
   }
   const std::vector<data::LetterboxTransform> t =
       data::letterbox_batch(sizes, m.imgsz[0], m.imgsz[1], models::yolo::kSizeMultiple);
-  const core::Tensor input = m.preprocess(images, t);
+  std::vector<data::Image> packed;
+  const core::Tensor input = m.preprocess(images, t, packed);
   m.backend->synchronize();
   m.timing.preprocess = ms_since(t0);
 
@@ -210,6 +232,10 @@ std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data:
 
 std::vector<data::Detection> Detector::detect(const data::Image& image) {
   return std::move(detect(std::span<const data::Image>(&image, 1)).front());
+}
+
+std::vector<data::Detection> Detector::detect(const data::ImageView& image) {
+  return std::move(detect(std::span<const data::ImageView>(&image, 1)).front());
 }
 
 }  // namespace vision

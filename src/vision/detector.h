@@ -10,7 +10,8 @@
 // imgsz; grey 114 padding, RGB / 255. On CUDA it runs on the GPU (the 8-bit images are uploaded and letterboxed,
 // normalised and converted to the plan's input format by one kernel each), on the CPU on the host; both give the
 // model the same input values. The model's plans (one per input size and batch, at most 8) are CUDA graphs replayed
-// on CUDA. A Detector is not thread-safe: use one per thread.
+// on CUDA. A Detector is not thread-safe: use one per thread (tests/api/test_detector_threads.cpp runs one per thread
+// at once and checks each gives the single-threaded detections).
 #pragma once
 
 #include <array>
@@ -70,6 +71,10 @@ class Detector {
   // it. All images of one call run as one batch.
   std::vector<std::vector<data::Detection>> detect(std::span<const data::Image> images);
   std::vector<data::Detection> detect(const data::Image& image);
+  // The same from caller-owned pixels (RGB or BGR, any row stride: data::ImageView), read in place: on the CPU the
+  // letterbox reads them directly; on CUDA contiguous RGB is uploaded as it is, anything else packed to RGB first.
+  std::vector<std::vector<data::Detection>> detect(std::span<const data::ImageView> images);
+  std::vector<data::Detection> detect(const data::ImageView& image);
 
   const DetectTiming& last_timing() const;
 

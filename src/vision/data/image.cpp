@@ -574,25 +574,25 @@ Taps bilinear_taps(int64_t src, int64_t dst) {
   return t;
 }
 
-}  // namespace
-
-Image resize_bilinear(const Image& image, int64_t width, int64_t height) {
-  VISION_CHECK(width > 0 && height > 0 && !image.empty(), "resize: cannot resize a {}×{} image to {}×{}", image.width,
-               image.height, width, height);
-  if (width == image.width && height == image.height) return image;
-  const int64_t c = image.channels;
-  const Taps tx = bilinear_taps(image.width, width), ty = bilinear_taps(image.height, height);
+// Bilinear resizing of `src_h` rows of `c` channels that row(y) returns; with `swap` the first and third channel of
+// each pixel trade places in the output (BGR in, RGB out).
+template <typename RowOf>
+Image resize_rows(RowOf row, int64_t src_w, int64_t src_h, int64_t c, bool swap, int64_t width, int64_t height) {
+  const Taps tx = bilinear_taps(src_w, width), ty = bilinear_taps(src_h, height);
   Image out(width, height, c);
   // Each output row: both source rows interpolated horizontally (×2^11), then vertically (×2^22), rounded.
   std::vector<int32_t> upper(static_cast<size_t>(width * c)), lower(upper.size());
   auto horizontal = [&](int64_t sy, std::vector<int32_t>& dst) {
-    const uint8_t* src = image.row(sy);
+    const uint8_t* src = row(sy);
     for (int64_t x = 0; x < width; ++x) {
       const auto k = static_cast<size_t>(x);
       const uint8_t* a = src + tx.first[k] * c;
       const uint8_t* b = src + tx.second[k] * c;
       const int32_t w = tx.weight[k];
-      for (int64_t ch = 0; ch < c; ++ch) dst[static_cast<size_t>(x * c + ch)] = a[ch] * (kWeightOne - w) + b[ch] * w;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const int64_t to = swap && ch != 1 ? 2 - ch : ch;
+        dst[static_cast<size_t>(x * c + to)] = a[ch] * (kWeightOne - w) + b[ch] * w;
+      }
     }
   };
   for (int64_t y = 0; y < height; ++y) {
@@ -604,6 +604,51 @@ Image resize_bilinear(const Image& image, int64_t width, int64_t height) {
     for (size_t i = 0; i < upper.size(); ++i)
       dst[i] = static_cast<uint8_t>((upper[i] * (kWeightOne - w) + lower[i] * w + (1 << (2 * kWeightBits - 1))) >>
                                     (2 * kWeightBits));
+  }
+  return out;
+}
+
+}  // namespace
+
+Image resize_bilinear(const Image& image, int64_t width, int64_t height) {
+  VISION_CHECK(width > 0 && height > 0 && !image.empty(), "resize: cannot resize a {}×{} image to {}×{}", image.width,
+               image.height, width, height);
+  if (width == image.width && height == image.height) return image;
+  return resize_rows([&](int64_t y) { return image.row(y); }, image.width, image.height, image.channels, false, width,
+                     height);
+}
+
+Image resize_bilinear(const ImageView& view, int64_t width, int64_t height) {
+  check_image_view(view, "resize");
+  VISION_CHECK(width > 0 && height > 0, "resize: cannot resize a {}×{} image to {}×{}", view.width, view.height, width,
+               height);
+  if (width == view.width && height == view.height) return to_image(view);
+  return resize_rows([&](int64_t y) { return view.row(y); }, view.width, view.height, 3,
+                     view.order == ChannelOrder::bgr, width, height);
+}
+
+void check_image_view(const ImageView& v, const std::string& what) {
+  constexpr int64_t kMaxSide = int64_t{1} << 31;
+  VISION_CHECK(v.pixels != nullptr && v.width > 0 && v.height > 0 && v.width <= kMaxSide && v.height <= kMaxSide,
+               "{}: an image view needs pixels and a size of 1 to 2^31 pixels a side, got {}×{}{}", what, v.width,
+               v.height, v.pixels ? "" : " and no pixels");
+  VISION_CHECK(v.stride == 0 || v.stride >= v.width * 3,
+               "{}: the row stride {} is less than a row's {} bytes ({} pixels × 3)", what, v.stride, v.width * 3,
+               v.width);
+}
+
+Image to_image(const ImageView& v) {
+  check_image_view(v, "to_image");
+  Image out(v.width, v.height, 3);
+  const auto row_bytes = static_cast<size_t>(v.width * 3);
+  for (int64_t y = 0; y < v.height; ++y) {
+    const uint8_t* src = v.row(y);
+    uint8_t* dst = out.row(y);
+    if (v.order == ChannelOrder::rgb) {
+      std::copy_n(src, row_bytes, dst);
+    } else {
+      for (size_t i = 0; i < row_bytes; i += 3) dst[i] = src[i + 2], dst[i + 1] = src[i + 1], dst[i + 2] = src[i];
+    }
   }
   return out;
 }

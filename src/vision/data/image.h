@@ -58,6 +58,37 @@ struct Image {
   bool operator==(const Image&) const = default;
 };
 
+// The order of a 3-channel pixel's samples in a caller's buffer.
+enum class ChannelOrder { rgb, bgr };
+
+// A view of caller-owned 8-bit 3-channel pixels: `height` rows `stride` bytes apart, each `width` interleaved RGB or
+// BGR pixels (a numpy array's rows, an OpenCV Mat's, a video frame's). It owns nothing: the pixels must outlive every
+// call it is given to. An Image converts to a view of itself.
+struct ImageView {
+  const uint8_t* pixels = nullptr;
+  int64_t width = 0, height = 0;
+  int64_t stride = 0;  // bytes from the start of one row to the next; 0: width × 3 (rows back to back)
+  ChannelOrder order = ChannelOrder::rgb;
+
+  ImageView() = default;
+  ImageView(const uint8_t* pixels, int64_t width, int64_t height, int64_t stride = 0,
+            ChannelOrder order = ChannelOrder::rgb)
+      : pixels(pixels), width(width), height(height), stride(stride), order(order) {}
+  ImageView(const Image& image)  // NOLINT(google-explicit-constructor): an RGB Image is a view of itself
+      : pixels(image.pixels.data()), width(image.width), height(image.height) {}
+
+  int64_t row_bytes() const { return stride > 0 ? stride : width * 3; }
+  const uint8_t* row(int64_t y) const { return pixels + y * row_bytes(); }
+  // RGB rows back to back: usable as is where contiguous RGB is needed (a GPU upload), without a copy.
+  bool contiguous_rgb() const { return order == ChannelOrder::rgb && row_bytes() == width * 3; }
+};
+
+// Throws vision::Error (naming `what`) unless the view has pixels, a positive size of at most 2^31 pixels a side, and
+// a stride of at least width × 3.
+void check_image_view(const ImageView& view, const std::string& what);
+// The view's pixels as an RGB Image (a copy; the rows packed, BGR swapped).
+Image to_image(const ImageView& view);
+
 // ---------------------------------------------------------------------------------------------------------------
 // Decoding
 
@@ -102,6 +133,8 @@ void write_file(const std::filesystem::path& path, std::span<const uint8_t> byte
 // pixel centres map to source coordinates (x + 0.5) · src_w / width − 0.5, clamped to the edge pixels (edges
 // replicated); weights in 1/2048 steps, rounded to the nearest integer. The same size returns a copy.
 Image resize_bilinear(const Image& image, int64_t width, int64_t height);
+// The same for a view's pixels (RGB out, BGR swapped), without copying them first: equal to resizing to_image(view).
+Image resize_bilinear(const ImageView& view, int64_t width, int64_t height);
 
 // Writes the 3-channel image into batch item `index` of `batch` — a host f32 tensor of shape [N, 3, H, W] in its own
 // layout (NCHW: planes, NHWC: interleaved) — as sample / 255. The image must be W × H.

@@ -53,7 +53,11 @@ std::vector<LetterboxTransform> letterbox_batch(std::span<const std::pair<int64_
   return out;
 }
 
-Image letterbox(const Image& image, const LetterboxTransform& t, uint8_t fill) {
+namespace {
+
+// The resized image placed at the transform's offset in a canvas of `fill`.
+template <typename Source>
+Image letterbox_from(const Source& image, int64_t channels, const LetterboxTransform& t, uint8_t fill) {
   VISION_CHECK(
       image.width == t.orig_w && image.height == t.orig_h && t.resized_w > 0 && t.resized_h > 0 && t.pad_x >= 0 &&
           t.pad_y >= 0 && t.pad_x + t.resized_w <= t.input_w && t.pad_y + t.resized_h <= t.input_h,
@@ -61,11 +65,22 @@ Image letterbox(const Image& image, const LetterboxTransform& t, uint8_t fill) {
       "{}×{} image; make it with letterbox_transform",
       t.orig_w, t.orig_h, t.resized_w, t.resized_h, t.pad_x, t.pad_y, t.input_w, t.input_h, image.width, image.height);
   const Image resized = resize_bilinear(image, t.resized_w, t.resized_h);
-  Image out(t.input_w, t.input_h, image.channels, fill);
+  Image out(t.input_w, t.input_h, channels, fill);
   const auto left = static_cast<int64_t>(t.pad_x), top = static_cast<int64_t>(t.pad_y);
   const auto row_bytes = static_cast<size_t>(resized.width * resized.channels);
   for (int64_t y = 0; y < resized.height; ++y) std::copy_n(resized.row(y), row_bytes, out.at(left, top + y));
   return out;
+}
+
+}  // namespace
+
+Image letterbox(const Image& image, const LetterboxTransform& t, uint8_t fill) {
+  return letterbox_from(image, image.channels, t, fill);
+}
+
+Image letterbox(const ImageView& image, const LetterboxTransform& t, uint8_t fill) {
+  check_image_view(image, "letterbox");
+  return letterbox_from(image, 3, t, fill);
 }
 
 }  // namespace vision::data

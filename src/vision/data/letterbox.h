@@ -48,5 +48,7 @@ std::vector<LetterboxTransform> letterbox_batch(std::span<const std::pair<int64_
 // The letterboxed image: `image` resized (bilinear, resize_bilinear) to resized_w × resized_h and placed at
 // (pad_x, pad_y) on an input_w × input_h canvas of `fill`. t must be letterbox_transform's for this image's size.
 Image letterbox(const Image& image, const LetterboxTransform& t, uint8_t fill = kLetterboxFill);
+// The same from a view of caller-owned pixels (RGB or BGR, any row stride; RGB out), with no copy of them first.
+Image letterbox(const ImageView& image, const LetterboxTransform& t, uint8_t fill = kLetterboxFill);
 
 }  // namespace vision::data
