@@ -1,15 +1,12 @@
-// vision export — a full YOLO26 checkpoint → the fused inference model: BatchNorm folded into each convolution, the
+// vision export — vision::export_model (vision/exporter.h) from the command line: a full YOLO26 checkpoint → the fused
+// inference model: BatchNorm folded into each convolution, the
 // one-to-one head only, f16 or f32, with its metadata (format "fused"); written atomically.
 #include <fmt/format.h>
 
 #include <filesystem>
 
 #include "commands.h"
-#include "vision/core/dtype.h"
-#include "vision/core/error.h"
-#include "vision/core/safetensors.h"
-#include "vision/models/yolo/ultralytics_checkpoint.h"
-#include "vision/models/yolo/weights.h"
+#include "vision/exporter.h"
 
 namespace vision::cli {
 namespace {
@@ -21,20 +18,9 @@ struct ExportOptions {
 };
 
 void run_export(const ExportOptions& o) {
-  namespace yolo = models::yolo;
-  VISION_CHECK(std::filesystem::weakly_canonical(o.model) != std::filesystem::weakly_canonical(o.out),
-               "export: --out {} is the input model itself: write the exported model to another file", o.out);
-  const core::SafetensorsFile full = yolo::read_model_file(o.model);
-  const yolo::ModelInfo info = yolo::read_model_info(full);
-  VISION_CHECK(!info.fused(), "export: {} is already an exported model (format \"fused\"): export takes a full checkpoint",
-               o.model);
-  const yolo::ExportedWeights exported = yolo::fold_batchnorm(full, core::parse_dtype(o.dtype));
-  core::write_safetensors(o.out, exported.tensors, exported.metadata);
-  int64_t values = 0;
-  for (const auto& [name, t] : exported.tensors) values += t.numel();
+  const ExportSummary s = export_model(o.model, o.out, o.dtype);
   fmt::print("wrote {}: YOLO26{}, {} classes, BatchNorm folded, one-to-one head, {} ({} tensors, {} values, {:.1f} MB)\n",
-             o.out, yolo::scale_name(info.spec.scale), info.spec.nc, o.dtype, exported.tensors.size(), values,
-             static_cast<double>(std::filesystem::file_size(o.out)) / 1e6);
+             o.out, s.scale, s.nc, o.dtype, s.tensors, s.values, static_cast<double>(s.bytes) / 1e6);
 }
 
 }  // namespace

@@ -16,9 +16,10 @@
 #include <thread>
 
 #include "commands.h"
-#include "image_loading.h"
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
+#include "vision/core/progress.h"
+#include "vision/data/prefetch.h"
 #include "vision/data/annotate.h"
 #include "vision/data/dataset.h"
 #include "vision/data/image.h"
@@ -26,6 +27,10 @@
 
 namespace vision::cli {
 namespace {
+
+using data::Loaded;
+using data::Prefetcher;
+using Progress = core::ProgressBar;
 
 namespace fs = std::filesystem;
 

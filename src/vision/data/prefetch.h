@@ -1,9 +1,6 @@
-// Shared by the CLI commands that run a model over image files (predict, val): images decoded on worker threads
-// ahead of the model (a fixed pool, with bounded memory), and a one-line progress bar.
+// Prefetcher — image files decoded on worker threads ahead of the model (a fixed pool, with bounded memory), for
+// whatever runs a model over files in order (vision predict, vision::run_validation).
 #pragma once
-
-#include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,13 +17,11 @@
 
 #include "vision/data/image.h"
 
-namespace vision::cli {
-
-namespace fs = std::filesystem;
+namespace vision::data {
 
 struct Loaded {
-  fs::path path;
-  data::Image image;
+  std::filesystem::path path;
+  Image image;
   std::string error;                  // why the image could not be read (empty when it was)
   std::vector<std::string> warnings;  // what was odd about a file that was read (a malformed EXIF block, …)
 };
@@ -41,7 +36,7 @@ inline constexpr uint64_t kDecodeBudgetBytes = uint64_t{1} << 30;
 // than the budget).
 class Prefetcher {
  public:
-  Prefetcher(std::vector<fs::path> paths, size_t workers, size_t window, data::DecodeOptions decode,
+  Prefetcher(std::vector<std::filesystem::path> paths, size_t workers, size_t window, DecodeOptions decode,
              uint64_t budget = kDecodeBudgetBytes)
       : paths_(std::move(paths)), window_(std::max<size_t>(window, 1)), decode_(decode), budget_(budget) {
     decode_.warnings = nullptr;  // each image's warnings go into its Loaded
@@ -83,9 +78,9 @@ class Prefetcher {
       uint64_t share = 0;
       std::vector<uint8_t> bytes;
       try {
-        bytes = data::read_file(paths_[i], data::max_image_file_bytes(decode_.max_pixels));
+        bytes = read_file(paths_[i], max_image_file_bytes(decode_.max_pixels));
         share = bytes.size();
-        const data::ImageSize size = data::probe_image(bytes, paths_[i].string());
+        const ImageSize size = probe_image(bytes, paths_[i].string());
         // Within the limit only (a larger one is refused before any allocation); checked without overflow.
         if (size.width > 0 && size.height > 0 && size.width <= decode_.max_pixels / size.height)
           share += 3 * static_cast<uint64_t>(size.width * size.height);
@@ -99,9 +94,9 @@ class Prefetcher {
       lk.unlock();
       if (l.error.empty()) {
         try {
-          data::DecodeOptions d = decode_;
+          DecodeOptions d = decode_;
           d.warnings = &l.warnings;
-          l.image = data::decode_image(bytes, paths_[i].string(), d);
+          l.image = decode_image(bytes, paths_[i].string(), d);
         } catch (const std::exception& e) {
           l.error = e.what();
         }
@@ -113,9 +108,9 @@ class Prefetcher {
     }
   }
 
-  std::vector<fs::path> paths_;
+  std::vector<std::filesystem::path> paths_;
   size_t window_;
-  data::DecodeOptions decode_;
+  DecodeOptions decode_;
   uint64_t budget_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -127,37 +122,4 @@ class Prefetcher {
   std::vector<std::thread> threads_;
 };
 
-// A one-line progress bar on standard error (only when it is a terminal).
-class Progress {
- public:
-  Progress(std::string verb, size_t total, bool enabled)
-      : verb_(std::move(verb)),
-        total_(total), enabled_(enabled && total > 1 && ::isatty(2)) {}
-  void update(size_t done) {
-    if (!enabled_) return;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    constexpr int kWidth = 30;
-    const int filled = static_cast<int>(kWidth * done / std::max<size_t>(total_, 1));
-    const double rate = s > 0 ? static_cast<double>(done) / s : 0.0;
-    const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0.0;
-    fmt::print(stderr, "\r{} {:>6}/{} [{}{}] {:.1f} img/s, ETA {:.0f} s ", verb_, done, total_, std::string(filled, '='),
-               std::string(kWidth - filled, ' '), rate, eta);
-    if (done == total_) fmt::print(stderr, "\n");
-    std::fflush(stderr);
-    shown_ = done != total_;
-  }
-  // A message on standard error, on a line of its own (the bar is redrawn by the next update).
-  void message(const std::string& text) {
-    fmt::print(stderr, "{}{}\n", shown_ ? "\r\033[K" : "", text);
-    shown_ = false;
-  }
-
- private:
-  std::string verb_;
-  size_t total_;
-  bool enabled_;
-  bool shown_ = false;
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
-};
-
-}  // namespace vision::cli
+}  // namespace vision::data
