@@ -4,10 +4,10 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libfmt-dev libcli11-dev
       libstb-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libturbojpeg0-dev libspng-dev
-      libzip-dev fonts-dejavu-core)
-# With --test, also what the test suite adds: Debian's clang and its libFuzzer runtime (tools/fuzz.sh), and python3 for
-# the source checks (tools/check-*.py).
-[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-dev python3)
+      libzip-dev fonts-dejavu-core pybind11-dev python3-dev python3-numpy)
+# With --test, also what the test suite adds: Debian's clang and its libFuzzer runtime (tools/fuzz.sh), and pytest for
+# the Python module's tests (python/tests).
+[ "${1:-}" = "--test" ] && pkgs+=(clang libclang-rt-dev python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
