@@ -175,8 +175,30 @@ PYBIND11_MODULE(_vision, m) {
 #else
   m.attr("cuda_build") = false;
 #endif
-  // vision.Error carries the engine's message (vision::Error); other C++ exceptions become RuntimeError.
-  py::register_exception<vision::Error>(m, "Error", PyExc_Exception);
+  // vision.Error carries the engine's message (vision::Error); its subclass says the error's kind. Other C++
+  // exceptions become RuntimeError.
+  static py::object error_classes[5];
+  const py::object base = py::reinterpret_steal<py::object>(PyErr_NewException("vision.Error", PyExc_Exception, nullptr));
+  m.attr("Error") = base;
+  const auto subclass = [&](ErrorKind kind, const char* name, PyObject* also) {
+    const py::tuple bases = also ? py::make_tuple(base, py::handle(also)) : py::make_tuple(base);
+    py::object c = py::reinterpret_steal<py::object>(
+        PyErr_NewException((std::string("vision.") + name).c_str(), bases.ptr(), nullptr));
+    m.attr(name) = c;
+    error_classes[static_cast<int>(kind)] = c;
+  };
+  subclass(ErrorKind::argument, "ArgumentError", PyExc_ValueError);
+  subclass(ErrorKind::input, "InputError", nullptr);
+  subclass(ErrorKind::device, "DeviceError", PyExc_RuntimeError);
+  subclass(ErrorKind::out_of_memory, "OutOfMemoryError", PyExc_MemoryError);
+  subclass(ErrorKind::internal, "InternalError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const vision::Error& e) {
+      PyErr_SetString(error_classes[static_cast<int>(e.kind())].ptr(), e.what());
+    }
+  });
 
   py::class_<PyDetector>(m, "Detector")
       .def(py::init([](const std::filesystem::path& model, const std::string& device,
@@ -196,7 +218,7 @@ PYBIND11_MODULE(_vision, m) {
       .def_property_readonly("dtype", [](const PyDetector& d) { return std::string(core::dtype_name(d.detector->dtype())); })
       .def_property_readonly("imgsz", [](const PyDetector& d) { return d.detector->imgsz(); })
       .def_property_readonly("scale",
-                             [](const PyDetector& d) { return std::string(models::yolo::scale_name(d.detector->info().spec.scale)); })
+                             [](const PyDetector& d) { return d.detector->scale(); })
       .def(
           "detect",
           [](PyDetector& d, const std::vector<py::array>& images, bool bgr) {

@@ -133,7 +133,7 @@ int run_predict(const PredictOptions& o) {
   }
   if (!o.quiet)
     fmt::print(stderr, "vision predict: YOLO26{} ({} classes) on {} in {}, {} image{}\n",
-               models::yolo::scale_name(detector.info().spec.scale), detector.info().spec.nc, detector.device(),
+               detector.scale(), detector.nc(), detector.device(),
                core::dtype_name(detector.dtype()), paths.size(), paths.size() == 1 ? "" : "s");
 
   const size_t workers =

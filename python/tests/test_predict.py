@@ -111,3 +111,19 @@ def test_errors_carry_the_engines_message(model, tmp_path):
         vision.YOLO(truncated)
     with pytest.raises(vision.Error, match="no weights yet"):
         vision.YOLO("yolo26n.yaml").predict(str(bad))
+
+
+def test_errors_have_a_kind(model, tmp_path):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 20)
+    with pytest.raises(vision.InputError, match="bad.png"):
+        vision.read_image(bad)
+    with pytest.raises(vision.ArgumentError):
+        model.predict(np.zeros((4, 4, 3), np.float32), device="cpu")
+    with pytest.raises(ValueError):  # an ArgumentError is a ValueError too
+        model.predict(str(bad), device="cpu", imgsz=100)
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(MODEL.read_bytes()[:1000])
+    with pytest.raises(vision.InputError, match="truncated.safetensors"):
+        vision.YOLO(truncated)
+    assert issubclass(vision.OutOfMemoryError, MemoryError) and issubclass(vision.DeviceError, vision.Error)

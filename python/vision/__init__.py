@@ -9,7 +9,9 @@
     model.export(format="safetensors", half=True)
 
 Images are H×W×3 uint8 arrays in RGB order (pass bgr=True for OpenCV's BGR). The engine (vision._vision) releases the
-GIL while it works; its errors are raised as vision.Error with the engine's message. See docs/python.md.
+GIL while it works; its errors are raised as vision.Error with the engine's message, of a subclass by kind:
+ArgumentError (also a ValueError), InputError (a bad file), DeviceError, OutOfMemoryError (also a MemoryError),
+InternalError. See docs/python.md.
 """
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ._vision import Error, __version__, cuda_build, model_info, read_image, train_arguments, write_image
+from ._vision import (ArgumentError, DeviceError, Error, InputError, InternalError, OutOfMemoryError,
+                      __version__, cuda_build, model_info, read_image, train_arguments, write_image)
 from . import _vision
 
-__all__ = ["YOLO", "Results", "Boxes", "DetMetrics", "Error", "read_image", "write_image", "train_arguments",
+__all__ = ["YOLO", "Results", "Boxes", "DetMetrics", "Error", "ArgumentError", "InputError", "DeviceError",
+           "OutOfMemoryError", "InternalError", "read_image", "write_image", "train_arguments",
            "__version__", "cuda_build"]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -148,7 +152,7 @@ def _image_files(source) -> list[str]:
     if any(ch in s for ch in "*?["):
         return sorted(p for p in glob.glob(s, recursive=True) if Path(p).suffix.lower() in IMAGE_SUFFIXES)
     if not os.path.exists(s):
-        raise Error(f"predict: source {s} does not exist")
+        raise ArgumentError(f"predict: source {s} does not exist")
     return [s]
 
 
@@ -163,7 +167,7 @@ def _sources(source) -> list:
         for s in source:
             out += _sources(s)
         return out
-    raise Error(f"predict: source of type {type(source).__name__} is not a path, a folder, a glob, an array or a list")
+    raise ArgumentError(f"predict: source of type {type(source).__name__} is not a path, a folder, a glob, an array or a list")
 
 
 class YOLO:
@@ -172,14 +176,14 @@ class YOLO:
 
     def __init__(self, model: str | os.PathLike = "yolo26n.yaml", task: str = "detect"):
         if task != "detect":
-            raise Error(f"task '{task}': vision-cpp runs YOLO26 detection only")
+            raise ArgumentError(f"task '{task}': vision-cpp runs YOLO26 detection only")
         self.model = str(model)
         fresh = _FRESH.match(Path(self.model).name)
         self.scale = fresh.group(1) if fresh else None
         self.info = None
         if not fresh:
             if not os.path.isfile(self.model):
-                raise Error(f"YOLO: {self.model} does not exist (a weights file, or yolo26n.yaml … yolo26x.yaml for "
+                raise ArgumentError(f"YOLO: {self.model} does not exist (a weights file, or yolo26n.yaml … yolo26x.yaml for "
                             f"fresh weights)")
             self.info = model_info(self.model)
             self.scale = self.info["scale"]
@@ -193,7 +197,7 @@ class YOLO:
 
     def _get_detector(self, device, dtype, imgsz, conf, iou, max_det, classes, nms):
         if self.info is None:
-            raise Error(f"{self.model} has no weights yet: train it, or load a weights file")
+            raise ArgumentError(f"{self.model} has no weights yet: train it, or load a weights file")
         if isinstance(imgsz, int):
             imgsz = (imgsz, imgsz)
         key = (device, dtype, tuple(imgsz) if imgsz else None, conf, iou, max_det, tuple(classes or ()), nms)
@@ -212,7 +216,7 @@ class YOLO:
         as a list of Results (a generator with stream=True). half: True f16, False f32, None the engine's default
         (f16 on CUDA, f32 on the CPU)."""
         if source is None:
-            raise Error("predict: give a source (an image file, a folder, a glob or an array)")
+            raise ArgumentError("predict: give a source (an image file, a folder, a glob or an array)")
         dtype = None if half is None else ("f16" if half else "f32")
         detector = self._get_detector(device, dtype, imgsz, conf, iou, max_det, classes, nms)
         items = _sources(source)
@@ -301,7 +305,7 @@ class YOLO:
             verbose: bool = True) -> DetMetrics:
         """mAP50, mAP50-95, P and R of the model on a dataset split (vision::run_validation)."""
         if self.info is None:
-            raise Error(f"{self.model} has no weights yet: train it, or load a weights file")
+            raise ArgumentError(f"{self.model} has no weights yet: train it, or load a weights file")
         dtype = "" if half is None else ("f16" if half else "f32")
         d = _vision.val(self.model, str(data), split=split, imgsz=imgsz or 0, batch=batch, conf=conf, iou=iou,
                         max_det=max_det, nms=nms, device=device, dtype=dtype, save_json=str(save_json or ""),
@@ -313,9 +317,9 @@ class YOLO:
         """The fused inference model (BatchNorm folded, the one-to-one head) of this checkpoint, f16 (half) or f32,
         written next to it as <stem>_<dtype>.safetensors unless `file` is given; returns its path."""
         if format != "safetensors":
-            raise Error(f"export: format '{format}' is not supported; 'safetensors' is (ONNX is issue #29's work)")
+            raise ArgumentError(f"export: format '{format}' is not supported; 'safetensors' is (ONNX is issue #29's work)")
         if self.info is None:
-            raise Error(f"{self.model} has no weights yet: train it, or load a weights file")
+            raise ArgumentError(f"{self.model} has no weights yet: train it, or load a weights file")
         dtype = "f16" if half else "f32"
         out = str(file) if file else str(Path(self.model).with_name(f"{Path(self.model).stem}_{dtype}.safetensors"))
         return str(_vision.export(self.model, out, dtype))

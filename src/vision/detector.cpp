@@ -14,6 +14,7 @@
 #include "vision/cuda/memory.h"
 #include "vision/data/letterbox_cuda.h"
 #include "vision/graph/cuda/cuda_backend.h"
+#include "vision/data/image_tensor.h"
 #endif
 
 namespace vision {
@@ -167,6 +168,10 @@ Detector::Detector(Detector&&) noexcept = default;
 Detector& Detector::operator=(Detector&&) noexcept = default;
 
 const models::yolo::ModelInfo& Detector::info() const { return impl().model->info(); }
+const std::vector<std::string>& Detector::names() const { return info().names; }
+std::string Detector::scale() const { return std::string(models::yolo::scale_name(info().spec.scale)); }
+int64_t Detector::nc() const { return info().spec.nc; }
+bool Detector::fused() const { return info().fused(); }
 const DetectorOptions& Detector::options() const { return impl().options; }
 std::string Detector::device() const { return impl().on_cuda() ? "cuda" : "cpu"; }
 core::DType Detector::dtype() const { return impl().model->executor().options().compute_dtype; }

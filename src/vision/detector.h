@@ -24,12 +24,19 @@
 #include <vector>
 
 #include "vision/core/dtype.h"
-#include "vision/core/safetensors.h"
 #include "vision/data/detection.h"
 #include "vision/data/image.h"
-#include "vision/models/yolo/weights.h"
 
 namespace vision {
+
+// The engine's own types, used by the engine's callers (a trainer's weights in memory); a program using the public
+// API needs neither.
+namespace core {
+struct SafetensorsFile;
+}
+namespace models::yolo {
+struct ModelInfo;
+}
 
 struct DetectorOptions {
   std::string device = "auto";              // "auto" (CUDA when a usable GPU is present), "cpu" or "cuda"
@@ -60,8 +67,11 @@ class Detector {
   Detector(Detector&&) noexcept;
   Detector& operator=(Detector&&) noexcept;
 
-  const models::yolo::ModelInfo& info() const;
-  const std::vector<std::string>& names() const { return info().names; }
+  const std::vector<std::string>& names() const;  // the nc class names
+  std::string scale() const;                      // "n", "s", "m", "l" or "x"
+  int64_t nc() const;
+  bool fused() const;                             // an exported model (BatchNorm folded, the one-to-one head only)
+  const models::yolo::ModelInfo& info() const;    // all of it (models/yolo/weights.h)
   const DetectorOptions& options() const;
   std::string device() const;     // "cpu" or "cuda"
   core::DType dtype() const;      // the plan's compute dtype

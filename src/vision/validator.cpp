@@ -72,13 +72,13 @@ ValResult run_validation(const ValConfig& o) {
   options.nms = o.nms;
   options.iou = o.iou;
   Detector detector(o.model, options);
-  VISION_CHECK(detector.info().spec.nc == dataset.config.nc(),
+  VISION_CHECK(detector.nc() == dataset.config.nc(),
                "model {} has {} classes but the dataset {} has {}: validate a model trained on this dataset",
-               o.model, detector.info().spec.nc, o.data, dataset.config.nc());
+               o.model, detector.nc(), o.data, dataset.config.nc());
 
   if (o.verbose && o.progress)
     fmt::print(stderr, "vision val: YOLO26{} on {} in {}, {} split of {}: {} images, {} labels ({} label files)\n",
-               models::yolo::scale_name(detector.info().spec.scale), detector.device(),
+               detector.scale(), detector.device(),
                core::dtype_name(detector.dtype()), o.split, o.data, dataset.counts.images, dataset.counts.instances,
                dataset.counts.label_files);
   if (!dataset.cache_problem.empty())

@@ -15,6 +15,7 @@
 
 #include "test_util.h"
 #include "vision/data/image.h"
+#include "vision/data/image_tensor.h"
 #include "vision/data/random.h"
 
 namespace vision::data {

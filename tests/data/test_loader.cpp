@@ -13,6 +13,7 @@
 #include "vision/core/error.h"
 #include "vision/data/loader.h"
 #include "vision/data/synth/shapes.h"
+#include "vision/data/image_tensor.h"
 
 namespace vision::data {
 namespace {

@@ -55,7 +55,7 @@ size_t pread_full(int fd, void* buf, size_t n, uint64_t offset, const fs::path& 
     if (r < 0) {
       const int err = errno;
       if (err == EINTR) continue;
-      fail("{}: read error at byte {}: {}", where(path), offset + done, errno_text(err));
+      fail_input("{}: read error at byte {}: {}", where(path), offset + done, errno_text(err));
     }
     if (r == 0) break;
     done += static_cast<size_t>(r);
@@ -124,18 +124,18 @@ Json parse_header(const std::string& text, const fs::path& path) {
   // before it is built.
   const Json header = parse_json(text, fmt::format("{}: the header", where(path)), 8,
                                  [&](int, Json::parse_event_t ev, Json& parsed) { return dups.on_event(ev, parsed); });
-  VISION_CHECK(header.is_object(), "{}: the header is a JSON {}, expected an object of tensor entries", where(path),
+  VISION_CHECK_INPUT(header.is_object(), "{}: the header is a JSON {}, expected an object of tensor entries", where(path),
                header.type_name());
-  VISION_CHECK(dups.problem.empty(), "{}: {}", where(path), dups.problem);
+  VISION_CHECK_INPUT(dups.problem.empty(), "{}: {}", where(path), dups.problem);
   return header;
 }
 
 std::map<std::string, std::string> parse_metadata(const Json& j, const fs::path& path) {
-  VISION_CHECK(j.is_object(), "{}: \"{}\" is a JSON {}, expected an object of string values", where(path),
+  VISION_CHECK_INPUT(j.is_object(), "{}: \"{}\" is a JSON {}, expected an object of string values", where(path),
                kMetadataKey, j.type_name());
   std::map<std::string, std::string> out;
   for (const auto& [key, value] : j.items()) {
-    VISION_CHECK(value.is_string(), "{}: \"{}\" entry '{}' is a JSON {}, expected a string", where(path),
+    VISION_CHECK_INPUT(value.is_string(), "{}: \"{}\" entry '{}' is a JSON {}, expected a string", where(path),
                  kMetadataKey, key, value.type_name());
     out.emplace(key, value.get<std::string>());
   }
@@ -144,55 +144,55 @@ std::map<std::string, std::string> parse_metadata(const Json& j, const fs::path&
 
 Entry parse_entry(const std::string& name, const Json& j, uint64_t data_size, const fs::path& path) {
   const std::string ctx = fmt::format("{}: tensor '{}'", where(path), name);
-  VISION_CHECK(j.is_object(), "{}: the entry is a JSON {}, expected an object with \"dtype\", \"shape\" and "
+  VISION_CHECK_INPUT(j.is_object(), "{}: the entry is a JSON {}, expected an object with \"dtype\", \"shape\" and "
                "\"data_offsets\"", ctx, j.type_name());
   for (const char* key : {"dtype", "shape", "data_offsets"})
-    VISION_CHECK(j.contains(key), "{}: the entry has no \"{}\" (it needs \"dtype\", \"shape\" and \"data_offsets\")",
+    VISION_CHECK_INPUT(j.contains(key), "{}: the entry has no \"{}\" (it needs \"dtype\", \"shape\" and \"data_offsets\")",
                  ctx, key);
   Entry e;
   e.name = name;
 
   const Json& dtype = j["dtype"];
-  VISION_CHECK(dtype.is_string(), "{}: \"dtype\" is a JSON {}, expected a string such as \"F32\"", ctx,
+  VISION_CHECK_INPUT(dtype.is_string(), "{}: \"dtype\" is a JSON {}, expected a string such as \"F32\"", ctx,
                dtype.type_name());
   const auto& dtype_str = dtype.get_ref<const std::string&>();
-  VISION_CHECK(parse_safetensors_dtype(dtype_str, &e.dtype),
+  VISION_CHECK_INPUT(parse_safetensors_dtype(dtype_str, &e.dtype),
                "{}: dtype \"{}\" is not one this engine reads ({}); convert the tensor before saving", ctx, dtype_str,
                kSupported);
 
   const Json& shape = j["shape"];
-  VISION_CHECK(shape.is_array(), "{}: \"shape\" is a JSON {}, expected an array of non-negative integers", ctx,
+  VISION_CHECK_INPUT(shape.is_array(), "{}: \"shape\" is a JSON {}, expected an array of non-negative integers", ctx,
                shape.type_name());
   std::vector<int64_t> dims;
   for (const Json& d : shape) {
-    VISION_CHECK(d.is_number_integer(), "{}: \"shape\" {} holds a JSON {}, expected non-negative integers", ctx,
+    VISION_CHECK_INPUT(d.is_number_integer(), "{}: \"shape\" {} holds a JSON {}, expected non-negative integers", ctx,
                  shape.dump(), d.type_name());
     if (d.is_number_unsigned()) {
-      VISION_CHECK(d.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+      VISION_CHECK_INPUT(d.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
                    "{}: dimension {} in \"shape\" is too large", ctx, d.dump());
     } else {
-      VISION_CHECK(d.get<int64_t>() >= 0, "{}: negative dimension {} in \"shape\" {}", ctx, d.dump(), shape.dump());
+      VISION_CHECK_INPUT(d.get<int64_t>() >= 0, "{}: negative dimension {} in \"shape\" {}", ctx, d.dump(), shape.dump());
     }
     dims.push_back(d.get<int64_t>());
   }
   e.shape = Shape(std::move(dims));
   uint64_t nbytes = dtype_size(e.dtype);
   for (int64_t d : e.shape.dims())
-    VISION_CHECK(!__builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes),
+    VISION_CHECK_INPUT(!__builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes),
                  "{}: shape {} is too large to address", ctx, e.shape.str());
 
   const Json& offsets = j["data_offsets"];
-  VISION_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+  VISION_CHECK_INPUT(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
                    offsets[1].is_number_unsigned(),
                "{}: \"data_offsets\" is {}, expected [begin, end] with two non-negative integers", ctx,
                offsets.dump());
   e.begin = offsets[0].get<uint64_t>();
   e.end = offsets[1].get<uint64_t>();
-  VISION_CHECK(e.begin <= e.end, "{}: \"data_offsets\" [{}, {}] end before they begin", ctx, e.begin, e.end);
-  VISION_CHECK(e.end <= data_size,
+  VISION_CHECK_INPUT(e.begin <= e.end, "{}: \"data_offsets\" [{}, {}] end before they begin", ctx, e.begin, e.end);
+  VISION_CHECK_INPUT(e.end <= data_size,
                "{}: \"data_offsets\" [{}, {}] lie outside the data section, which has {} bytes (file truncated?)", ctx,
                e.begin, e.end, data_size);
-  VISION_CHECK(e.end - e.begin == nbytes,
+  VISION_CHECK_INPUT(e.end - e.begin == nbytes,
                "{}: \"data_offsets\" [{}, {}] span {} bytes, but {} {} needs {} elements x {} bytes = {} bytes", ctx,
                e.begin, e.end, e.end - e.begin, safetensors_dtype_name(e.dtype), e.shape.str(), e.shape.numel(),
                dtype_size(e.dtype), nbytes);
@@ -208,16 +208,16 @@ void check_coverage(std::vector<Entry>& entries, uint64_t data_size, const fs::p
   const Entry* last = nullptr;  // the entry that ends at `covered`
   for (const Entry& e : entries) {
     if (e.begin < covered)
-      fail("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap in the data section", where(path), last->name,
+      fail_input("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap in the data section", where(path), last->name,
            last->begin, last->end, e.name, e.begin, e.end);
     if (e.begin > covered)
-      fail("{}: bytes [{}, {}) of the data section belong to no tensor (before tensor '{}'); the format requires the "
+      fail_input("{}: bytes [{}, {}) of the data section belong to no tensor (before tensor '{}'); the format requires the "
            "tensors to cover the data section without holes",
            where(path), covered, e.begin, e.name);
     covered = e.end;
     last = &e;
   }
-  VISION_CHECK(covered == data_size,
+  VISION_CHECK_INPUT(covered == data_size,
                "{}: the last {} bytes of the {}-byte data section belong to no tensor; the format requires the tensors "
                "to cover the data section without holes",
                where(path), data_size - covered, data_size);
@@ -279,7 +279,7 @@ const Tensor* SafetensorsFile::find(const std::string& name) const {
 
 const Tensor& SafetensorsFile::at(const std::string& name) const {
   const Tensor* t = find(name);
-  VISION_CHECK(t, "{}: has no tensor '{}' ({} tensors in the file)", where(path), name, tensors.size());
+  VISION_CHECK_INPUT(t, "{}: has no tensor '{}' ({} tensors in the file)", where(path), name, tensors.size());
   return *t;
 }
 
@@ -287,35 +287,35 @@ SafetensorsFile read_safetensors(const fs::path& path) {
   FdCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.fd < 0) {
     const int err = errno;
-    if (err == ENOENT) fail("{}: file not found", where(path));
-    fail("{}: cannot open: {}", where(path), errno_text(err));
+    if (err == ENOENT) fail_input("{}: file not found", where(path));
+    fail_input("{}: cannot open: {}", where(path), errno_text(err));
   }
   struct stat st{};
   if (::fstat(file.fd, &st) != 0) {
     const int err = errno;
-    fail("{}: cannot stat: {}", where(path), errno_text(err));
+    fail_input("{}: cannot stat: {}", where(path), errno_text(err));
   }
-  VISION_CHECK(S_ISREG(st.st_mode), "{}: is {}, not a regular file", where(path),
+  VISION_CHECK_INPUT(S_ISREG(st.st_mode), "{}: is {}, not a regular file", where(path),
                S_ISDIR(st.st_mode) ? "a directory" : "a special file");
   const auto file_size = static_cast<uint64_t>(st.st_size);
 
-  VISION_CHECK(file_size >= 8,
+  VISION_CHECK_INPUT(file_size >= 8,
                "{}: the file has {} bytes, too few for the 8-byte header length (empty or truncated file?)",
                where(path), file_size);
   unsigned char len_bytes[8];
-  VISION_CHECK(pread_full(file.fd, len_bytes, 8, 0, path) == 8, "{}: the file ended while reading the header length",
+  VISION_CHECK_INPUT(pread_full(file.fd, len_bytes, 8, 0, path) == 8, "{}: the file ended while reading the header length",
                where(path));
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-  VISION_CHECK(header_len <= kMaxHeaderBytes,
+  VISION_CHECK_INPUT(header_len <= kMaxHeaderBytes,
                "{}: the header length is {} bytes, more than the {} byte limit (not a safetensors file?)", where(path),
                header_len, kMaxHeaderBytes);
-  VISION_CHECK(header_len <= file_size - 8,
+  VISION_CHECK_INPUT(header_len <= file_size - 8,
                "{}: the header length is {} bytes, but only {} bytes follow the length field (file truncated?)",
                where(path), header_len, file_size - 8);
 
   std::string text(header_len, '\0');
-  VISION_CHECK(pread_full(file.fd, text.data(), header_len, 8, path) == header_len,
+  VISION_CHECK_INPUT(pread_full(file.fd, text.data(), header_len, 8, path) == header_len,
                "{}: the file ended while reading the header (was it changed while being read?)", where(path));
   const Json header = parse_header(text, path);
   const uint64_t data_start = 8 + header_len;
@@ -334,11 +334,11 @@ SafetensorsFile read_safetensors(const fs::path& path) {
 
   // One aligned allocation and one read for the whole data section.
   const uint64_t alloc = std::max<uint64_t>((data_size + 63) / 64 * 64, 64);
-  VISION_CHECK(alloc <= std::numeric_limits<size_t>::max(), "{}: the data section is too large", where(path));
+  VISION_CHECK_INPUT(alloc <= std::numeric_limits<size_t>::max(), "{}: the data section is too large", where(path));
   void* mem = std::aligned_alloc(64, static_cast<size_t>(alloc));
-  VISION_CHECK(mem, "{}: out of host memory allocating {} bytes for the data section", where(path), data_size);
+  VISION_CHECK_INPUT(mem, "{}: out of host memory allocating {} bytes for the data section", where(path), data_size);
   std::shared_ptr<void> owner(mem, [](void* p) { std::free(p); });
-  VISION_CHECK(pread_full(file.fd, mem, data_size, data_start, path) == data_size,
+  VISION_CHECK_INPUT(pread_full(file.fd, mem, data_size, data_start, path) == data_size,
                "{}: the file ended while reading the data section (was it changed while being read?)", where(path));
 
   auto* base = static_cast<std::byte*>(mem);
@@ -347,7 +347,7 @@ SafetensorsFile read_safetensors(const fs::path& path) {
     std::byte* p = base + e.begin;
     if (e.dtype == DType::boolean)
       for (uint64_t i = 0; i < e.end - e.begin; ++i)
-        VISION_CHECK(static_cast<uint8_t>(p[i]) <= 1, "{}: tensor '{}' is BOOL but byte {} holds {} (only 0 or 1)",
+        VISION_CHECK_INPUT(static_cast<uint8_t>(p[i]) <= 1, "{}: tensor '{}' is BOOL but byte {} holds {} (only 0 or 1)",
                      where(path), e.name, i, static_cast<int>(p[i]));
     if (e.begin % dtype_size(e.dtype) == 0) {
       out.tensors.emplace_back(std::move(e.name), Tensor::wrap(owner, p, std::move(e.shape), e.dtype, Device::cpu));

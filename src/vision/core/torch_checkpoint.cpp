@@ -217,24 +217,24 @@ struct TorchCheckpoint::Impl {
   uint64_t entry_size(zip_uint64_t index, std::string_view name) const {
     zip_stat_t st;
     zip_stat_init(&st);
-    VISION_CHECK(zip_stat_index(zip.get(), index, 0, &st) == 0, "{}: cannot read the zip entry {}: {}", where(),
+    VISION_CHECK_INPUT(zip_stat_index(zip.get(), index, 0, &st) == 0, "{}: cannot read the zip entry {}: {}", where(),
                  excerpt(name), zip_strerror(zip.get()));
     const zip_uint64_t need = ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD;
-    VISION_CHECK((st.valid & need) == need, "{}: the zip entry {} does not say its sizes", where(), excerpt(name));
-    VISION_CHECK(!(st.valid & ZIP_STAT_ENCRYPTION_METHOD) || st.encryption_method == ZIP_EM_NONE,
+    VISION_CHECK_INPUT((st.valid & need) == need, "{}: the zip entry {} does not say its sizes", where(), excerpt(name));
+    VISION_CHECK_INPUT(!(st.valid & ZIP_STAT_ENCRYPTION_METHOD) || st.encryption_method == ZIP_EM_NONE,
                  "{}: the zip entry {} is encrypted", where(), excerpt(name));
-    VISION_CHECK(st.comp_size <= file_size,
+    VISION_CHECK_INPUT(st.comp_size <= file_size,
                  "{}: the zip entry {} claims {} bytes of data, more than the file's {} (truncated?)", where(),
                  excerpt(name), st.comp_size, file_size);
     if (st.comp_method == ZIP_CM_STORE) {
-      VISION_CHECK(st.size == st.comp_size, "{}: the stored zip entry {} claims {} bytes but holds {}", where(),
+      VISION_CHECK_INPUT(st.size == st.comp_size, "{}: the stored zip entry {} claims {} bytes but holds {}", where(),
                    excerpt(name), st.size, st.comp_size);
     } else if (st.comp_method == ZIP_CM_DEFLATE) {
-      VISION_CHECK(st.size / kDeflateMaxRatio <= st.comp_size,
+      VISION_CHECK_INPUT(st.size / kDeflateMaxRatio <= st.comp_size,
                    "{}: the zip entry {} claims {} bytes from {} deflated bytes, more than deflate can expand", where(),
                    excerpt(name), st.size, st.comp_size);
     } else {
-      fail("{}: the zip entry {} is compressed with method {}; PyTorch checkpoints store their entries (stored or "
+      fail_input("{}: the zip entry {} is compressed with method {}; PyTorch checkpoints store their entries (stored or "
            "deflated entries are read)",
            where(), excerpt(name), st.comp_method);
     }
@@ -244,7 +244,7 @@ struct TorchCheckpoint::Impl {
   // Reads exactly n bytes of an entry (its whole size) into dst; the CRC is checked.
   void read_entry(zip_uint64_t index, std::string_view name, void* dst, uint64_t n) const {
     zip_file_t* f = zip_fopen_index(zip.get(), index, 0);
-    VISION_CHECK(f != nullptr, "{}: cannot open the zip entry {}: {}", where(), excerpt(name), zip_strerror(zip.get()));
+    VISION_CHECK_INPUT(f != nullptr, "{}: cannot open the zip entry {}: {}", where(), excerpt(name), zip_strerror(zip.get()));
     std::string problem;
     uint64_t done = 0;
     while (done < n && problem.empty()) {
@@ -261,7 +261,7 @@ struct TorchCheckpoint::Impl {
     }
     const int closed = zip_fclose(f);
     if (problem.empty() && closed != 0) problem = zip_error_text(closed);
-    VISION_CHECK(problem.empty(), "{}: the zip entry {}: {}", where(), excerpt(name), problem);
+    VISION_CHECK_INPUT(problem.empty(), "{}: the zip entry {}: {}", where(), excerpt(name), problem);
   }
 
   // The index of the storage called key (its archive entry found and checked on first use).
@@ -272,12 +272,12 @@ struct TorchCheckpoint::Impl {
     if (zip) {
       const std::string name = folder + "/data/" + key;
       const zip_int64_t index = zip_name_locate(zip.get(), name.c_str(), ZIP_FL_ENC_RAW);
-      VISION_CHECK(index >= 0, "{}: the pickle names storage '{}', but the archive has no entry {}", where(),
+      VISION_CHECK_INPUT(index >= 0, "{}: the pickle names storage '{}', but the archive has no entry {}", where(),
                    excerpt(key), excerpt(name));
       s.zip_index = index;
       s.nbytes = entry_size(static_cast<zip_uint64_t>(index), name);
     } else {
-      fail("{}: the pickle names storage '{}', which is not given", where(), excerpt(key));
+      fail_input("{}: the pickle names storage '{}', which is not given", where(), excerpt(key));
     }
     storages.push_back(std::move(s));
     storage_by_key.emplace(key, storages.size() - 1);
@@ -290,7 +290,7 @@ struct TorchCheckpoint::Impl {
     if (!s.data) {
       const size_t alloc = std::max<size_t>((s.nbytes + 63) / 64 * 64, 64);
       void* mem = std::aligned_alloc(64, alloc);
-      VISION_CHECK(mem, "{}: out of host memory reading storage '{}' ({} bytes)", where(), s.key, s.nbytes);
+      VISION_CHECK_INPUT(mem, "{}: out of host memory reading storage '{}' ({} bytes)", where(), s.key, s.nbytes);
       std::shared_ptr<void> owner(mem, [](void* p) { std::free(p); });
       if (s.zip_index >= 0)
         read_entry(static_cast<zip_uint64_t>(s.zip_index), folder + "/data/" + s.key, mem, s.nbytes);
@@ -536,7 +536,7 @@ class Unpickler {
  private:
   template <typename... Args>
   [[noreturn]] void bad(fmt::format_string<Args...> f, Args&&... args) const {
-    fail("{}: data.pkl, byte {}: {}", ck_.where(), op_pos_, fmt::format(f, std::forward<Args>(args)...));
+    fail_input("{}: data.pkl, byte {}: {}", ck_.where(), op_pos_, fmt::format(f, std::forward<Args>(args)...));
   }
 
   // -- Reading the pickle's bytes
@@ -942,21 +942,21 @@ TorchCheckpoint TorchCheckpoint::read(const fs::path& path) {
   struct stat st{};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
-    if (err == ENOENT) fail("{}: file not found", ck.where());
-    fail("{}: cannot open: {}", ck.where(), std::strerror(err));
+    if (err == ENOENT) fail_input("{}: file not found", ck.where());
+    fail_input("{}: cannot open: {}", ck.where(), std::strerror(err));
   }
-  VISION_CHECK(S_ISREG(st.st_mode), "{}: is {}, not a regular file", ck.where(),
+  VISION_CHECK_INPUT(S_ISREG(st.st_mode), "{}: is {}, not a regular file", ck.where(),
                S_ISDIR(st.st_mode) ? "a directory" : "a special file");
   ck.file_size = static_cast<uint64_t>(st.st_size);
 
   int err = 0;
   ck.zip.reset(zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &err));
-  VISION_CHECK(ck.zip != nullptr,
+  VISION_CHECK_INPUT(ck.zip != nullptr,
                "{}: not a readable zip archive ({}); a PyTorch checkpoint is the zip archive torch.save writes "
                "(truncated or corrupt file?)",
                ck.where(), zip_error_text(err));
   const zip_int64_t n = zip_get_num_entries(ck.zip.get(), 0);
-  VISION_CHECK(n >= 0 && static_cast<uint64_t>(n) <= Limits::max_entries, "{}: the archive has {} entries (at most {})",
+  VISION_CHECK_INPUT(n >= 0 && static_cast<uint64_t>(n) <= Limits::max_entries, "{}: the archive has {} entries (at most {})",
                ck.where(), n, Limits::max_entries);
 
   // data.pkl in the one top folder, whatever its name.
@@ -973,10 +973,10 @@ TorchCheckpoint TorchCheckpoint::read(const fs::path& path) {
       if (folder.find('/') == std::string_view::npos) pickles.emplace_back(std::string(folder), i);
     }
   }
-  VISION_CHECK(!pickles.empty(),
+  VISION_CHECK_INPUT(!pickles.empty(),
                "{}: the zip archive has no <folder>/data.pkl, so it is no PyTorch checkpoint (its first entries: {})",
                ck.where(), some_names.empty() ? std::string("none") : fmt::format("{}", fmt::join(some_names, ", ")));
-  VISION_CHECK(pickles.size() == 1, "{}: the zip archive has {} data.pkl entries ({}/data.pkl, {}/data.pkl, …): which "
+  VISION_CHECK_INPUT(pickles.size() == 1, "{}: the zip archive has {} data.pkl entries ({}/data.pkl, {}/data.pkl, …): which "
                "one is the checkpoint?",
                ck.where(), pickles.size(), excerpt(pickles[0].first), excerpt(pickles[1].first));
   ck.folder = pickles[0].first;
@@ -985,16 +985,16 @@ TorchCheckpoint TorchCheckpoint::read(const fs::path& path) {
   const std::string byteorder_name = ck.folder + "/byteorder";
   if (const zip_int64_t bo = zip_name_locate(ck.zip.get(), byteorder_name.c_str(), ZIP_FL_ENC_RAW); bo >= 0) {
     const uint64_t size = ck.entry_size(static_cast<zip_uint64_t>(bo), byteorder_name);
-    VISION_CHECK(size <= 16, "{}: the byteorder entry has {} bytes", ck.where(), size);
+    VISION_CHECK_INPUT(size <= 16, "{}: the byteorder entry has {} bytes", ck.where(), size);
     std::string order(size, '\0');
     ck.read_entry(static_cast<zip_uint64_t>(bo), byteorder_name, order.data(), size);
-    VISION_CHECK(order == "little", "{}: the checkpoint's byte order is '{}'; only little-endian checkpoints are read",
+    VISION_CHECK_INPUT(order == "little", "{}: the checkpoint's byte order is '{}'; only little-endian checkpoints are read",
                  ck.where(), excerpt(order));
   }
 
   const std::string pickle_name = ck.folder + "/data.pkl";
   const uint64_t size = ck.entry_size(pickles[0].second, pickle_name);
-  VISION_CHECK(size <= Limits::max_pickle_bytes, "{}: data.pkl has {} bytes, more than the {} a checkpoint may have",
+  VISION_CHECK_INPUT(size <= Limits::max_pickle_bytes, "{}: data.pkl has {} bytes, more than the {} a checkpoint may have",
                ck.where(), size, Limits::max_pickle_bytes);
   std::string pickle(size, '\0');
   ck.read_entry(pickles[0].second, pickle_name, pickle.data(), size);
@@ -1015,26 +1015,26 @@ TorchCheckpoint TorchCheckpoint::from_pickle(std::string pickle,
     s.memory = std::move(bytes);
     if (ck.storage_by_key.emplace(key, ck.storages.size()).second) ck.storages.push_back(std::move(s));
   }
-  VISION_CHECK(pickle.size() <= Limits::max_pickle_bytes, "{}: the pickle has {} bytes, more than the {} allowed",
+  VISION_CHECK_INPUT(pickle.size() <= Limits::max_pickle_bytes, "{}: the pickle has {} bytes, more than the {} allowed",
                ck.where(), pickle.size(), Limits::max_pickle_bytes);
   ck.root = Unpickler(pickle, ck).load();
   return TorchCheckpoint(std::move(impl));
 }
 
 const TorchTensorInfo& TorchCheckpoint::tensor_info(const PyValue& tensor) const {
-  VISION_CHECK(tensor.kind == Kind::tensor && tensor.integer >= 0 &&
+  VISION_CHECK_INPUT(tensor.kind == Kind::tensor && tensor.integer >= 0 &&
                    static_cast<size_t>(tensor.integer) < impl_->tensors.size(),
                "{}: a {} where a tensor was expected", where(), tensor.describe());
   return impl_->tensors[static_cast<size_t>(tensor.integer)];
 }
 
 Tensor TorchCheckpoint::tensor(const PyValue& value, std::string_view name) const {
-  VISION_CHECK(value.kind == Kind::tensor, "{}: '{}' is a {}, not a tensor", where(), name, value.describe());
+  VISION_CHECK_INPUT(value.kind == Kind::tensor, "{}: '{}' is a {}, not a tensor", where(), name, value.describe());
   const TorchTensorInfo& info = tensor_info(value);
   const StorageType* type = nullptr;
   for (const StorageType& t : kStorageTypes)
     if (t.torch_dtype == info.torch_dtype) type = &t;
-  VISION_CHECK(type && type->dtype, "{}: tensor '{}' is torch.{}, a type the engine does not read (float32, float16, "
+  VISION_CHECK_INPUT(type && type->dtype, "{}: tensor '{}' is torch.{}, a type the engine does not read (float32, float16, "
                "bfloat16, int64, int32, uint8 and bool are read)",
                where(), name, info.torch_dtype);
   const DType dtype = *type->dtype;
@@ -1042,7 +1042,7 @@ Tensor TorchCheckpoint::tensor(const PyValue& value, std::string_view name) cons
   const StorageEntry& storage = impl_->storages[static_cast<size_t>(info.storage)];
   int64_t numel = 1;
   for (int64_t s : info.sizes) numel *= s;  // checked for overflow when the pickle was read
-  VISION_CHECK(static_cast<uint64_t>(numel) * element <= storage.nbytes,
+  VISION_CHECK_INPUT(static_cast<uint64_t>(numel) * element <= storage.nbytes,
                "{}: tensor '{}' has {} elements, more than its storage '{}' holds (an expanded view), which is not read",
                where(), name, numel, storage.key);
   const std::byte* base = impl_->storage_data(static_cast<size_t>(info.storage));
@@ -1077,7 +1077,7 @@ Tensor TorchCheckpoint::tensor(const PyValue& value, std::string_view name) cons
   if (dtype == DType::boolean) {
     const auto* p = static_cast<const uint8_t*>(t.raw());
     for (int64_t i = 0; i < t.numel(); ++i)
-      VISION_CHECK(p[i] <= 1, "{}: bool tensor '{}' holds {} at element {} (only 0 or 1)", where(), name,
+      VISION_CHECK_INPUT(p[i] <= 1, "{}: bool tensor '{}' holds {} at element {} (only 0 or 1)", where(), name,
                    static_cast<int>(p[i]), i);
   }
   return t;

@@ -25,11 +25,14 @@ std::string nvrtc_error_message(nvrtcResult status, std::string_view call, const
 }
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
-  throw Error(cuda_error_message(status, call, file, line));
+  // Memory running out is the caller's to handle (a smaller batch); anything else is the device's.
+  throw Error(cuda_error_message(status, call, file, line),
+              status == cudaErrorMemoryAllocation ? ErrorKind::out_of_memory : ErrorKind::device);
 }
 
 void throw_nvrtc_error(nvrtcResult status, const char* call, const char* file, int line) {
-  throw Error(nvrtc_error_message(status, call, file, line));
+  throw Error(nvrtc_error_message(status, call, file, line),
+              status == NVRTC_ERROR_OUT_OF_MEMORY ? ErrorKind::out_of_memory : ErrorKind::device);
 }
 
 }  // namespace vision::cuda

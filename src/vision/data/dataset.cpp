@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 std::string read_text(const fs::path& file, const char* what) {
   std::error_code ec;
-  VISION_CHECK(fs::exists(file, ec), "{} '{}' does not exist", what, file.string());
+  VISION_CHECK_INPUT(fs::exists(file, ec), "{} '{}' does not exist", what, file.string());
   return core::read_text_file(file, what);
 }
 
@@ -80,18 +80,18 @@ RawConfig read_yaml(const fs::path& file) {
   try {
     root = YAML::Load(read_text(file, "data file"));
   } catch (const YAML::DeepRecursion& e) {
-    fail("{}:{}: the YAML nests deeper than a data file can ({} levels at least)", name, e.mark.line + 1, e.depth());
+    fail_input("{}:{}: the YAML nests deeper than a data file can ({} levels at least)", name, e.mark.line + 1, e.depth());
   } catch (const YAML::Exception& e) {
-    fail("{}:{}: {}", name, e.mark.line + 1, e.msg);
+    fail_input("{}:{}: {}", name, e.mark.line + 1, e.msg);
   }
-  VISION_CHECK(root.IsMap(), "{}: the data file must be a YAML map of keys (train, val, names, …)", name);
+  VISION_CHECK_INPUT(root.IsMap(), "{}: the data file must be a YAML map of keys (train, val, names, …)", name);
   RawConfig raw;
   auto where = [&](const YAML::Node& n) { return fmt::format("{}:{}", name, n.Mark().line + 1); };
   auto scalars = [&](const YAML::Node& n, const std::string& key) {
     std::vector<std::pair<std::string, std::string>> items;
     for (const auto& item : n) {
       const YAML::Node v = n.IsMap() ? item.second : item;
-      VISION_CHECK(v.IsScalar(), "{}: each item of '{}' must be a single value", where(v), key);
+      VISION_CHECK_INPUT(v.IsScalar(), "{}: each item of '{}' must be a single value", where(v), key);
       items.emplace_back(n.IsMap() ? item.first.Scalar() : std::string(), v.Scalar());
     }
     return items;
@@ -101,21 +101,21 @@ RawConfig read_yaml(const fs::path& file) {
     const YAML::Node& v = kv.second;
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys) || v.IsNull()) continue;
     if (key == "path") {
-      VISION_CHECK(v.IsScalar(), "{}: 'path' must be a single value", where(v));
+      VISION_CHECK_INPUT(v.IsScalar(), "{}: 'path' must be a single value", where(v));
       raw.path = v.Scalar();
     } else if (key == "nc") {
-      VISION_CHECK(v.IsScalar(), "{}: 'nc' must be a number", where(v));
+      VISION_CHECK_INPUT(v.IsScalar(), "{}: 'nc' must be a number", where(v));
       raw.nc = parse_int(v.Scalar());
-      VISION_CHECK(raw.nc && *raw.nc > 0, "{}: 'nc' must be a positive integer, got '{}'", where(v), v.Scalar());
+      VISION_CHECK_INPUT(raw.nc && *raw.nc > 0, "{}: 'nc' must be a positive integer, got '{}'", where(v), v.Scalar());
       raw.where_nc = where(v);
     } else if (key == "names") {
-      VISION_CHECK(v.IsSequence() || v.IsMap(), "{}: 'names' must be a list or an {{index: name}} map", where(v));
+      VISION_CHECK_INPUT(v.IsSequence() || v.IsMap(), "{}: 'names' must be a list or an {{index: name}} map", where(v));
       raw.has_names = true;
       raw.names_is_map = v.IsMap();
       raw.names = scalars(v, key);
       raw.where_names = where(v);
     } else {  // a split
-      VISION_CHECK(!v.IsMap(), "{}: '{}' must be a path or a list of paths", where(v), key);
+      VISION_CHECK_INPUT(!v.IsMap(), "{}: '{}' must be a path or a list of paths", where(v), key);
       std::vector<std::string>& paths = raw.splits[key];
       if (v.IsScalar()) paths.push_back(v.Scalar());
       else
@@ -128,27 +128,27 @@ RawConfig read_yaml(const fs::path& file) {
 RawConfig read_json(const fs::path& file) {
   const std::string name = file.string();
   const nlohmann::json j = core::parse_json(read_text(file, "data file"), name);
-  VISION_CHECK(j.is_object(), "{}: the data file must be a JSON object", name);
+  VISION_CHECK_INPUT(j.is_object(), "{}: the data file must be a JSON object", name);
   RawConfig raw;
   raw.where_names = raw.where_nc = name;
   auto as_string = [&](const nlohmann::json& v, const std::string& what) {
     if (v.is_string()) return v.get<std::string>();
     if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-    fail("{}: {} must be a string", name, what);
+    fail_input("{}: {} must be a string", name, what);
   };
   for (const auto& [key, v] : j.items()) {
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys) || v.is_null()) continue;
     if (key == "path") {
       raw.path = as_string(v, "'path'");
     } else if (key == "nc") {
-      VISION_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, "{}: 'nc' must be a positive integer", name);
+      VISION_CHECK_INPUT(v.is_number_integer() && v.get<int64_t>() > 0, "{}: 'nc' must be a positive integer", name);
       raw.nc = v.get<int64_t>();
     } else if (key == "names") {
       raw.has_names = true;
       if (v.is_array()) {
         for (const auto& n : v) raw.names.emplace_back("", as_string(n, "each name"));
       } else {
-        VISION_CHECK(v.is_object(), "{}: 'names' must be a list or an {{index: name}} map", name);
+        VISION_CHECK_INPUT(v.is_object(), "{}: 'names' must be a list or an {{index: name}} map", name);
         raw.names_is_map = true;
         for (const auto& [k, n] : v.items()) raw.names.emplace_back(k, as_string(n, "each name"));
       }
@@ -170,7 +170,7 @@ const std::vector<fs::path>& DataConfig::split(const std::string& name) const {
   const std::vector<fs::path>* paths = name == "train" ? &train : name == "val" ? &val : name == "test" ? &test
                                                                                                         : nullptr;
   VISION_CHECK(paths, "unknown split '{}' (train, val or test)", name);
-  VISION_CHECK(!paths->empty(), "{}: the data file has no '{}' split", file.string(), name);
+  VISION_CHECK_INPUT(!paths->empty(), "{}: the data file has no '{}' split", file.string(), name);
   return *paths;
 }
 
@@ -184,17 +184,17 @@ DataConfig read_data_config(const fs::path& file) {
   config.root = config.root.lexically_normal();
 
   // Names.
-  VISION_CHECK(raw.has_names, "{}: no 'names' (a list of class names or an {{index: name}} map)", file.string());
+  VISION_CHECK_INPUT(raw.has_names, "{}: no 'names' (a list of class names or an {{index: name}} map)", file.string());
   if (raw.names_is_map) {
     std::map<int64_t, std::string> by_index;
     for (const auto& [k, n] : raw.names) {
       const std::optional<int64_t> index = parse_int(k);
-      VISION_CHECK(index && *index >= 0, "{}: a 'names' key must be a class index, got '{}'", raw.where_names, k);
-      VISION_CHECK(by_index.emplace(*index, n).second, "{}: class {} is named twice", raw.where_names, *index);
+      VISION_CHECK_INPUT(index && *index >= 0, "{}: a 'names' key must be a class index, got '{}'", raw.where_names, k);
+      VISION_CHECK_INPUT(by_index.emplace(*index, n).second, "{}: class {} is named twice", raw.where_names, *index);
     }
     int64_t expect = 0;
     for (const auto& [index, n] : by_index) {
-      VISION_CHECK(index == expect, "{}: 'names' has no class {} (the indices must be 0, 1, …, n−1)",
+      VISION_CHECK_INPUT(index == expect, "{}: 'names' has no class {} (the indices must be 0, 1, …, n−1)",
                    raw.where_names, expect);
       config.names.push_back(n);
       ++expect;
@@ -202,8 +202,8 @@ DataConfig read_data_config(const fs::path& file) {
   } else {
     for (const auto& item : raw.names) config.names.push_back(item.second);
   }
-  VISION_CHECK(!config.names.empty(), "{}: 'names' is empty", raw.where_names);
-  VISION_CHECK(!raw.nc || *raw.nc == config.nc(), "{}: nc {} does not match the {} names", raw.where_nc,
+  VISION_CHECK_INPUT(!config.names.empty(), "{}: 'names' is empty", raw.where_names);
+  VISION_CHECK_INPUT(!raw.nc || *raw.nc == config.nc(), "{}: nc {} does not match the {} names", raw.where_nc,
                raw.nc.value_or(0), config.nc());
 
   // Splits: each path must exist.
@@ -213,12 +213,12 @@ DataConfig read_data_config(const fs::path& file) {
       const fs::path resolved = (fs::path(p).is_absolute() ? fs::path(p) : config.root / p).lexically_normal();
       // train and val must exist; test (often named but not downloaded) only when it is listed.
       std::error_code ec;
-      VISION_CHECK(split == "test" || fs::exists(resolved, ec), "{}: the '{}' split's '{}' does not exist",
+      VISION_CHECK_INPUT(split == "test" || fs::exists(resolved, ec), "{}: the '{}' split's '{}' does not exist",
                    file.string(), split, resolved.string());
       out.push_back(resolved);
     }
   }
-  VISION_CHECK(!config.train.empty() || !config.val.empty(), "{}: no 'train' or 'val' split", file.string());
+  VISION_CHECK_INPUT(!config.train.empty() || !config.val.empty(), "{}: no 'train' or 'val' split", file.string());
   return config;
 }
 
@@ -323,7 +323,7 @@ std::vector<fs::path> list_images(std::span<const fs::path> sources) {
       for (auto it = fs::recursive_directory_iterator(source, ec); !ec && it != fs::recursive_directory_iterator();
            it.increment(ec))
         if (it->is_regular_file(ec) && is_image_file(it->path())) images.push_back(it->path());
-      VISION_CHECK(!ec, "cannot list the folder '{}': {}", source.string(), ec.message());
+      VISION_CHECK_INPUT(!ec, "cannot list the folder '{}': {}", source.string(), ec.message());
     } else if (fs::is_regular_file(source, ec) && lower(source.extension().string()) == ".txt") {
       const std::string text = read_text(source, "image list");
       std::istringstream lines(text);
@@ -338,8 +338,8 @@ std::vector<fs::path> list_images(std::span<const fs::path> sources) {
     } else if (fs::is_regular_file(source, ec) && is_image_file(source)) {
       images.push_back(source);
     } else {
-      VISION_CHECK(fs::exists(source, ec), "'{}' does not exist", source.string());
-      fail("'{}' is not a folder of images, a .txt list of images or an image", source.string());
+      VISION_CHECK_INPUT(fs::exists(source, ec), "'{}' does not exist", source.string());
+      fail_input("'{}' is not a folder of images, a .txt list of images or an image", source.string());
     }
   }
   std::sort(images.begin(), images.end());
@@ -505,18 +505,18 @@ fs::path coco_image_path(const fs::path& root, const fs::path& json, const std::
 void read_coco(const fs::path& json, const DataConfig& config, Dataset& d) {
   const std::string name = json.string();
   const nlohmann::json j = core::parse_json(read_text(json, "COCO annotations file"), name);
-  VISION_CHECK(j.is_object() && j.contains("images") && j["images"].is_array() && j.contains("annotations") &&
+  VISION_CHECK_INPUT(j.is_object() && j.contains("images") && j["images"].is_array() && j.contains("annotations") &&
                    j["annotations"].is_array() && j.contains("categories") && j["categories"].is_array(),
                "{}: a COCO annotations file needs the arrays images, annotations and categories", name);
   std::vector<int64_t> ids;
   try {
     for (const nlohmann::json& c : j["categories"]) ids.push_back(c.at("id").get<int64_t>());
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: a category without an integer id: {}", name, e.what());
+    fail_input("{}: a category without an integer id: {}", name, e.what());
   }
   std::sort(ids.begin(), ids.end());
-  VISION_CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end(), "{}: two categories share an id", name);
-  VISION_CHECK(static_cast<int64_t>(ids.size()) == config.nc(),
+  VISION_CHECK_INPUT(std::adjacent_find(ids.begin(), ids.end()) == ids.end(), "{}: two categories share an id", name);
+  VISION_CHECK_INPUT(static_cast<int64_t>(ids.size()) == config.nc(),
                "{}: {} categories, but the data file {} names {} classes", name, ids.size(), config.file.string(),
                config.nc());
   std::map<int64_t, int64_t> class_of;
@@ -535,7 +535,7 @@ void read_coco(const fs::path& json, const DataConfig& config, Dataset& d) {
       const std::string file = im.at("file_name").get<std::string>();
       // Annotations find their image by id: with two entries of one id, one image would take the other's boxes.
       if (const auto [it, added] = file_of.emplace(id, file); !added)
-        fail("{}: images '{}' and '{}' share the id {}; every image entry needs its own id", name, it->second, file,
+        fail_input("{}: images '{}' and '{}' share the id {}; every image entry needs its own id", name, it->second, file,
              id);
       const double w = im.at("width").get<double>(), h = im.at("height").get<double>();
       if (!(w > 0 && h > 0)) {
@@ -607,7 +607,7 @@ Dataset load_dataset(const fs::path& data_file, const std::string& split, bool u
   if (images.empty() && d.samples.empty()) {
     std::string where;
     for (const fs::path& p : d.config.split(split)) where += (where.empty() ? "" : ", ") + p.string();
-    fail("{}: the '{}' split has no images (.jpg, .jpeg, .png) in {}", data_file.string(), split, where);
+    fail_input("{}: the '{}' split has no images (.jpg, .jpeg, .png) in {}", data_file.string(), split, where);
   }
   // The label cache serves YOLO-format splits (a COCO file is parsed as fast as a cache would be).
   const bool cached = use_cache && coco.empty();

@@ -1,4 +1,5 @@
 #include "vision/data/image.h"
+#include "vision/data/image_tensor.h"
 
 #include <spng.h>
 #include <turbojpeg.h>
@@ -31,7 +32,7 @@ namespace {
 // Every decoding error: "cannot read image 'NAME': PROBLEM".
 template <typename... Args>
 [[noreturn]] void unreadable(const std::string& name, fmt::format_string<Args...> f, Args&&... args) {
-  fail("cannot read image '{}': {}", name, fmt::format(f, std::forward<Args>(args)...));
+  fail_input("cannot read image '{}': {}", name, fmt::format(f, std::forward<Args>(args)...));
 }
 
 void check_pixel_count(const std::string& name, int64_t width, int64_t height, int64_t max_pixels) {
@@ -344,7 +345,7 @@ Image decode_png(std::span<const uint8_t> bytes, const std::string& name, const 
   size_t size = 0;
   check(spng_decoded_image_size(ctx.get(), SPNG_FMT_RGB8, &size), "header");
   Image image(ihdr.width, ihdr.height, 3);
-  VISION_CHECK(size == image.pixels.size(), "image: libspng gives {} bytes for a {}×{} RGB image", size, ihdr.width,
+  VISION_CHECK_INPUT(size == image.pixels.size(), "image: libspng gives {} bytes for a {}×{} RGB image", size, ihdr.width,
                ihdr.height);
   // RGB8 from any colour type and depth: alpha and tRNS ignored, palette expanded, 16-bit → high byte.
   check(spng_decode_image(ctx.get(), image.pixels.data(), size, SPNG_FMT_RGB8, 0), "image data");

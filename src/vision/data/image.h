@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "vision/core/tensor.h"
 
 namespace vision::data {
 
@@ -127,7 +126,7 @@ void write_image(const Image& image, const std::filesystem::path& path, const Jp
 void write_file(const std::filesystem::path& path, std::span<const uint8_t> bytes);
 
 // ---------------------------------------------------------------------------------------------------------------
-// Resizing and input tensors
+// Resizing
 
 // `image` resized to width × height by bilinear interpolation with OpenCV's INTER_LINEAR geometry: destination
 // pixel centres map to source coordinates (x + 0.5) · src_w / width − 0.5, clamped to the edge pixels (edges
@@ -136,10 +135,6 @@ Image resize_bilinear(const Image& image, int64_t width, int64_t height);
 // The same for a view's pixels (RGB out, BGR swapped), without copying them first: equal to resizing to_image(view).
 Image resize_bilinear(const ImageView& view, int64_t width, int64_t height);
 
-// Writes the 3-channel image into batch item `index` of `batch` — a host f32 tensor of shape [N, 3, H, W] in its own
-// layout (NCHW: planes, NHWC: interleaved) — as sample / 255. The image must be W × H.
-void write_normalized(const Image& image, const core::Tensor& batch, int64_t index);
-// A new f32 [N, 3, H, W] host tensor in `layout` holding the images (all of one size) / 255.
-core::Tensor images_to_tensor(std::span<const Image> images, core::Layout layout = core::Layout::nchw);
+// The normalised input tensors of images are in data/image_tensor.h.
 
 }  // namespace vision::data

@@ -6,6 +6,7 @@
 
 #include "vision/core/error.h"
 #include "vision/data/image.h"
+#include "vision/data/image_tensor.h"
 #include "vision/data/random.h"
 
 namespace vision::data {
@@ -42,7 +43,8 @@ TrainLoader::TrainLoader(const Dataset& dataset, LoaderOptions options)
   const double batch_bytes = 12.0 * static_cast<double>(o_.batch) * static_cast<double>(o_.imgsz) *
                              static_cast<double>(o_.imgsz);
   const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  VISION_CHECK(physical <= 0 || batch_bytes * (o_.prefetch + 2) <= physical,
+  if (!(physical <= 0 || batch_bytes * (o_.prefetch + 2) <= physical))
+    fail_as(ErrorKind::out_of_memory,
                "TrainLoader: a batch of {} images at {}x{} takes {:.2f} GB, and the loader holds up to {} batches "
                "({:.1f} GB), more than this machine's {:.1f} GB of memory; use a smaller batch or image size",
                o_.batch, o_.imgsz, o_.imgsz, batch_bytes / 1e9, o_.prefetch + 2, batch_bytes * (o_.prefetch + 2) / 1e9,

@@ -591,9 +591,10 @@ void Plan::layout_memory() {
     arena_ = backend_->allocate(std::max<size_t>(arena_bytes_, 256));
   } catch (const Error& e) {
     // Out of memory is what a too large batch or image size ends in: say which knob turns it down.
-    fail("the plan's activations need {:.2f} GB of {} memory in one arena, which could not be allocated ({}); use a "
-         "smaller batch or image size",
-         static_cast<double>(arena_bytes_) / 1e9, core::device_name(backend_->device()), e.what());
+    fail_as(e.kind(),
+            "the plan's activations need {:.2f} GB of {} memory in one arena, which could not be allocated ({}); use a "
+            "smaller batch or image size",
+            static_cast<double>(arena_bytes_) / 1e9, core::device_name(backend_->device()), e.what());
   }
   auto* base = static_cast<std::byte*>(arena_.get());
   const core::Device dev = backend_->device();

@@ -115,20 +115,20 @@ Checkpoint read_checkpoint(const fs::path& path) {
   const std::string where = path.string();
   core::SafetensorsFile file = core::read_safetensors(path);  // throws naming the file for truncated / corrupt ones
   auto info = file.metadata.find("checkpoint");
-  VISION_CHECK(info != file.metadata.end(),
+  VISION_CHECK_INPUT(info != file.metadata.end(),
                "{} is not a training checkpoint: its metadata has no 'checkpoint' entry (a weights file?)", where);
   const json header = core::parse_json(info->second, fmt::format("{}: checkpoint metadata 'checkpoint'", where), 4);
-  VISION_CHECK(header.is_object() && header.contains("version") && header["version"].is_number_integer() &&
+  VISION_CHECK_INPUT(header.is_object() && header.contains("version") && header["version"].is_number_integer() &&
                    header.contains("ema") && header["ema"].is_boolean(),
                "{}: checkpoint metadata 'checkpoint' must be {{\"version\": N, \"ema\": bool}}, got {}", where,
                info->second);
-  VISION_CHECK(header["version"].get<int64_t>() == kVersion,
+  VISION_CHECK_INPUT(header["version"].get<int64_t>() == kVersion,
                "{}: checkpoint version {} is not supported (this build reads version {})", where,
                header["version"].get<int64_t>(), kVersion);
   const bool has_ema = header["ema"].get<bool>();
 
   auto training = file.metadata.find("training");
-  VISION_CHECK(training != file.metadata.end(), "{}: checkpoint metadata has no 'training' entry", where);
+  VISION_CHECK_INPUT(training != file.metadata.end(), "{}: checkpoint metadata has no 'training' entry", where);
   const json state = core::parse_json(training->second, fmt::format("{}: checkpoint metadata 'training'", where));
 
   Checkpoint out;
@@ -143,7 +143,7 @@ Checkpoint read_checkpoint(const fs::path& path) {
     if (starts_with(name, kOptimizerPrefix)) {
       out.optimizer.emplace_back(name, t);
     } else if (starts_with(name, kTrainPrefix)) {
-      VISION_CHECK(has_ema, "{}: tensor '{}' holds the live model of an EMA, but the checkpoint has no EMA", where,
+      VISION_CHECK_INPUT(has_ema, "{}: tensor '{}' holds the live model of an EMA, but the checkpoint has no EMA", where,
                    name);
       live.emplace(name.substr(kTrainPrefix.size()), t);
     }
@@ -156,7 +156,7 @@ Checkpoint read_checkpoint(const fs::path& path) {
       out.model.emplace_back(name, t);
       continue;
     }
-    VISION_CHECK(same_shape(t, it->second), "{}: tensor '{}' is {}, its live model '{}{}' is {}", where, name,
+    VISION_CHECK_INPUT(same_shape(t, it->second), "{}: tensor '{}' is {}, its live model '{}{}' is {}", where, name,
                  t.shape().str(), kTrainPrefix, name, it->second.shape().str());
     out.ema.emplace_back(name, t);
     out.model.emplace_back(name, it->second);
@@ -164,18 +164,18 @@ Checkpoint read_checkpoint(const fs::path& path) {
   }
   if (matched != live.size())
     for (const auto& [key, t] : live)
-      VISION_CHECK(file.find(key) != nullptr, "{}: tensor '{}{}' has no '{}' (the EMA's value) beside it", where,
+      VISION_CHECK_INPUT(file.find(key) != nullptr, "{}: tensor '{}{}' has no '{}' (the EMA's value) beside it", where,
                    kTrainPrefix, key, key);
-  VISION_CHECK(!has_ema || !live.empty(), "{}: the checkpoint says it has an EMA but holds no 'train.' tensors",
+  VISION_CHECK_INPUT(!has_ema || !live.empty(), "{}: the checkpoint says it has an EMA but holds no 'train.' tensors",
                where);
-  VISION_CHECK(!out.model.empty(), "{}: the checkpoint holds no model tensors", where);
+  VISION_CHECK_INPUT(!out.model.empty(), "{}: the checkpoint holds no model tensors", where);
   // Training never writes a non-finite weight (a step with a non-finite gradient is skipped): one in the file is damage,
   // and resuming from it would train NaNs silently.
   for (const NamedTensors* group : {&out.model, &out.ema, &out.optimizer})
     for (const auto& [name, t] : *group)
       if (core::is_floating(t.dtype()))
         for (const float v : t.to_vector())
-          VISION_CHECK(std::isfinite(v),
+          VISION_CHECK_INPUT(std::isfinite(v),
                        "{}: tensor '{}' holds a non-finite value ({}): the checkpoint is damaged; resume from another "
                        "one (weights/last.safetensors or an earlier copy)",
                        where, name, v);

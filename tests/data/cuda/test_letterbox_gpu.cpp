@@ -14,6 +14,7 @@
 #include "vision/cuda/memory.h"
 #include "vision/data/letterbox.h"
 #include "vision/data/letterbox_cuda.h"
+#include "vision/data/image_tensor.h"
 
 using namespace vision;
 using namespace vision::test;

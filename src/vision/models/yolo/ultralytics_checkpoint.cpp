@@ -53,12 +53,12 @@ bool plain_name(const std::string& s) {
 // The entries of a pickled dict by string key, in first-insertion order with the last value (Python's dict).
 std::vector<std::pair<std::string, const PyValue*>> entries(const PyValue& dict, const std::string& what,
                                                             const std::string& where) {
-  VISION_CHECK(dict.kind == Kind::dict, "{}: {} is a {}, not a dict", where, what, dict.describe());
+  VISION_CHECK_INPUT(dict.kind == Kind::dict, "{}: {} is a {}, not a dict", where, what, dict.describe());
   std::vector<std::pair<std::string, const PyValue*>> out;
   std::map<std::string, size_t> index;
   for (size_t i = 0; i + 1 < dict.items.size(); i += 2) {
     const PyValue& key = *dict.items[i];
-    VISION_CHECK(key.kind == Kind::string && plain_name(key.text), "{}: {} has a key that is not a plain name: {}",
+    VISION_CHECK_INPUT(key.kind == Kind::string && plain_name(key.text), "{}: {} has a key that is not a plain name: {}",
                  where, what, key.describe());
     const auto [it, fresh] = index.emplace(key.text, out.size());
     if (fresh) out.emplace_back(key.text, dict.items[i + 1]);
@@ -76,12 +76,12 @@ struct StateDictWalk {
   void module(const PyValue& m, const std::string& prefix, int depth) {
     const std::string name =
         prefix.empty() ? std::string("the model") : fmt::format("module '{}'", prefix.substr(0, prefix.size() - 1));
-    VISION_CHECK(m.kind == Kind::object, "{}: {} is a {}, not a module", where, name, m.describe());
-    VISION_CHECK(depth <= kMaxModuleDepth, "{}: modules nest deeper than {} levels at {} (a cycle?)", where,
+    VISION_CHECK_INPUT(m.kind == Kind::object, "{}: {} is a {}, not a module", where, name, m.describe());
+    VISION_CHECK_INPUT(depth <= kMaxModuleDepth, "{}: modules nest deeper than {} levels at {} (a cycle?)", where,
                  kMaxModuleDepth, name);
-    VISION_CHECK(++visits <= kMaxModuleVisits,
+    VISION_CHECK_INPUT(++visits <= kMaxModuleVisits,
                  "{}: the module tree has more than {} modules (shared or cyclic submodules?)", where, kMaxModuleVisits);
-    VISION_CHECK(m.state && m.state->kind == Kind::dict, "{}: {} ({}) has no attribute dict: not a torch.nn.Module",
+    VISION_CHECK_INPUT(m.state && m.state->kind == Kind::dict, "{}: {} ({}) has no attribute dict: not a torch.nn.Module",
                  where, name, m.text);
     std::vector<std::string> non_persistent;
     if (const PyValue* set = m.get("_non_persistent_buffers_set"); set && set->kind == Kind::set)
@@ -95,7 +95,7 @@ struct StateDictWalk {
         if (std::string_view(field) == "_buffers" &&
             std::find(non_persistent.begin(), non_persistent.end(), key) != non_persistent.end())
           continue;
-        VISION_CHECK(value->kind == Kind::tensor, "{}: {} '{}{}' is a {}, not a tensor", where,
+        VISION_CHECK_INPUT(value->kind == Kind::tensor, "{}: {} '{}{}' is a {}, not a tensor", where,
                      std::string_view(field) == "_buffers" ? "buffer" : "parameter", prefix, key, value->describe());
         tensors.emplace_back(prefix + key, value);
       }
@@ -110,7 +110,7 @@ struct StateDictWalk {
 const PyValue& model_of(const core::TorchCheckpoint& ck) {
   const PyValue& root = ck.root();
   if (root.kind == Kind::object) return root;
-  VISION_CHECK(root.kind == Kind::dict, "{}: holds a {}; an ultralytics checkpoint is a dict with 'model' or 'ema'",
+  VISION_CHECK_INPUT(root.kind == Kind::dict, "{}: holds a {}; an ultralytics checkpoint is a dict with 'model' or 'ema'",
                ck.where(), root.describe());
   const PyValue* ema = root.get("ema");
   const PyValue* model = ema && !ema->is_none() ? ema : root.get("model");
@@ -118,7 +118,7 @@ const PyValue& model_of(const core::TorchCheckpoint& ck) {
     std::vector<std::string> keys;
     for (size_t i = 0; i + 1 < root.items.size() && keys.size() < 16; i += 2)
       keys.push_back(root.items[i]->kind == Kind::string ? root.items[i]->text.substr(0, 40) : root.items[i]->describe());
-    fail("{}: neither 'ema' nor 'model' holds a model (keys: {})", ck.where(), fmt::join(keys, ", "));
+    fail_input("{}: neither 'ema' nor 'model' holds a model (keys: {})", ck.where(), fmt::join(keys, ", "));
   }
   return *model;
 }
@@ -146,24 +146,24 @@ std::vector<std::string> names_of(const PyValue& model, int64_t nc, const std::s
   }
   const auto text = [&](const PyValue& v) {
     if (v.kind == Kind::string) return v.text;
-    VISION_CHECK(v.kind == Kind::integer, "{}: the model's names hold a {}, not a string", where, v.describe());
+    VISION_CHECK_INPUT(v.kind == Kind::integer, "{}: the model's names hold a {}, not a string", where, v.describe());
     return std::to_string(v.integer);
   };
   if (names->kind == Kind::dict) {  // {0: "person", 1: "bicycle", …}: the names in the order of their indices
     std::map<int64_t, std::string> by_index;
     for (size_t i = 0; i + 1 < names->items.size(); i += 2) {
       const PyValue& key = *names->items[i];
-      VISION_CHECK(key.kind == Kind::integer, "{}: the model's names are keyed by a {}, not a class index", where,
+      VISION_CHECK_INPUT(key.kind == Kind::integer, "{}: the model's names are keyed by a {}, not a class index", where,
                    key.describe());
       by_index[key.integer] = text(*names->items[i + 1]);
     }
     for (auto& [i, n] : by_index) out.push_back(std::move(n));
   } else {
-    VISION_CHECK(names->kind == Kind::list || names->kind == Kind::tuple,
+    VISION_CHECK_INPUT(names->kind == Kind::list || names->kind == Kind::tuple,
                  "{}: the model's names are a {}, not a dict or a list", where, names->describe());
     for (const PyValue* n : names->items) out.push_back(text(*n));
   }
-  VISION_CHECK(static_cast<int64_t>(out.size()) == nc, "{}: {} class names for {} classes", where, out.size(), nc);
+  VISION_CHECK_INPUT(static_cast<int64_t>(out.size()) == nc, "{}: {} class names for {} classes", where, out.size(), nc);
   return out;
 }
 
@@ -175,7 +175,7 @@ std::string imgsz_of(const PyValue& root, const PyValue& model, const std::strin
   const PyValue* imgsz = args ? args->get("imgsz") : nullptr;
   if (!imgsz || imgsz->is_none()) return "640";
   if (imgsz->kind == Kind::integer) return std::to_string(imgsz->integer);
-  VISION_CHECK((imgsz->kind == Kind::list || imgsz->kind == Kind::tuple) && imgsz->items.size() <= 2 &&
+  VISION_CHECK_INPUT((imgsz->kind == Kind::list || imgsz->kind == Kind::tuple) && imgsz->items.size() <= 2 &&
                    std::all_of(imgsz->items.begin(), imgsz->items.end(),
                                [](const PyValue* s) { return s->kind == Kind::integer; }),
                "{}: imgsz is a {}, not a size or [height, width]", where, imgsz->describe());
@@ -193,29 +193,29 @@ std::vector<int64_t> stride_of(const core::TorchCheckpoint& ck, const PyValue& m
     const core::TorchTensorInfo& info = ck.tensor_info(*stride);
     int64_t numel = 1;
     for (int64_t s : info.sizes) numel *= s;  // checked against the storage when the pickle was read
-    VISION_CHECK(numel <= 16, "{}: model.stride has {} values", ck.where(), numel);
+    VISION_CHECK_INPUT(numel <= 16, "{}: model.stride has {} values", ck.where(), numel);
     const core::Tensor t = ck.tensor(*stride, "model.stride");
     if (core::is_floating(t.dtype())) {
       for (float v : t.to_vector()) values.push_back(v);
     } else {
-      VISION_CHECK(t.dtype() == core::DType::i64 || t.dtype() == core::DType::i32, "{}: model.stride is {}", ck.where(),
+      VISION_CHECK_INPUT(t.dtype() == core::DType::i64 || t.dtype() == core::DType::i32, "{}: model.stride is {}", ck.where(),
                    core::dtype_name(t.dtype()));
       for (int64_t i = 0; i < t.numel(); ++i)
         values.push_back(t.dtype() == core::DType::i64 ? static_cast<double>(t.data<int64_t>()[i])
                                                         : static_cast<double>(t.data<int32_t>()[i]));
     }
   } else {
-    VISION_CHECK((stride->kind == Kind::list || stride->kind == Kind::tuple) && stride->items.size() <= 16,
+    VISION_CHECK_INPUT((stride->kind == Kind::list || stride->kind == Kind::tuple) && stride->items.size() <= 16,
                  "{}: model.stride is a {}", ck.where(), stride->describe());
     for (const PyValue* v : stride->items) {
-      VISION_CHECK(v->kind == Kind::integer || v->kind == Kind::floating, "{}: model.stride holds a {}", ck.where(),
+      VISION_CHECK_INPUT(v->kind == Kind::integer || v->kind == Kind::floating, "{}: model.stride holds a {}", ck.where(),
                    v->describe());
       values.push_back(v->kind == Kind::integer ? static_cast<double>(v->integer) : v->floating);
     }
   }
   std::vector<int64_t> out;
   for (double v : values) {
-    VISION_CHECK(std::isfinite(v) && std::abs(v) < 1e6, "{}: model.stride holds {}", ck.where(), v);
+    VISION_CHECK_INPUT(std::isfinite(v) && std::abs(v) < 1e6, "{}: model.stride holds {}", ck.where(), v);
     out.push_back(static_cast<int64_t>(v));
   }
   return out;
@@ -228,7 +228,7 @@ core::SafetensorsFile ultralytics_weights(const core::TorchCheckpoint& ck) {
   const PyValue& model = model_of(ck);
   StateDictWalk walk{where, {}, 0};
   walk.module(model, "", 0);
-  VISION_CHECK(!walk.tensors.empty(), "{}: the model ({}) has no tensors", where, model.text);
+  VISION_CHECK_INPUT(!walk.tensors.empty(), "{}: the model ({}) has no tensors", where, model.text);
 
   core::SafetensorsFile file;
   file.path = ck.path();
@@ -239,10 +239,10 @@ core::SafetensorsFile ultralytics_weights(const core::TorchCheckpoint& ck) {
     if (name == kClassBias) class_bias = value;
     if (name.find(".bn.") != std::string::npos) batchnorm = true;
   }
-  VISION_CHECK(class_bias != nullptr, "{}: no YOLO26 end-to-end Detect head ({}) in the model ({}, {} tensors)", where,
+  VISION_CHECK_INPUT(class_bias != nullptr, "{}: no YOLO26 end-to-end Detect head ({}) in the model ({}, {} tensors)", where,
                kClassBias, model.text, walk.tensors.size());
   const int64_t nc = file.at(std::string(kClassBias)).numel();
-  VISION_CHECK(nc >= 1 && nc <= kMaxClasses, "{}: {} has {} outputs; YOLO26 takes 1–{} classes", where, kClassBias, nc,
+  VISION_CHECK_INPUT(nc >= 1 && nc <= kMaxClasses, "{}: {} has {} outputs; YOLO26 takes 1–{} classes", where, kClassBias, nc,
                kMaxClasses);
   // The order of a written file's data: larger elements first, then by name.
   std::stable_sort(file.tensors.begin(), file.tensors.end(), [](const auto& a, const auto& b) {
@@ -283,7 +283,7 @@ core::SafetensorsFile read_model_file(const fs::path& path) {
   if (starts("PK\x03\x04") || starts("PK\x05\x06")) return read_ultralytics_checkpoint(path);
   // torch.save(..., _use_new_zipfile_serialization=False) and PyTorch < 1.6: a pickle of a magic number first.
   if (starts("\x80\x02\x8a\x0a\x6c\xfc"))
-    fail("PyTorch checkpoint '{}': the legacy format of PyTorch < 1.6 (not a zip archive), which is not read: save it "
+    fail_input("PyTorch checkpoint '{}': the legacy format of PyTorch < 1.6 (not a zip archive), which is not read: save it "
          "again with torch.save(torch.load(path), path) in PyTorch 1.6 or later",
          path.string());
   // A safetensors file: an 8-byte header length, then the header's JSON object (also when it is named .pt).

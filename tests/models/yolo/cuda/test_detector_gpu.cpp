@@ -13,6 +13,7 @@
 #include "vision/graph/backend.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/models/yolo/model.h"
+#include "vision/data/image_tensor.h"
 
 using namespace vision;
 using namespace vision::test;
