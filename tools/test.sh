@@ -22,10 +22,12 @@ echo "test: VISION_TEST_SEED=$VISION_TEST_SEED"
 status=0
 passed=0
 failed=0
-# Two checks of the sources: the library is a unity build, so no private helper may silently overload another
-# source's (tools/check-private-names.py); every include keeps the layer order (tools/check-layers.py).
-for check in tools/check-private-names.py tools/check-layers.py; do
-  if python3 "$check"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+# Three checks of the sources: the library and the tests are unity builds, so no private helper may silently overload
+# another source's (tools/check-private-names.py, over each); every include keeps the layer order
+# (tools/check-layers.py).
+for check in "tools/check-private-names.py src/vision" "tools/check-private-names.py tests" tools/check-layers.py; do
+  # shellcheck disable=SC2086
+  if python3 $check; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

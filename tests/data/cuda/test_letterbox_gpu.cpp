@@ -25,7 +25,7 @@ using core::Tensor;
 
 namespace {
 
-data::Image random_image(int64_t w, int64_t h, uint32_t seed) {
+data::Image letterbox_test_image(int64_t w, int64_t h, uint32_t seed) {
   data::Image im(w, h, 3);
   std::mt19937 rng(seed);
   for (auto& p : im.pixels) p = static_cast<uint8_t>(rng() & 0xff);
@@ -52,7 +52,7 @@ TEST(LetterboxGpu, EqualsTheCpuLetterboxInEveryFormat) {
   };
   uint32_t seed = 1;
   for (const Size& s : sizes) {
-    const data::Image image = random_image(s.w, s.h, seed++);
+    const data::Image image = letterbox_test_image(s.w, s.h, seed++);
     const data::LetterboxTransform t = data::letterbox_transform(s.h, s.w, s.target_h, s.target_w, true, s.stride);
     for (Layout layout : {Layout::nchw, Layout::nhwc}) {
       Tensor expected = Tensor::zeros(Shape{1, 3, t.input_h, t.input_w}, DType::f32, layout);
