@@ -127,3 +127,26 @@ def test_errors_have_a_kind(model, tmp_path):
     with pytest.raises(vision.InputError, match="truncated.safetensors"):
         vision.YOLO(truncated)
     assert issubclass(vision.OutOfMemoryError, MemoryError) and issubclass(vision.DeviceError, vision.Error)
+
+
+def test_an_ultralytics_checkpoint_loads_without_pytorch(tmp_path):
+    """YOLO('x.pt') reads the PyTorch zip as it is (no torch imported) and gives `vision predict`'s detections."""
+    from conftest import SOURCE_DIR
+    import sys
+    pt = SOURCE_DIR / "tests" / "fixtures" / "yolo26n_random.pt"
+    image = sorted(SAMPLES.iterdir())[0]
+    model = vision.YOLO(pt)
+    assert model.scale == "n" and len(model.names) == 80 and "torch" not in sys.modules
+    mine = model.predict(str(image), device="cpu", conf=0.01, imgsz=320)[0]
+    r = run_cli("predict", "--model", str(pt), "--source", str(image), "--device", "cpu", "--conf", "0.01",
+                "--imgsz", "320", "--json", "--quiet")
+    assert r.returncode == 0, r.stderr
+    theirs = json.loads(r.stdout)[0]["detections"]
+    assert len(mine) == len(theirs) > 0
+    for box, conf, d in zip(mine.boxes.xyxy, mine.boxes.conf, theirs):
+        b = d["box"]
+        np.testing.assert_allclose(box, [b["x1"], b["y1"], b["x2"], b["y2"]], rtol=1e-6, atol=1e-4)
+        assert conf == pytest.approx(d["confidence"], rel=1e-6)
+    # Exported from the .pt, the fused model predicts too.
+    out = model.export(half=False, file=tmp_path / "random_f32.safetensors")
+    assert vision.model_info(out)["fused"]
