@@ -10,7 +10,7 @@
 // imgsz; grey 114 padding, RGB / 255. On CUDA it runs on the GPU (the 8-bit images are uploaded and letterboxed,
 // normalised and converted to the plan's input format by one kernel each), on the CPU on the host; both give the
 // model the same input values. The model's plans (one per input size and batch, at most 8) are CUDA graphs replayed
-// on CUDA. A Detector is not thread-safe: use one per thread (tests/api/test_detector_threads.cpp runs one per thread
+// on CUDA. A Detector is not thread-safe: use one per thread (tests/api/test_detector_input.cpp runs one per thread
 // at once and checks each gives the single-threaded detections).
 #pragma once
 
