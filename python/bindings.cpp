@@ -19,6 +19,7 @@
 #include "vision/core/error.h"
 #include "vision/data/annotate.h"
 #include "vision/data/image.h"
+#include "vision/data/prefetch.h"
 #include "vision/detector.h"
 #include "vision/exporter.h"
 #include "vision/models/yolo/ultralytics_checkpoint.h"
@@ -242,6 +243,36 @@ PYBIND11_MODULE(_vision, m) {
         py::dict r;
         r["preprocess"] = t.preprocess, r["inference"] = t.inference, r["postprocess"] = t.postprocess;
         return r;
+      });
+
+  // Image files decoded on worker threads ahead of the consumer, in order, with bounded memory (data::Prefetcher, as
+  // `vision predict` decodes): predict's file sources. next() gives (path, H×W×3 uint8 RGB array); an unreadable
+  // file raises vision.InputError naming it.
+  struct ImageReader {
+    std::unique_ptr<data::Prefetcher> prefetch;
+  };
+  py::class_<ImageReader>(m, "ImageReader")
+      .def(py::init([](const std::vector<std::filesystem::path>& paths, size_t workers, size_t window,
+                       int64_t max_pixels) {
+             VISION_CHECK(max_pixels >= 1, "ImageReader: max_pixels must be positive, got {}", max_pixels);
+             auto r = std::make_unique<ImageReader>();
+             r->prefetch = std::make_unique<data::Prefetcher>(paths, std::max<size_t>(workers, 1),
+                                                              std::max<size_t>(window, 1),
+                                                              data::DecodeOptions{.max_pixels = max_pixels});
+             return r;
+           }),
+           py::arg("paths"), py::arg("workers") = 4, py::arg("window") = 32,
+           py::arg("max_pixels") = data::kDefaultMaxPixels)
+      .def("__iter__", [](ImageReader& r) -> ImageReader& { return r; })
+      .def("__next__", [](ImageReader& r) {
+        if (r.prefetch->done()) throw py::stop_iteration();
+        data::Loaded l;
+        {
+          py::gil_scoped_release release;
+          l = r.prefetch->next();
+        }
+        if (!l.error.empty()) fail_input("{}", l.error);
+        return py::make_tuple(l.path.string(), image_array(std::move(l.image)));
       });
 
   m.def(

@@ -231,12 +231,15 @@ class YOLO:
 
     def _predict_batches(self, detector, items, batch, bgr, out_dir, verbose) -> Iterator[Results]:
         names = dict(enumerate(detector.names))
+        # The files are decoded on worker threads ahead of the model (in order, with bounded memory).
+        paths = [p for p, _ in items if p is not None]
+        reader = _vision.ImageReader(paths, workers=min(os.cpu_count() or 1, 8), window=2 * batch) if paths else None
         for start in range(0, len(items), batch):
             chunk = items[start:start + batch]
             images = []
             for path, array in chunk:
                 if array is None:
-                    images.append(read_image(path))
+                    images.append(next(reader)[1])
                 else:
                     # A uint8 array whose rows are not packed (a channel slice, a transposed view) is packed; any other
                     # dtype or shape goes to the engine as it is, which names what it expects.
