@@ -18,6 +18,7 @@
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
 #include "vision/data/annotate.h"
+#include "vision/data/dataset.h"
 #include "vision/data/image.h"
 #include "vision/data/prefetch.h"
 #include "vision/detector.h"
@@ -157,12 +158,12 @@ TrainConfig train_config_from(const py::dict& kwargs) {
   return c;
 }
 
-py::dict train_result_dict(const TrainResult& r, const std::vector<std::string>& names) {
+py::dict train_result_dict(const TrainResult& r) {
   py::dict d;
   d["run_dir"] = r.run_dir, d["last"] = r.last, d["best"] = r.best;
   d["epochs_done"] = r.epochs_done, d["best_epoch"] = r.best_epoch, d["best_fitness"] = r.best_fitness;
   d["interrupted"] = r.interrupted, d["stopped_early"] = r.stopped_early, d["message"] = r.message;
-  d["metrics"] = r.best_metrics ? py::object(metrics_dict(*r.best_metrics, names)) : py::none();
+  d["metrics"] = r.best_metrics ? py::object(metrics_dict(*r.best_metrics, r.names)) : py::none();
   return d;
 }
 
@@ -256,12 +257,12 @@ PYBIND11_MODULE(_vision, m) {
                        int64_t max_pixels) {
              VISION_CHECK(max_pixels >= 1, "ImageReader: max_pixels must be positive, got {}", max_pixels);
              auto r = std::make_unique<ImageReader>();
-             r->prefetch = std::make_unique<data::Prefetcher>(paths, std::max<size_t>(workers, 1),
+             r->prefetch = std::make_unique<data::Prefetcher>(paths, workers > 0 ? workers : data::default_decode_workers(),
                                                               std::max<size_t>(window, 1),
                                                               data::DecodeOptions{.max_pixels = max_pixels});
              return r;
            }),
-           py::arg("paths"), py::arg("workers") = 4, py::arg("window") = 32,
+           py::arg("paths"), py::arg("workers") = 0, py::arg("window") = 32,
            py::arg("max_pixels") = data::kDefaultMaxPixels)
       .def("__iter__", [](ImageReader& r) -> ImageReader& { return r; })
       .def("__next__", [](ImageReader& r) {
@@ -274,6 +275,9 @@ PYBIND11_MODULE(_vision, m) {
         if (!l.error.empty()) fail_input("{}", l.error);
         return py::make_tuple(l.path.string(), image_array(std::move(l.image)));
       });
+
+  m.def("expand_image_source", &data::expand_image_source, py::arg("source"),
+        "The image files a source names (a file, a folder's images, a glob's files), as vision predict expands --source");
 
   m.def(
       "model_info",
@@ -354,7 +358,6 @@ PYBIND11_MODULE(_vision, m) {
             return false;
           }
         };
-        std::vector<std::string> names;
         cb.on_epoch = [&](const EpochReport& e) {
           py::gil_scoped_acquire gil;
           if (on_epoch.is_none()) return true;
@@ -363,7 +366,7 @@ PYBIND11_MODULE(_vision, m) {
             d["epoch"] = e.epoch, d["epochs"] = e.epochs, d["box_loss"] = e.box, d["cls_loss"] = e.cls;
             d["l1_loss"] = e.l1, d["lr"] = e.lr, d["fitness"] = e.fitness, d["best"] = e.best;
             d["seconds"] = e.seconds, d["images_per_second"] = e.images_per_second;
-            d["metrics"] = metrics_dict(e.metrics, names);
+            d["metrics"] = metrics_dict(e.metrics, e.names);
             const py::object r = on_epoch(d);
             return r.is_none() || r.cast<bool>();
           } catch (...) {
@@ -381,7 +384,7 @@ PYBIND11_MODULE(_vision, m) {
           PyErr_SetString(PyExc_KeyboardInterrupt, result.message.c_str());
           throw py::error_already_set();
         }
-        return train_result_dict(result, names);
+        return train_result_dict(result);
       },
       py::arg("kwargs"), py::arg("on_batch") = py::none(), py::arg("on_epoch") = py::none(),
       "Runs (or resumes) a training run; the keyword names are vision.train_arguments()'");

@@ -2,7 +2,6 @@
 // and YOLO-format label files. A thin client of vision::Detector; images are decoded on worker threads ahead of the
 // model, and a bad image is reported and skipped while the others are processed.
 #include <fmt/format.h>
-#include <glob.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,43 +54,6 @@ struct PredictOptions {
   bool quiet = false;
 };
 
-bool has_image_extension(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  // JPEG and PNG are decoded; the other common image formats are listed so that they are reported as unsupported
-  // rather than silently passed over.
-  for (const char* e : {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
-    if (ext == e) return true;
-  return false;
-}
-
-// The images a --source names: a file, the images of a directory (by extension, sorted, not recursive) or a glob.
-std::vector<fs::path> expand_source(const std::string& source) {
-  std::error_code ec;
-  const fs::path path(source);
-  if (fs::is_directory(path, ec)) {
-    std::vector<fs::path> files;
-    for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
-      if (e.is_regular_file(ec) && has_image_extension(e.path())) files.push_back(e.path());
-    VISION_CHECK(!ec, "--source {}: cannot list the directory: {}", source, ec.message());
-    VISION_CHECK(!files.empty(), "--source {}: no images (.jpg, .jpeg, .png) in the directory", source);
-    std::sort(files.begin(), files.end());
-    return files;
-  }
-  if (fs::exists(path, ec)) return {path};
-  if (source.find_first_of("*?[") != std::string::npos) {
-    glob_t g{};
-    const int rc = ::glob(source.c_str(), 0, nullptr, &g);
-    std::vector<fs::path> files;
-    for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
-      if (fs::is_regular_file(g.gl_pathv[i], ec)) files.emplace_back(g.gl_pathv[i]);
-    ::globfree(&g);
-    VISION_CHECK(!files.empty(), "--source {}: the pattern matches no files", source);
-    return files;
-  }
-  fail("--source {}: no such file or directory", source);
-}
-
 DetectorOptions detector_options(const PredictOptions& o) {
   DetectorOptions d;
   d.device = o.device;
@@ -111,7 +73,7 @@ DetectorOptions detector_options(const PredictOptions& o) {
 int run_predict(const PredictOptions& o) {
   VISION_CHECK(!o.save_txt || !o.save.empty(), "--save-txt writes DIR/labels: give the folder with --save DIR");
   VISION_CHECK(!o.save_conf || o.save_txt, "--save-conf adds the score to the --save-txt label files");
-  const std::vector<fs::path> paths = expand_source(o.source);
+  const std::vector<fs::path> paths = data::expand_image_source(o.source);
   Detector detector(o.model, detector_options(o));
   const std::vector<std::string>& names = detector.names();
   if (!o.save.empty()) {
@@ -137,7 +99,7 @@ int run_predict(const PredictOptions& o) {
                core::dtype_name(detector.dtype()), paths.size(), paths.size() == 1 ? "" : "s");
 
   const size_t workers =
-      o.workers > 0 ? static_cast<size_t>(o.workers) : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+      o.workers > 0 ? static_cast<size_t>(o.workers) : data::default_decode_workers();
   data::DecodeOptions decode;
   decode.max_pixels = o.max_pixels;
   Prefetcher prefetch(paths, workers, std::max<size_t>(2 * static_cast<size_t>(o.batch), workers), decode);

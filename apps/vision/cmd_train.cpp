@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
-#include <sstream>
 #include <type_traits>
 
 #include "commands.h"
@@ -55,13 +54,9 @@ void add_train_command(CLI::App& app) {
     } else {
       opt = cmd->add_option(name, value, f.help)->capture_default_str();
       if constexpr (std::is_same_v<T, std::string>) {
-        if (f.choices) {
-          std::vector<std::string> allowed;
-          std::stringstream ss(f.choices);
-          for (std::string s; std::getline(ss, s, ',');)
-            if (!s.empty()) allowed.push_back(s);
-          opt->check(CLI::IsMember(allowed));
-        }
+        std::vector<std::string> allowed = train_field_choices(f);
+        std::erase(allowed, std::string());  // "" (the default's "decide for me") is not typed on a command line
+        if (!allowed.empty()) opt->check(CLI::IsMember(allowed));
       } else if (std::isinf(f.max)) {
         if (f.min == 0) opt->check(CLI::NonNegativeNumber);
         else if (f.min == 1) opt->check(CLI::PositiveNumber);
@@ -80,14 +75,14 @@ void add_train_command(CLI::App& app) {
     TrainConfig c = *config;
     if (cmd->count("--resume") > 0) c.resume = *resume;
     g_stop_requested = false, g_signals = 0;
-    std::signal(SIGINT, on_train_signal);
-    std::signal(SIGTERM, on_train_signal);
+    // Ctrl-C and SIGTERM are the run's stop request while it runs, also when it ends in an error.
+    struct StopOnSignals {
+      StopOnSignals() { std::signal(SIGINT, on_train_signal), std::signal(SIGTERM, on_train_signal); }
+      ~StopOnSignals() { std::signal(SIGINT, SIG_DFL), std::signal(SIGTERM, SIG_DFL); }
+    } signals;
     TrainCallbacks callbacks;
     callbacks.stop = &g_stop_requested;
-    const TrainResult r = run_training(c, callbacks);
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-    if (r.interrupted) throw CLI::RuntimeError(130);
+    if (run_training(c, callbacks).interrupted) throw CLI::RuntimeError(130);
   });
 }
 

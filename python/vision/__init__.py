@@ -15,7 +15,6 @@ InternalError. See docs/python.md.
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
 from pathlib import Path
@@ -31,7 +30,6 @@ __all__ = ["YOLO", "Results", "Boxes", "DetMetrics", "Error", "ArgumentError", "
            "OutOfMemoryError", "InternalError", "read_image", "write_image", "train_arguments",
            "__version__", "cuda_build"]
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 _FRESH = re.compile(r"^yolo26([nsmlx])\.yaml$")
 
 
@@ -144,24 +142,12 @@ class DetMetrics:
         return f"DetMetrics(mAP50={self.box.map50:.4f}, mAP50-95={self.box.map:.4f})"
 
 
-def _image_files(source) -> list[str]:
-    """The image files a path names: the file itself, a folder's image files, or a glob's, sorted."""
-    s = str(source)
-    if os.path.isdir(s):
-        return sorted(str(p) for p in Path(s).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    if any(ch in s for ch in "*?["):
-        return sorted(p for p in glob.glob(s, recursive=True) if Path(p).suffix.lower() in IMAGE_SUFFIXES)
-    if not os.path.exists(s):
-        raise ArgumentError(f"predict: source {s} does not exist")
-    return [s]
-
-
 def _sources(source) -> list:
     """(path or None, array or None) per image of a source: a path, a folder, a glob, an array, or a list of them."""
     if isinstance(source, np.ndarray):
         return [(None, source)]
     if isinstance(source, (str, os.PathLike)):
-        return [(p, None) for p in _image_files(source)]
+        return [(str(p), None) for p in _vision.expand_image_source(str(source))]
     if isinstance(source, (list, tuple)):
         out = []
         for s in source:
@@ -233,7 +219,7 @@ class YOLO:
         names = dict(enumerate(detector.names))
         # The files are decoded on worker threads ahead of the model (in order, with bounded memory).
         paths = [p for p, _ in items if p is not None]
-        reader = _vision.ImageReader(paths, workers=min(os.cpu_count() or 1, 8), window=2 * batch) if paths else None
+        reader = _vision.ImageReader(paths, window=2 * batch) if paths else None
         for start in range(0, len(items), batch):
             chunk = items[start:start + batch]
             images = []

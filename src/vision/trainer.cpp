@@ -167,7 +167,39 @@ json config_json(const TrainConfig& c, bool all) {
   return j;
 }
 
+// Sets the fields named in `j` (see read_train_config_json).
+void read_config(TrainConfig& c, const json& j, bool kept_only, bool ignore_unknown) {
+  VISION_CHECK(j.is_object(), "training arguments: a JSON object is expected, not {}", j.type_name());
+  std::vector<std::string_view> names;
+  visit_train_config(c, [&](auto& value, const TrainField& f) {
+    names.emplace_back(f.name);
+    if (kept_only && !f.kept) return;
+    const auto it = j.find(f.name);
+    if (it == j.end()) return;
+    using T = std::remove_reference_t<decltype(value)>;
+    const bool ok = std::is_same_v<T, bool>          ? it->is_boolean()
+                    : std::is_same_v<T, std::string> ? it->is_string()
+                    : std::is_integral_v<T>          ? it->is_number_integer()
+                                                     : it->is_number();
+    VISION_CHECK(ok, "training argument '{}': {} is of the wrong type", f.name, it->dump());
+    value = it->get<T>();
+  });
+  if (!ignore_unknown)
+    for (const auto& [key, v] : j.items())
+      VISION_CHECK(std::find(names.begin(), names.end(), key) != names.end(),
+                   "training argument '{}' is not one of the training options", key);
+}
+
 }  // namespace
+
+std::vector<std::string> train_field_choices(const TrainField& field) {
+  std::vector<std::string> allowed;
+  if (!field.choices) return allowed;
+  std::stringstream ss(field.choices);
+  for (std::string s; std::getline(ss, s, ',');) allowed.push_back(s);
+  if (std::string_view(field.choices).ends_with(',')) allowed.emplace_back();  // getline drops a trailing empty item
+  return allowed;
+}
 
 std::string train_config_json(const TrainConfig& c, bool all) { return config_json(c, all).dump(2); }
 
@@ -178,39 +210,15 @@ void read_train_config_json(TrainConfig& c, const std::string& text, bool kept_o
   } catch (const json::exception& e) {
     fail("training arguments: not JSON ({})", e.what());
   }
-  VISION_CHECK(j.is_object(), "training arguments: a JSON object is expected, not {}", j.type_name());
-  size_t known = 0;
-  visit_train_config(c, [&](auto& value, const TrainField& f) {
-    if (kept_only && !f.kept) return;
-    const auto it = j.find(f.name);
-    if (it == j.end()) return;
-    ++known;
-    using T = std::remove_reference_t<decltype(value)>;
-    const bool ok = std::is_same_v<T, bool>          ? it->is_boolean()
-                    : std::is_same_v<T, std::string> ? it->is_string()
-                    : std::is_integral_v<T>          ? it->is_number_integer()
-                                                     : it->is_number();
-    VISION_CHECK(ok, "training argument '{}': {} is of the wrong type", f.name, it->dump());
-    value = it->get<T>();
-  });
-  if (!ignore_unknown && known < j.size())
-    for (const auto& [key, v] : j.items()) {
-      bool found = false;
-      visit_train_config(c, [&](auto&, const TrainField& f) { found = found || key == f.name; });
-      VISION_CHECK(found, "training argument '{}' is not one of the training options", key);
-    }
+  read_config(c, j, kept_only, ignore_unknown);
 }
 
 void validate_train_config(const TrainConfig& c) {
   visit_train_config(c, [&](const auto& value, const TrainField& f) {
     using T = std::remove_cvref_t<decltype(value)>;
     if constexpr (std::is_same_v<T, std::string>) {
-      if (!f.choices) return;
-      std::stringstream ss(f.choices);
-      std::vector<std::string> allowed;
-      for (std::string s; std::getline(ss, s, ',');) allowed.push_back(s);
-      if (std::string(f.choices).back() == ',') allowed.emplace_back();
-      if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+      std::vector<std::string> allowed = train_field_choices(f);
+      if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
         std::erase(allowed, std::string());
         fail("{} '{}' is not one of {}", f.name, value, fmt::join(allowed, ", "));
       }
@@ -240,7 +248,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
                  p.string());
     checkpoint = train::read_checkpoint(p);
     try {
-      read_train_config_json(o, checkpoint->state.args.dump(), /*kept_only=*/true);
+      read_config(o, checkpoint->state.args, /*kept_only=*/true, /*ignore_unknown=*/true);
     } catch (const Error& e) {
       fail("resume: {}: checkpoint field 'training.args': {}", p.string(), e.what());
     }
@@ -306,7 +314,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
   }
   const fs::path weights_dir = run_dir / "weights", last = weights_dir / "last.safetensors",
                  best = weights_dir / "best.safetensors", csv = run_dir / "results.csv";
-  result.run_dir = run_dir, result.last = last, result.best = best;
+  result.run_dir = run_dir, result.last = last, result.best = best, result.names = info.names;
   fs::create_directories(weights_dir);
   // Temporaries that a killed earlier run left ("last.safetensors.tmp.<pid>", "best.safetensors.tmp.<pid>").
   for (const fs::path& p : {last, best}) train::remove_stale_temporaries(p);
@@ -424,7 +432,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
     const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     EpochReport e;
-    e.epoch = epoch + 1, e.epochs = o.epochs;
+    e.epoch = epoch + 1, e.epochs = o.epochs, e.names = info.names;
     if (o.val && !val.images.empty()) {
       if (!detector)
         detector.emplace(trainer.weights(true), dopt);

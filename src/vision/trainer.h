@@ -29,6 +29,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "vision/eval/metrics.h"
 
@@ -73,7 +74,7 @@ struct TrainField {
   const char* name;     // the JSON key and the Python keyword; the CLI's option is --name with '_' → '-'
   const char* help;
   bool kept;            // saved in args.json and checkpoints, restored by a resume
-  const char* choices = nullptr;  // comma-separated allowed values (a string field), nullptr: any
+  const char* choices = nullptr;  // comma-separated allowed values of a string field (train_field_choices), nullptr: any
   double min = -std::numeric_limits<double>::infinity(), max = std::numeric_limits<double>::infinity();
   bool hidden = false;  // tests only: not in --help
 };
@@ -122,6 +123,9 @@ void visit_train_config(Config& c, F&& f) {
   f(c.stop_after, TrainField{"stop_after", "(tests) stop as Ctrl-C does after N batches", false, nullptr, 0, inf, true});
 }
 
+// A string field's allowed values (its `choices` split at commas; an empty item allows ""); empty: any value.
+std::vector<std::string> train_field_choices(const TrainField& field);
+
 // args.json's text: the kept fields (all of them with `all`), as a JSON object.
 std::string train_config_json(const TrainConfig& c, bool all = false);
 // Sets the fields named in a JSON object's text (a checkpoint's args: the kept ones only, with `kept_only`); throws
@@ -145,6 +149,7 @@ struct EpochReport {
   int64_t epoch = 0, epochs = 0;  // 1-based
   double box = 0, cls = 0, l1 = 0, lr = 0;
   eval::MetricsResult metrics;  // empty without validation
+  std::vector<std::string> names;  // the dataset's class names (metrics.classes index them)
   double fitness = 0;           // 0.1·mAP50 + 0.9·mAP50-95
   bool best = false;            // the best fitness so far (written to best.safetensors)
   double seconds = 0, images_per_second = 0;
@@ -164,6 +169,7 @@ struct TrainResult {
   bool interrupted = false;    // stopped inside an epoch by a stop request: `last` holds the point to resume from
   bool stopped_early = false;  // patience ran out, or on_epoch returned false
   std::optional<eval::MetricsResult> best_metrics;  // the best weights' validation at the end (with val)
+  std::vector<std::string> names;                   // the dataset's class names
   std::string message;         // the run's last line ("done in …", or how to resume)
 };
 

@@ -88,7 +88,7 @@ ValResult run_validation(const ValConfig& o) {
   std::vector<fs::path> paths;
   for (const data::Sample& s : dataset.samples) paths.push_back(s.image);
   const size_t workers =
-      o.workers > 0 ? static_cast<size_t>(o.workers) : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+      o.workers > 0 ? static_cast<size_t>(o.workers) : data::default_decode_workers();
   data::DecodeOptions decode;
   decode.max_pixels = o.max_pixels;
   data::Prefetcher prefetch(paths, workers, std::max<size_t>(2 * static_cast<size_t>(o.batch), workers), decode);

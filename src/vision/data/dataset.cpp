@@ -1,5 +1,7 @@
 #include "vision/data/dataset.h"
 
+#include <glob.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -644,5 +646,45 @@ Dataset load_dataset(const fs::path& data_file, const std::string& split, bool u
   if (cached) write_label_cache(d.cache, fingerprint, d);
   return d;
 }
+
+namespace {
+
+bool predict_image_extension(const fs::path& p) {
+  const std::string ext = lower(p.extension().string());
+  // JPEG and PNG are decoded; the other common image formats are listed so that they are reported as unsupported
+  // rather than silently passed over.
+  for (const char* e : {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+    if (ext == e) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<fs::path> expand_image_source(const std::string& source) {
+  std::error_code ec;
+  const fs::path path(source);
+  if (fs::is_directory(path, ec)) {
+    std::vector<fs::path> files;
+    for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
+      if (e.is_regular_file(ec) && predict_image_extension(e.path())) files.push_back(e.path());
+    VISION_CHECK(!ec, "source {}: cannot list the directory: {}", source, ec.message());
+    VISION_CHECK(!files.empty(), "source {}: no images (.jpg, .jpeg, .png) in the directory", source);
+    std::sort(files.begin(), files.end());
+    return files;
+  }
+  if (fs::exists(path, ec)) return {path};
+  if (source.find_first_of("*?[") != std::string::npos) {
+    glob_t g{};
+    const int rc = ::glob(source.c_str(), 0, nullptr, &g);
+    std::vector<fs::path> files;
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
+      if (fs::is_regular_file(g.gl_pathv[i], ec)) files.emplace_back(g.gl_pathv[i]);
+    ::globfree(&g);
+    VISION_CHECK(!files.empty(), "source {}: the pattern matches no files", source);
+    return files;
+  }
+  fail("source {}: no such file or directory (the source does not exist)", source);
+}
+
 
 }  // namespace vision::data

@@ -99,6 +99,12 @@ std::vector<GroundTruth> to_pixels(std::span<const LabelBox> labels, int64_t wid
 // The images of a split, in order (see the header comment); throws naming a missing folder or list file.
 std::vector<std::filesystem::path> list_images(std::span<const std::filesystem::path> sources);
 
+// The images a predict source names (`vision predict --source`, the Python `YOLO.predict`): a file; the images of a
+// directory (by extension, sorted, not recursive; BMP, GIF, WebP and TIFF are listed so that decoding reports them
+// as unsupported rather than skipping them silently); or a glob's regular files. Throws vision::Error for a missing
+// source, an empty directory or a pattern that matches nothing.
+std::vector<std::filesystem::path> expand_image_source(const std::string& source);
+
 struct DatasetCounts {
   int64_t images = 0;          // images listed
   int64_t label_files = 0;     // images with a label file

@@ -19,6 +19,9 @@
 
 namespace vision::data {
 
+// The decoding threads when none are asked for: the cores, at most 8 (more only contend with the model).
+inline size_t default_decode_workers() { return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8); }
+
 struct Loaded {
   std::filesystem::path path;
   Image image;
