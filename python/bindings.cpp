@@ -23,6 +23,7 @@
 #include "vision/data/prefetch.h"
 #include "vision/detector.h"
 #include "vision/exporter.h"
+#include "vision/graph/backend.h"
 #include "vision/models/yolo/ultralytics_checkpoint.h"
 #include "vision/models/yolo/weights.h"
 #include "vision/models/yolo/yolo26.h"
@@ -276,6 +277,8 @@ PYBIND11_MODULE(_vision, m) {
         return py::make_tuple(l.path.string(), image_array(std::move(l.image)));
       });
 
+  m.def("cuda_available", &graph::cuda_usable,
+        "Whether this build has CUDA and a usable GPU is present (what device='auto' takes)");
   m.def("expand_image_source", &data::expand_image_source, py::arg("source"),
         "The image files a source names (a file, a folder's images, a glob's files), as vision predict expands --source");
 

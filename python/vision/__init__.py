@@ -23,12 +23,12 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ._vision import (ArgumentError, DeviceError, Error, InputError, InternalError, OutOfMemoryError,
-                      __version__, cuda_build, model_info, read_image, train_arguments, write_image)
+                      __version__, cuda_available, cuda_build, model_info, read_image, train_arguments, write_image)
 from . import _vision
 
 __all__ = ["YOLO", "Results", "Boxes", "DetMetrics", "Error", "ArgumentError", "InputError", "DeviceError",
            "OutOfMemoryError", "InternalError", "read_image", "write_image", "train_arguments",
-           "__version__", "cuda_build"]
+           "__version__", "cuda_build", "cuda_available"]
 
 _FRESH = re.compile(r"^yolo26([nsmlx])\.yaml$")
 
