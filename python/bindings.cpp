@@ -438,4 +438,24 @@ PYBIND11_MODULE(_vision, m) {
         return s.out;
       },
       py::arg("model"), py::arg("out"), py::arg("dtype") = "f16", "The fused inference model of a full checkpoint");
+  m.def(
+      "export_onnx",
+      [](const std::filesystem::path& model, const std::filesystem::path& out, bool half, bool dynamic, bool end2end,
+         int64_t opset, std::array<int64_t, 2> imgsz, int64_t batch, int64_t max_det) {
+        ExportSummary s;
+        {
+          py::gil_scoped_release release;
+          s = export_onnx(model, out,
+                          {.half = half, .dynamic = dynamic, .end2end = end2end, .opset = opset, .imgsz = imgsz,
+                           .batch = batch, .max_det = max_det});
+        }
+        py::dict d;
+        d["out"] = s.out.string(), d["opset"] = s.opset, d["nodes"] = s.nodes, d["input"] = s.input;
+        d["output"] = s.output, d["bytes"] = s.bytes;
+        return d;
+      },
+      py::arg("model"), py::arg("out"), py::arg("half") = false, py::arg("dynamic") = false, py::arg("end2end") = true,
+      py::arg("opset") = 17, py::arg("imgsz") = std::array<int64_t, 2>{0, 0}, py::arg("batch") = 1,
+      py::arg("max_det") = 300, "The model as ONNX (vision export --format onnx)");
+  m.attr("onnx_max_opset") = onnx_max_opset();
 }

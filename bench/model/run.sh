@@ -7,7 +7,8 @@
 #                           [--imgsz 640] [--seconds S] [--iters N] [--warmup N]
 #   --device cuda (default): scales n and s, batches 1 and 32, f16; PyTorch eager, channels-last, CUDA-graph replay
 #     (NCHW and channels-last). Required: ours not slower than PyTorch's best at each of those four rows.
-#   --device cpu: YOLO26n, batch 1, f32; PyTorch eager NCHW and channels-last on --threads 2 (reported, no requirement).
+#   --device cpu: YOLO26n, batch 1, f32; PyTorch eager NCHW and channels-last on --threads 2, and ONNX Runtime (mode
+#     "ort": our ONNX export of the same model, npm onnxruntime-node's CPU library, 2 threads) (reported, no requirement).
 #   --compile: also torch.compile (channels-last, captured and replayed), run as its own peer.py command (slow).
 #   --quick: a logic check of everything at 64x64, batches 1 and 2, YOLO26n, 3 calls per row.
 # Environment: PYTHON (a Python with PyTorch: CUDA for --device cuda; default python3), VISION (the CLI binary,
@@ -73,6 +74,32 @@ for s in "${scale_list[@]}"; do
 done
 "$py" "$here/peer.py" --device "$device" --scales "$scales" --batches "$batches" --imgsz "$imgsz" --dtype "$dtype" \
   --modes "$modes" "${timing[@]}" --json "$out/peer.jsonl" >&2
+# On the CPU, ONNX Runtime (npm onnxruntime-node's CPU library, 2 threads, every graph optimisation) runs our ONNX
+# export of the same model (vision init's weights, vision export --format onnx at this size and batch) as a peer.
+if [[ $device == cpu ]]; then
+  ort_modules=${VISION_ORT_NODE_MODULES:-$HOME/.cache/vision-peers/node_modules}
+  if command -v node > /dev/null && [[ -d $ort_modules/onnxruntime-node ]]; then
+    IFS=, read -r -a batch_list <<<"$batches"
+    for s in "${scale_list[@]}"; do
+      "$bin" init --scale "$s" --out "$out/yolo26$s.safetensors" > /dev/null
+      for b in "${batch_list[@]}"; do
+        "$bin" export --model "$out/yolo26$s.safetensors" --format onnx --out "$out/yolo26${s}_b$b.onnx" \
+          --imgsz "$imgsz" --batch "$b" > /dev/null
+        "$py" -c "import numpy as np, sys; np.random.default_rng(0).random(($b, 3, $imgsz, $imgsz), np.float32).tofile(sys.argv[1])" \
+          "$out/input_b$b.bin"
+        reps=$([[ $iters != 0 ]] && echo "$iters" || echo 30)
+        NODE_PATH=$ort_modules node "$root/tests/onnx/ort_run.js" "$out/yolo26${s}_b$b.onnx" "$out/input_b$b.bin" \
+          "$b,3,$imgsz,$imgsz" f32 "$out/ort_out" 2 "$reps" |
+          "$py" -c "import json, sys; r = json.loads(sys.stdin.read()); b = $b
+print(json.dumps({'impl': 'onnxruntime', 'mode': 'ort', 'scale': '$s', 'batch': b, 'median_ms': r['median_ms'],
+                  'p90_ms': r['p90_ms'], 'img_s': 1000.0 * b / r['median_ms'], 'version': r['version']}))" \
+          >> "$out/peer_ort.jsonl"
+      done
+    done
+  else
+    echo "run.sh: no ONNX Runtime peer (node and $ort_modules/onnxruntime-node; tools/install-deps.sh --test installs it)" >&2
+  fi
+fi
 if [[ $compile == 1 ]]; then
   "$py" "$here/peer.py" --device "$device" --scales "$scales" --batches "$batches" --imgsz "$imgsz" --dtype "$dtype" \
     --compile "${timing[@]}" --json "$out/peer_compile.jsonl" >&2 || echo "run.sh: peer.py --compile exited with $?" >&2
@@ -99,7 +126,7 @@ for path in paths:
 if not ours:
     print("run.sh: no rows from vision bench")
     sys.exit(1)
-MODES = ["eager", "eager-cl", "graph", "graph-cl", "compile-cl"]
+MODES = ["eager", "eager-cl", "graph", "graph-cl", "compile-cl", "ort"]
 modes = [m for m in MODES if any(p["mode"] == m for p in peer)]
 o0, meta = ours[0], (metas[0] if metas else {})
 device = o0["device"]
@@ -111,7 +138,7 @@ print("YOLO26 inference at {}x{}, {}, on {} (commit {}): ours (vision bench, {})
           "{} {}".format(o0["dtype"], o0["layout"]),
           meta.get("implementation", "PyTorch") + (" on " + meta["device_name"] if device == "cpu" and meta else "")))
 print("latency per call, input {} -> detections [B, 300, 6] ready: median/p90 ms; img/s = batch / median; "
-      "speed-up = best PyTorch median / ours".format("on the device" if device == "cuda" else "in host memory"))
+      "speed-up = best peer median (PyTorch, ONNX Runtime on the CPU) / ours".format("on the device" if device == "cuda" else "in host memory"))
 print()
 head = "{:<5} {:>5} | {:>17} {:>9} | " + " ".join("{:>17}" for _ in modes) + " | {:>10} {:<11} {:>9} | {:>8} | {}"
 print(head.format("scale", "batch", "ours ms", "img/s", *modes, "best ms", "(mode)", "img/s", "speed-up", "required"))

@@ -1,6 +1,6 @@
 """YOLO.train (the library's run), YOLO.val and YOLO.export: a tiny run lowers the loss and writes the run, callbacks
 report and stop it, Ctrl-C saves `last` and raises KeyboardInterrupt, a resume finishes the run; val gives the CLI's
-metrics; export writes the fused model; bad arguments raise vision.Error with the engine's message."""
+metrics; export writes the fused model and ONNX; bad arguments raise vision.Error with the engine's message."""
 import csv
 import os
 import signal
@@ -101,8 +101,16 @@ def test_export_writes_the_fused_model(shapes, tmp_path):
     np.testing.assert_allclose(a[:, 4], b[:, 4], atol=1e-3)  # BatchNorm folded: f32 rounding only
     with pytest.raises(vision.Error, match="already an exported model"):
         fused.export()
-    with pytest.raises(vision.Error, match="format 'onnx'"):
-        model.export(format="onnx")
+    with pytest.raises(vision.Error, match="format 'tflite'"):
+        model.export(format="tflite")
+    # ONNX: at the model's size (64: 84 anchors, so K = 84 end-to-end rows), and raw with a symbolic size.
+    if vision.onnx_max_opset:
+        onnx = model.export(format="onnx")
+        assert onnx.endswith(".onnx") and os.path.getsize(onnx) > 1_000_000
+        raw = model.export(format="onnx", end2end=False, dynamic=True, file=tmp_path / "raw.onnx")
+        assert raw == str(tmp_path / "raw.onnx") and os.path.isfile(raw)
+        with pytest.raises(vision.Error, match="one-to-many head"):
+            fused.export(format="onnx", end2end=False)
 
 
 def test_bad_training_arguments_are_clear_errors(shapes, tmp_path):

@@ -23,12 +23,13 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ._vision import (ArgumentError, DeviceError, Error, InputError, InternalError, OutOfMemoryError,
-                      __version__, cuda_available, cuda_build, model_info, read_image, train_arguments, write_image)
+                      __version__, cuda_available, cuda_build, model_info, onnx_max_opset, read_image,
+                      train_arguments, write_image)
 from . import _vision
 
 __all__ = ["YOLO", "Results", "Boxes", "DetMetrics", "Error", "ArgumentError", "InputError", "DeviceError",
            "OutOfMemoryError", "InternalError", "read_image", "write_image", "train_arguments",
-           "__version__", "cuda_build", "cuda_available"]
+           "__version__", "cuda_build", "cuda_available", "onnx_max_opset"]
 
 _FRESH = re.compile(r"^yolo26([nsmlx])\.yaml$")
 
@@ -302,15 +303,29 @@ class YOLO:
         self.metrics = DetMetrics(d, d["names"])
         return self.metrics
 
-    def export(self, format: str = "safetensors", *, half: bool = True, file: str | os.PathLike | None = None) -> str:
-        """The fused inference model (BatchNorm folded, the one-to-one head) of this checkpoint, f16 (half) or f32,
-        written next to it as <stem>_<dtype>.safetensors unless `file` is given; returns its path."""
-        if format != "safetensors":
-            raise ArgumentError(f"export: format '{format}' is not supported; 'safetensors' is (ONNX is issue #29's work)")
+    def export(self, format: str = "safetensors", *, half: bool | None = None, file: str | os.PathLike | None = None,
+               dynamic: bool = False, end2end: bool = True, opset: int | None = None, imgsz=None, batch: int = 1,
+               max_det: int = 300) -> str:
+        """Exports this model; returns the written file's path (next to the model unless `file` is given).
+        format "safetensors": the fused inference model (BatchNorm folded, the one-to-one head), f16 unless half=False,
+        as <stem>_<dtype>.safetensors. format "onnx": <stem>.onnx with the end-to-end output [B, K, 6] (end2end=False:
+        the one-to-many head's raw [B, 4 + nc, anchors]), f32 unless half=True, at imgsz (the model's by default) and
+        batch, or with dynamic=True a symbolic batch, height and width; opset 17 by default."""
         if self.info is None:
             raise ArgumentError(f"{self.model} has no weights yet: train it, or load a weights file")
-        dtype = "f16" if half else "f32"
-        out = str(file) if file else str(Path(self.model).with_name(f"{Path(self.model).stem}_{dtype}.safetensors"))
+        stem = Path(self.model).stem
+        if format == "onnx":
+            if isinstance(imgsz, int):
+                imgsz = (imgsz, imgsz)
+            out = str(file) if file else str(Path(self.model).with_name(f"{stem}.onnx"))
+            d = _vision.export_onnx(self.model, out, half=bool(half), dynamic=dynamic, end2end=end2end,
+                                    opset=opset or 17, imgsz=tuple(imgsz) if imgsz else (0, 0), batch=batch,
+                                    max_det=max_det)
+            return d["out"]
+        if format != "safetensors":
+            raise ArgumentError(f"export: format '{format}' is not one of safetensors, onnx")
+        dtype = "f32" if half is False else "f16"
+        out = str(file) if file else str(Path(self.model).with_name(f"{stem}_{dtype}.safetensors"))
         return str(_vision.export(self.model, out, dtype))
 
     def __repr__(self) -> str:

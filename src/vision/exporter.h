@@ -1,8 +1,10 @@
 // vision::export_model — a full YOLO26 checkpoint → the fused inference model (BatchNorm folded into each convolution,
-// the one-to-one head only, f16 or f32, with its metadata: format "fused"), written atomically; `vision export` and the
-// Python `YOLO.export` call it.
+// the one-to-one head only, f16 or f32, with its metadata: format "fused"), written atomically; and vision::export_onnx
+// — a model → an ONNX model that ONNX Runtime, TensorRT or OpenVINO run (models/yolo/onnx_export.h says what it
+// holds). `vision export` and the Python `YOLO.export` call them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -11,13 +13,35 @@ namespace vision {
 
 struct ExportSummary {
   std::filesystem::path out;
+  std::string format;  // "safetensors" or "onnx"
   std::string scale, dtype;
   int64_t nc = 0, tensors = 0, values = 0, bytes = 0;
+  // ONNX only: the opset, the number of nodes, and the input's and output's names, dtypes and shapes.
+  int64_t opset = 0, nodes = 0;
+  std::string input, output;
 };
 
 // `dtype`: "f16" or "f32". Throws vision::Error for a missing or invalid model, an already exported one, another
 // dtype, or `out` naming the input itself.
 ExportSummary export_model(const std::filesystem::path& model, const std::filesystem::path& out,
                            const std::string& dtype = "f16");
+
+struct OnnxOptions {
+  bool half = false;     // f16 weights, input and output (GPU runtimes)
+  bool dynamic = false;  // batch, height and width symbolic
+  bool end2end = true;   // output0 [B, K, 6] (x1, y1, x2, y2, score, class); false: raw [B, 4 + nc, anchors]
+  int64_t opset = 17;
+  std::array<int64_t, 2> imgsz = {0, 0};  // height, width; 0: the model's
+  int64_t batch = 1;      // of a static model
+  int64_t max_det = 300;  // end-to-end rows per image
+};
+
+// The newest ONNX opset export_onnx writes (that of the linked ONNX library), 0 in a build without ONNX.
+int64_t onnx_max_opset();
+
+// `model`: a full checkpoint, an exported model or an ultralytics .pt. Throws vision::Error for a bad option, a model
+// that cannot give the output asked for, `out` naming the input, or a build without ONNX (-DVISION_ONNX=OFF).
+ExportSummary export_onnx(const std::filesystem::path& model, const std::filesystem::path& out,
+                          const OnnxOptions& options = {});
 
 }  // namespace vision

@@ -436,4 +436,8 @@ void copy_file_atomic(const fs::path& from, const fs::path& to) {
   });
 }
 
+void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  write_atomically(path, where(path), [&](const ChunkWriter& write) { write(bytes.data(), bytes.size()); });
+}
+
 }  // namespace vision::core

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,5 +46,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<std:
 // Copies the file `from` to `to` atomically, as write_safetensors writes: "<to>.tmp.<pid>" is written, fsynced and
 // renamed over `to`, so a copy killed at any moment leaves `to` as it was. Throws vision::Error naming both paths.
 void copy_file_atomic(const std::filesystem::path& from, const std::filesystem::path& to);
+// Writes `bytes` to `path` atomically in the same way (an ONNX model, a JSON file). Throws vision::Error naming path.
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
 }  // namespace vision::core

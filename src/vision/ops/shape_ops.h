@@ -36,6 +36,8 @@ class ConcatOp final : public graph::Op {
 class SplitOp final : public graph::Op {
  public:
   SplitOp(std::vector<int64_t> sizes, int64_t axis = 1);
+  const std::vector<int64_t>& sizes() const { return sizes_; }
+  int64_t axis() const { return axis_; }
   std::string name() const override { return "ops.split"; }
   size_t n_outputs() const override { return sizes_.size(); }
   std::vector<core::Shape> infer_output_shapes(const std::vector<core::Shape>& inputs) const override;
@@ -69,6 +71,11 @@ class ReshapeOp final : public graph::Op {
  public:
   static ReshapeOp flatten(int64_t start, int64_t end);
   explicit ReshapeOp(std::vector<int64_t> dims);
+  // A flatten (start_dim(), end_dim()) or a reshape to dims().
+  bool is_flatten() const { return flatten_; }
+  int64_t start_dim() const { return start_; }
+  int64_t end_dim() const { return end_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
   std::string name() const override { return flatten_ ? "ops.flatten" : "ops.reshape"; }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
   std::optional<graph::OutputView> output_view(size_t output, const std::vector<core::Shape>& inputs,

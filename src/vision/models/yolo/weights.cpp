@@ -230,7 +230,7 @@ void load_checkpoint_model(graph::StateStore& state, const Yolo26Spec& spec, con
   load_weights(state, spec, checkpoint.weights(use_ema));
 }
 
-ExportedWeights fold_batchnorm(const core::SafetensorsFile& full, core::DType dtype) {
+ExportedWeights fold_batchnorm(const core::SafetensorsFile& full, core::DType dtype, bool both_heads) {
   ModelInfo info = read_model_info(full);
   VISION_CHECK(!info.fused(), "{} is an exported model already: BatchNorm is folded", full.path.string());
   const double eps = static_cast<double>(blocks::kBatchNormEps);
@@ -238,7 +238,7 @@ ExportedWeights fold_batchnorm(const core::SafetensorsFile& full, core::DType dt
   for (const auto& [name, t] : full.tensors) {
     // Only the model's own tensors: a training checkpoint also holds the live model ("train.…") and the optimizer
     // state ("optimizer.…") beside the EMA weights under the plain names (train/checkpoint.h).
-    if (!name.starts_with("model.") || is_head_key(name, blocks::DetectHead::one_to_many)) continue;
+    if (!name.starts_with("model.") || (!both_heads && is_head_key(name, blocks::DetectHead::one_to_many))) continue;
     const size_t bn = name.rfind(".bn.");
     if (bn != std::string::npos) {
       if (!name.ends_with(".bn.weight")) continue;  // bias and statistics are read with the weight

@@ -61,12 +61,14 @@ void load_checkpoint_model(graph::StateStore& state, const Yolo26Spec& spec, con
 
 // An exported model from a full checkpoint: each Conv's BatchNorm folded into its convolution in float64 (weight·γ/σ,
 // bias β − μ·γ/σ, σ = sqrt(running_var + 1e-3)), the one-to-many head dropped, tensors in dtype (f32 or f16),
-// metadata with format "fused". Throws for a file that is not a full checkpoint.
+// metadata with format "fused". both_heads keeps the one-to-many head too (folded the same way: the ONNX export's raw
+// output). Throws for a file that is not a full checkpoint.
 struct ExportedWeights {
   std::vector<std::pair<std::string, core::Tensor>> tensors;
   std::map<std::string, std::string> metadata;
 };
-ExportedWeights fold_batchnorm(const core::SafetensorsFile& full, core::DType dtype = core::DType::f32);
+ExportedWeights fold_batchnorm(const core::SafetensorsFile& full, core::DType dtype = core::DType::f32,
+                               bool both_heads = false);
 
 // Sets the biases YOLO26 initialises in the last convolution of every Detect branch the state has: box 2.0, class
 // log(5 / nc / (640 / stride)²).

@@ -141,6 +141,7 @@ class PsaExtractVOp final : public graph::Op {
  public:
   explicit PsaExtractVOp(PsaConfig config);
   std::string name() const override { return psa_op_name(PsaOpKind::extract_v); }
+  const PsaConfig& config() const { return config_; }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
 
