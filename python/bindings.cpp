@@ -28,6 +28,7 @@
 #include "vision/models/yolo/weights.h"
 #include "vision/models/yolo/yolo26.h"
 #include "vision/trainer.h"
+#include "vision/track/byte_tracker.h"
 #include "vision/validator.h"
 #include "vision/version.h"
 
@@ -277,6 +278,34 @@ PYBIND11_MODULE(_vision, m) {
         return py::make_tuple(l.path.string(), image_array(std::move(l.image)));
       });
 
+  // ByteTrack per frame: detections N×6 (x1, y1, x2, y2, score, class) → tracks M×8 (x1, y1, x2, y2, id, score,
+  // class, index of the detection).
+  py::class_<track::ByteTracker>(m, "ByteTracker")
+      .def(py::init([](const std::string& tracker, double frame_rate) {
+             return track::ByteTracker(tracker == "bytetrack" ? track::ByteTrackConfig{}
+                                                              : track::read_tracker_config(tracker),
+                                       frame_rate);
+           }),
+           py::arg("tracker") = "bytetrack", py::arg("frame_rate") = 30.0)
+      .def(
+          "update",
+          [](track::ByteTracker& t, const py::array_t<float, py::array::c_style | py::array::forcecast>& detections) {
+            const std::vector<data::Detection> found = detections_from(detections);
+            const std::vector<track::TrackedObject> tracks = t.update(found);
+            py::array_t<float> out({static_cast<py::ssize_t>(tracks.size()), py::ssize_t{8}});
+            auto o = out.mutable_unchecked<2>();
+            for (size_t i = 0; i < tracks.size(); ++i) {
+              const auto r = static_cast<py::ssize_t>(i);
+              const track::TrackedObject& k = tracks[i];
+              for (py::ssize_t c = 0; c < 4; ++c) o(r, c) = k.box[static_cast<size_t>(c)];
+              o(r, 4) = static_cast<float>(k.id), o(r, 5) = k.score, o(r, 6) = static_cast<float>(k.cls);
+              o(r, 7) = static_cast<float>(k.detection);
+            }
+            return out;
+          },
+          py::arg("detections"))
+      .def("reset", &track::ByteTracker::reset)
+      .def_property_readonly("frame", &track::ByteTracker::frame);
   m.def("cuda_available", &graph::cuda_usable,
         "Whether this build has CUDA and a usable GPU is present (what device='auto' takes)");
   m.def("expand_image_source", &data::expand_image_source, py::arg("source"),

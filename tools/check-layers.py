@@ -16,6 +16,7 @@ FLOORS = {
     "cpu": 1, "cuda": 1,       # the CPU (oneDNN, OpenMP) and CUDA (runtime, NVRTC, cuDNN) foundations
     "graph": 2, "data": 2,     # the graph and its backends; images, labels, datasets, the loader
     "ops": 3, "eval": 3,       # the built-in ops; metrics
+    "track": 3,                # multi-object tracking: Kalman filter, assignment, ByteTrack
     "train": 4,                # optimizers, EMA, schedules, checkpoints
     "models": 5,               # YOLO26: blocks, its ops and kernels, loss, trainer, weights
     "api": 6,                  # the files at the top: vision::Detector, vision::train

@@ -1,20 +1,25 @@
-// vision synth — writes a synthetic detection dataset (shapes on textured backgrounds) in the YOLO format.
+// vision synth — writes a synthetic detection dataset (shapes on textured backgrounds) in the YOLO format, or with
+// --sequences tracking sequences of moving shapes in the MOT Challenge layout (frames and gt.txt).
 #include <fmt/format.h>
 
 #include <chrono>
 
 #include "commands.h"
+#include "vision/core/error.h"
 #include "vision/data/synth/shapes.h"
 
 namespace vision::cli {
 
 void add_synth_command(CLI::App& app) {
   auto opts = std::make_shared<data::synth::DatasetOptions>();
+  auto seq = std::make_shared<data::synth::SequenceOptions>();
+  seq->sequences = 0;
   CLI::App* cmd = app.add_subcommand(
-      "synth", "Write a synthetic detection dataset: 6 shape classes on textured backgrounds, YOLO-format labels");
-  cmd->add_option("--out", opts->out, "output folder (gets images/, labels/ and data.yaml)")->required();
-  cmd->add_option("--train", opts->train, "training images")->required()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--val", opts->val, "validation images")->required()->check(CLI::NonNegativeNumber);
+      "synth", "Write a synthetic detection dataset: 6 shape classes on textured backgrounds, YOLO-format labels (or "
+               "with --sequences, tracking sequences in the MOT Challenge layout)");
+  cmd->add_option("--out", opts->out, "output folder (gets images/, labels/ and data.yaml; or seq-NN/)")->required();
+  CLI::Option* train = cmd->add_option("--train", opts->train, "training images")->check(CLI::NonNegativeNumber);
+  CLI::Option* val = cmd->add_option("--val", opts->val, "validation images")->check(CLI::NonNegativeNumber);
   cmd->add_option("--imgsz", opts->imgsz, "image side in pixels (square images)")
       ->check(CLI::Range(32, 4096))
       ->capture_default_str();
@@ -23,12 +28,34 @@ void add_synth_command(CLI::App& app) {
       ->check(CLI::IsMember({"jpg", "png"}))
       ->capture_default_str();
   cmd->add_flag("--overwrite", opts->overwrite, "replace the dataset an earlier run wrote to --out");
-  cmd->callback([opts] {
+  CLI::Option* sequences =
+      cmd->add_option("--sequences", seq->sequences,
+                      "write this many tracking sequences of moving, occluding shapes instead: seq-NN/img1/*.jpg, "
+                      "seq-NN/gt/gt.txt (MOT Challenge), seq-NN/seqinfo.ini")
+          ->check(CLI::Range(1, 1000));
+  cmd->add_option("--frames", seq->frames, "frames per sequence")->check(CLI::Range(1, 100000))->capture_default_str();
+  cmd->add_option("--objects", seq->max_objects, "the most objects in a sequence (2 or more)")
+      ->check(CLI::Range(2, 64))
+      ->capture_default_str();
+  cmd->callback([opts, seq, train, val, sequences] {
     const auto t0 = std::chrono::steady_clock::now();
+    auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    if (sequences->count() > 0) {
+      VISION_CHECK(train->count() == 0 && val->count() == 0,
+                   "synth: --sequences writes tracking sequences; --train and --val are for a detection dataset");
+      seq->out = opts->out, seq->imgsz = opts->imgsz, seq->seed = opts->seed, seq->format = opts->format;
+      seq->overwrite = opts->overwrite;
+      const data::synth::DatasetSummary s = data::synth::write_sequences(*seq);
+      fmt::print("vision synth: {} sequence{} of {} frames ({}×{} px, {} boxes) written to {} in {:.1f} s\n",
+                 seq->sequences, seq->sequences == 1 ? "" : "s", seq->frames, seq->imgsz, seq->imgsz, s.objects,
+                 seq->out.string(), seconds());
+      return;
+    }
+    VISION_CHECK(train->count() > 0 && val->count() > 0,
+                 "synth: give --train N and --val N (images per split), or --sequences N for tracking sequences");
     const data::synth::DatasetSummary s = data::synth::write_dataset(*opts);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("vision synth: {} images ({} train, {} val, {}×{} px) with {} objects written to {} in {:.1f} s\n",
-               s.images, opts->train, opts->val, opts->imgsz, opts->imgsz, s.objects, opts->out.string(), seconds);
+               s.images, opts->train, opts->val, opts->imgsz, opts->imgsz, s.objects, opts->out.string(), seconds());
   });
 }
 

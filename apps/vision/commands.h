@@ -12,6 +12,7 @@ void add_predict_command(CLI::App& app);
 void add_val_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_track_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 #ifdef VISION_HAS_CUDA
 void add_kernels_command(CLI::App& app);

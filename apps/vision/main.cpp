@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   vision::cli::add_train_command(app);
   vision::cli::add_val_command(app);
   vision::cli::add_export_command(app);
+  vision::cli::add_track_command(app);
   vision::cli::add_bench_command(app);
 #ifdef VISION_HAS_CUDA
   vision::cli::add_kernels_command(app);

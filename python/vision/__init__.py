@@ -35,7 +35,8 @@ _FRESH = re.compile(r"^yolo26([nsmlx])\.yaml$")
 
 
 class Boxes:
-    """The detections of one image: `data` is an N×6 float32 array (x1, y1, x2, y2, conf, cls), boxes in pixels."""
+    """The detections of one image: `data` is an N×6 float32 array (x1, y1, x2, y2, conf, cls), boxes in pixels, or
+    N×7 with the track id after the box (x1, y1, x2, y2, id, conf, cls) for tracked boxes, as ultralytics has it."""
 
     def __init__(self, data: np.ndarray, orig_shape: tuple[int, int]):
         self.data = data
@@ -50,11 +51,20 @@ class Boxes:
 
     @property
     def conf(self) -> np.ndarray:
-        return self.data[:, 4]
+        return self.data[:, -2]
 
     @property
     def cls(self) -> np.ndarray:
-        return self.data[:, 5]
+        return self.data[:, -1]
+
+    @property
+    def is_track(self) -> bool:
+        return self.data.shape[1] == 7
+
+    @property
+    def id(self) -> np.ndarray | None:
+        """The track ids (tracked boxes), else None."""
+        return self.data[:, 4] if self.is_track else None
 
     @property
     def xywh(self) -> np.ndarray:
@@ -90,7 +100,14 @@ class Results:
     def plot(self, line_width: int | None = None, labels: bool = True) -> np.ndarray:
         """A copy of the image (RGB) with the boxes drawn in their class colours and labelled with name and score."""
         names = [self.names.get(i, str(i)) for i in range(max(self.names, default=-1) + 1)]
-        return _vision.draw_detections(self.orig_img, self.boxes.data, names, line_width or 0, labels)
+        data = self.boxes.data
+        if self.boxes.is_track:  # labelled "id:N name", a colour per id
+            ids = data[:, 4].astype(int)
+            names = [""] * (int(ids.max(initial=0)) + 1)
+            for i, c in zip(ids, data[:, 6].astype(int)):
+                names[i] = f"id:{i} {self.names.get(c, str(c))}"
+            data = np.concatenate([data[:, :4], data[:, 5:6], data[:, 4:5]], 1)
+        return _vision.draw_detections(self.orig_img, data, names, line_width or 0, labels)
 
     def save(self, filename: str | os.PathLike | None = None, **plot_args) -> str:
         """Writes plot() to `filename` (JPEG or PNG by its suffix; default: results_<image name>)."""
@@ -215,6 +232,24 @@ class YOLO:
         return gen if stream else list(gen)
 
     __call__ = predict
+
+    def track(self, source=None, *, persist: bool = False, tracker: str = "bytetrack", conf: float = 0.1,
+              frame_rate: float = 30.0, stream: bool = False, **predict_args):
+        """Tracks objects through the frames of `source` (in order: a folder or glob of frames, a list of arrays) with
+        ByteTrack: Results whose boxes carry track ids (boxes.id; boxes.data N×7: x1, y1, x2, y2, id, conf, cls).
+        persist=True keeps the tracker of the previous call (frames fed one call at a time); tracker: "bytetrack" or a
+        tracker YAML in ultralytics' format. conf defaults to 0.1, as ultralytics' track, for the second association."""
+        if not persist or getattr(self, "_tracker", None) is None or self._tracker_key != (tracker, frame_rate):
+            self._tracker = _vision.ByteTracker(str(tracker), float(frame_rate))
+            self._tracker_key = (tracker, frame_rate)
+        gen = self._track(self.predict(source, stream=True, conf=conf, **predict_args))
+        return gen if stream else list(gen)
+
+    def _track(self, results) -> Iterator[Results]:
+        for r in results:
+            t = self._tracker.update(r.boxes.data)
+            r.boxes = Boxes(np.ascontiguousarray(t[:, :7]), r.orig_shape)
+            yield r
 
     def _predict_batches(self, detector, items, batch, bgr, out_dir, verbose) -> Iterator[Results]:
         names = dict(enumerate(detector.names))

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/image_buffers.h"
 #include "test_util.h"
 #include "vision/data/image.h"
 #include "vision/data/letterbox.h"
@@ -19,24 +20,6 @@ namespace fs = std::filesystem;
 const fs::path kAssetDir = fs::path(VISION_SOURCE_DIR) / "assets";
 
 DetectorOptions small_cpu() { return {.device = "cpu", .imgsz = std::array<int64_t, 2>{160, 160}}; }
-
-data::Image sample() {
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(kAssetDir / "samples" / "images")) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  return data::read_image(files.at(0));
-}
-
-// `image` copied into a buffer of `stride`-byte rows (the bytes past each row poisoned), in `order`.
-std::vector<uint8_t> copy_out(const data::Image& image, int64_t stride, data::ChannelOrder order) {
-  std::vector<uint8_t> buffer(static_cast<size_t>(stride * image.height), 0xA5);
-  for (int64_t y = 0; y < image.height; ++y)
-    for (int64_t x = 0; x < image.width; ++x)
-      for (int64_t c = 0; c < 3; ++c)
-        buffer[static_cast<size_t>(y * stride + x * 3 + (order == data::ChannelOrder::bgr ? 2 - c : c))] =
-            image.at(x, y)[c];
-  return buffer;
-}
 
 data::Image noise_image(int64_t w, int64_t h) {
   data::Image im(w, h, 3);
@@ -55,7 +38,7 @@ TEST(ImageView, ResizeAndLetterboxEqualThePackedImage) {
   const data::Image image = noise_image(37, 23);
   for (const int64_t stride : {37 * 3, 37 * 3 + 5})
     for (const data::ChannelOrder order : {data::ChannelOrder::rgb, data::ChannelOrder::bgr}) {
-      const std::vector<uint8_t> buffer = copy_out(image, stride, order);
+      const std::vector<uint8_t> buffer = test::image_buffer(image, stride, order);
       const data::ImageView view(buffer.data(), 37, 23, stride, order);
       EXPECT_EQ(view.contiguous_rgb(), stride == 37 * 3 && order == data::ChannelOrder::rgb);
       EXPECT_EQ(data::to_image(view), image);
@@ -81,20 +64,20 @@ TEST(ImageView, BadViewsAreClearErrors) {
 
 TEST(DetectorInput, ViewsOfEveryOrderAndStrideGiveTheImagesDetections) {
   Detector detector(kAssetDir / "yolo26n_synth.safetensors", small_cpu());
-  const data::Image image = sample();
+  const data::Image image = test::first_sample_image();
   const std::vector<data::Detection> expected = detector.detect(image);
   ASSERT_FALSE(expected.empty());
   for (const int64_t pad : {0, 7})
     for (const data::ChannelOrder order : {data::ChannelOrder::rgb, data::ChannelOrder::bgr}) {
       const int64_t stride = image.width * 3 + pad;
-      const std::vector<uint8_t> buffer = copy_out(image, stride, order);
+      const std::vector<uint8_t> buffer = test::image_buffer(image, stride, order);
       const std::vector<data::Detection> found = detector.detect(data::ImageView(buffer.data(), image.width, image.height, stride, order));
       EXPECT_TRUE(same(found, expected)) << "pad " << pad << " bgr " << (order == data::ChannelOrder::bgr);
     }
 }
 
 TEST(DetectorThreads, OneDetectorPerThreadGivesTheSingleThreadedDetections) {
-  const data::Image image = sample();
+  const data::Image image = test::first_sample_image();
   const std::vector<data::Detection> expected = Detector(kAssetDir / "yolo26n_synth.safetensors", small_cpu()).detect(image);
   constexpr int kThreads = 3;
   std::vector<std::vector<data::Detection>> found(kThreads);

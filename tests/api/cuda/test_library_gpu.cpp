@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "api/image_buffers.h"
 #include "test_util.h"
 #include "vision/cuda/device.h"
 #include "vision/data/image.h"
@@ -21,36 +22,17 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kBundled = fs::path(VISION_SOURCE_DIR) / "assets" / "yolo26n_synth.safetensors";
 
-data::Image first_sample() {
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(fs::path(VISION_SOURCE_DIR) / "assets" / "samples" / "images"))
-    files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  return data::read_image(files.at(0));
-}
-
-// `image` in a buffer of `stride`-byte rows in `order`, the bytes past each row poisoned.
-std::vector<uint8_t> as_buffer(const data::Image& image, int64_t stride, data::ChannelOrder order) {
-  std::vector<uint8_t> buffer(static_cast<size_t>(stride * image.height), 0x5A);
-  for (int64_t y = 0; y < image.height; ++y)
-    for (int64_t x = 0; x < image.width; ++x)
-      for (int64_t c = 0; c < 3; ++c)
-        buffer[static_cast<size_t>(y * stride + x * 3 + (order == data::ChannelOrder::bgr ? 2 - c : c))] =
-            image.at(x, y)[c];
-  return buffer;
-}
-
 TEST(LibraryGpu, ImageViewsGiveTheImagesDetectionsOnCuda) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   Detector detector(kBundled, {.device = "cuda", .imgsz = std::array<int64_t, 2>{320, 320}});
   ASSERT_EQ(detector.device(), "cuda");
-  const data::Image image = first_sample();
+  const data::Image image = test::first_sample_image();
   const std::vector<data::Detection> expected = detector.detect(image);
   ASSERT_FALSE(expected.empty());
   for (const int64_t pad : {0, 9})
     for (const data::ChannelOrder order : {data::ChannelOrder::rgb, data::ChannelOrder::bgr}) {
       const int64_t stride = image.width * 3 + pad;
-      const std::vector<uint8_t> buffer = as_buffer(image, stride, order);
+      const std::vector<uint8_t> buffer = test::image_buffer(image, stride, order);
       const std::vector<data::Detection> found =
           detector.detect(data::ImageView(buffer.data(), image.width, image.height, stride, order));
       ASSERT_EQ(found.size(), expected.size()) << "pad " << pad;

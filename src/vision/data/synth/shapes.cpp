@@ -497,4 +497,140 @@ DatasetSummary write_dataset(const DatasetOptions& o) {
   return summary;
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Tracking sequences
+
+std::vector<SequenceFrame> make_sequence(uint64_t seed, int64_t imgsz, int64_t frames, int64_t max_objects) {
+  VISION_CHECK(imgsz >= 32 && imgsz <= 4096, "synth: an image size of {} is outside 32–4096", imgsz);
+  VISION_CHECK(frames >= 1 && frames <= 100000, "synth: {} frames is outside 1–100000", frames);
+  VISION_CHECK(max_objects >= 2 && max_objects <= 64, "synth: --objects {} is outside 2–64", max_objects);
+  Random rng(seed);
+  const Canvas bg = background(rng, imgsz);
+  const double n = static_cast<double>(imgsz);
+  struct Mover {
+    Object object;
+    double vx = 0, vy = 0, spin = 0;
+  };
+  std::vector<Mover> movers(static_cast<size_t>(rng.integer(2, max_objects)));
+  std::vector<std::array<double, 3>> avoid;
+  for (Mover& m : movers) {
+    m.object.shape = static_cast<ShapeClass>(rng.integer(0, static_cast<int64_t>(kClassNames.size()) - 1));
+    m.object.size = rng.uniform(0.10, 0.18) * n;
+    const double margin = m.object.size / 2;
+    m.object.cx = rng.uniform(margin, n - margin);
+    m.object.cy = rng.uniform(margin, n - margin);
+    m.object.angle = rng.uniform(0, 2 * std::numbers::pi);
+    const double speed = rng.uniform(0.005, 0.02) * n, direction = rng.uniform(0, 2 * std::numbers::pi);
+    m.vx = speed * std::cos(direction), m.vy = speed * std::sin(direction);
+    m.spin = rng.uniform(-0.03, 0.03);
+    const float* c = bg.rgb.data() + (static_cast<int64_t>(m.object.cy) * imgsz + static_cast<int64_t>(m.object.cx)) * 3;
+    avoid.push_back({c[0], c[1], c[2]});
+    m.object.colour = contrasting_colour(rng, avoid);
+    avoid.back() = {double(m.object.colour[0]), double(m.object.colour[1]), double(m.object.colour[2])};
+  }
+  const int64_t amplitude = rng.integer(0, 8);
+
+  std::vector<SequenceFrame> out;
+  out.reserve(static_cast<size_t>(frames));
+  for (int64_t f = 0; f < frames; ++f) {
+    Canvas canvas = bg;
+    std::vector<Coverage> covers;
+    for (const Mover& m : movers) covers.push_back(coverage(m.object));
+    for (size_t k = 0; k < movers.size(); ++k) {
+      const Coverage& c = covers[k];
+      for (int64_t y = std::max<int64_t>(c.y0, 0); y < std::min(c.y0 + c.height, imgsz); ++y)
+        for (int64_t x = std::max<int64_t>(c.x0, 0); x < std::min(c.x0 + c.width, imgsz); ++x) {
+          const float a = c.values[c.index(x, y)];
+          if (a == 0.0f) continue;
+          float* px = canvas.at(x, y);
+          for (size_t ch = 0; ch < 3; ++ch) px[ch] += (static_cast<float>(movers[k].object.colour[ch]) - px[ch]) * a;
+        }
+    }
+    SequenceFrame frame{Image(imgsz, imgsz, 3), {}};
+    uint64_t bits = 0;
+    int left = 0;
+    for (size_t i = 0; i < canvas.rgb.size(); ++i) {
+      if (left == 0) bits = rng.bits(), left = 8;
+      const auto u = static_cast<int64_t>(bits & 0xFF);
+      bits >>= 8, --left;
+      const int64_t noise = (u * (2 * amplitude + 1)) / 256 - amplitude;
+      frame.image.pixels[i] = quantise(canvas.rgb[i] + static_cast<double>(noise));
+    }
+    for (size_t k = 0; k < movers.size(); ++k) {
+      // Visible: inside the image and under no later object.
+      const Coverage& c = covers[k];
+      double visible = 0;
+      for (int64_t y = std::max<int64_t>(c.y0, 0); y < std::min(c.y0 + c.height, imgsz); ++y)
+        for (int64_t x = std::max<int64_t>(c.x0, 0); x < std::min(c.x0 + c.width, imgsz); ++x) {
+          double v = c.values[c.index(x, y)];
+          for (size_t j = k + 1; j < movers.size() && v > 0; ++j) v *= 1.0 - covers[j].at(x, y);
+          visible += v;
+        }
+      frame.boxes.push_back({.id = static_cast<int64_t>(k) + 1, .shape = movers[k].object.shape,
+                             .box = label_box(movers[k].object, imgsz), .visibility = visible / c.total()});
+    }
+    out.push_back(std::move(frame));
+    // Move: bounce the centre off the borders at half the size.
+    for (Mover& m : movers) {
+      const double margin = m.object.size / 2;
+      m.object.cx += m.vx, m.object.cy += m.vy, m.object.angle += m.spin;
+      if (m.object.cx < margin) m.object.cx = 2 * margin - m.object.cx, m.vx = -m.vx;
+      if (m.object.cx > n - margin) m.object.cx = 2 * (n - margin) - m.object.cx, m.vx = -m.vx;
+      if (m.object.cy < margin) m.object.cy = 2 * margin - m.object.cy, m.vy = -m.vy;
+      if (m.object.cy > n - margin) m.object.cy = 2 * (n - margin) - m.object.cy, m.vy = -m.vy;
+    }
+  }
+  return out;
+}
+
+DatasetSummary write_sequences(const SequenceOptions& o) {
+  namespace fs = std::filesystem;
+  VISION_CHECK(!o.out.empty(), "synth: give the output folder (--out)");
+  VISION_CHECK(o.sequences >= 1 && o.sequences <= 1000, "synth: --sequences {} is outside 1–1000", o.sequences);
+  VISION_CHECK(o.format == "jpg" || o.format == "png", "synth: --format {} is not jpg or png", o.format);
+  std::error_code ec;
+  for (int64_t k = 0; k < o.sequences; ++k) {
+    const fs::path dir = o.out / fmt::format("seq-{:02d}", k + 1);
+    if (fs::exists(dir, ec)) {
+      VISION_CHECK(o.overwrite, "synth: '{}' already exists; pass --overwrite to replace it, or choose another folder",
+                   dir.string());
+      fs::remove_all(dir, ec);
+      VISION_CHECK(!ec, "synth: cannot remove '{}': {}", dir.string(), ec.message());
+    }
+  }
+  DatasetSummary summary;
+  for (int64_t k = 0; k < o.sequences; ++k) {
+    const fs::path dir = o.out / fmt::format("seq-{:02d}", k + 1);
+    for (const char* sub : {"img1", "gt"}) {
+      fs::create_directories(dir / sub, ec);
+      VISION_CHECK(!ec, "synth: cannot create '{}': {}", (dir / sub).string(), ec.message());
+    }
+    const std::vector<SequenceFrame> frames =
+        make_sequence(derive_seed(o.seed, 2, static_cast<uint64_t>(k)), o.imgsz, o.frames, o.max_objects);
+    std::vector<std::string> errors(frames.size());
+#pragma omp parallel for schedule(dynamic, 4)
+    for (size_t f = 0; f < frames.size(); ++f) {
+      try {
+        write_image(frames[f].image, dir / "img1" / fmt::format("{:06d}.{}", f + 1, o.format), JpegOptions{kJpegQuality});
+      } catch (const std::exception& e) {
+        errors[f] = e.what();
+      }
+    }
+    for (const std::string& e : errors) VISION_CHECK(e.empty(), "{}", e);
+    std::string gt;
+    for (size_t f = 0; f < frames.size(); ++f)
+      for (const TrackedBox& b : frames[f].boxes)
+        gt += fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.2f},1,{},{:.3f}\n", f + 1, b.id, b.box.x1, b.box.y1,
+                          b.box.x2 - b.box.x1, b.box.y2 - b.box.y1, static_cast<int>(b.shape) + 1, b.visibility);
+    write_file(dir / "gt" / "gt.txt", {reinterpret_cast<const uint8_t*>(gt.data()), gt.size()});
+    const std::string ini = fmt::format(
+        "[Sequence]\nname=seq-{:02d}\nimDir=img1\nframeRate=30\nseqLength={}\nimWidth={}\nimHeight={}\nimExt=.{}\n",
+        k + 1, frames.size(), o.imgsz, o.imgsz, o.format);
+    write_file(dir / "seqinfo.ini", {reinterpret_cast<const uint8_t*>(ini.data()), ini.size()});
+    summary.images += static_cast<int64_t>(frames.size());
+    for (const SequenceFrame& f : frames) summary.objects += static_cast<int64_t>(f.boxes.size());
+  }
+  return summary;
+}
+
 }  // namespace vision::data::synth

@@ -100,4 +100,40 @@ struct DatasetSummary {
 // s (0 train, 1 val) is make_sample(derive_seed(seed, s, i)): the val images do not depend on the train count.
 DatasetSummary write_dataset(const DatasetOptions& options);
 
+// ---------------------------------------------------------------------------------------------------------------
+// Tracking sequences (`vision synth --sequences N`): shapes moving over a fixed background, for multi-object tracking.
+//
+// A sequence (seed → frames): the background of an image above; 2–`max_objects` objects (uniform) of uniform class,
+// size uniform in 10–18% of imgsz, rotation and colour as above (each colour at least kMinContrast from the background
+// at its start and from every earlier object's); each starts at a uniform position at least half its size inside the
+// image, moves at a uniform 0.5–2% of imgsz per frame in a uniform direction, bouncing off the image's borders (its
+// centre reflected at half its size from them), and turns by a uniform ±0.03 rad per frame. Objects are drawn in
+// order, later ones over earlier ones, so crossing paths occlude. Per-pixel noise as above, its amplitude uniform in
+// 0–8 per sequence.
+// Ground truth per frame: each object's label box (clipped) with its id (1, 2, …), class and visibility (the share of
+// its coverage inside the image and under no later object).
+struct TrackedBox {
+  int64_t id = 0;
+  ShapeClass shape = ShapeClass::circle;
+  Box box;                 // label_box: clipped to the image
+  double visibility = 1;   // 0–1
+};
+struct SequenceFrame {
+  Image image;
+  std::vector<TrackedBox> boxes;  // by id
+};
+std::vector<SequenceFrame> make_sequence(uint64_t seed, int64_t imgsz, int64_t frames, int64_t max_objects);
+
+struct SequenceOptions {
+  std::filesystem::path out;
+  int64_t sequences = 2, frames = 60, imgsz = 320, max_objects = 4;
+  uint64_t seed = 0;
+  std::string format = "jpg";
+  bool overwrite = false;
+};
+// Writes the MOT Challenge layout: out/seq-NN/img1/000001.{jpg,png} …, out/seq-NN/gt/gt.txt (frame, id, left, top,
+// width, height, 1, class + 1, visibility) and out/seq-NN/seqinfo.ini. Sequence k is make_sequence(derive_seed(seed,
+// 2, k)). Returns the frames and boxes written.
+DatasetSummary write_sequences(const SequenceOptions& options);
+
 }  // namespace vision::data::synth

@@ -1,0 +1,157 @@
+// vision track — multi-object tracking over a sequence of frames (a folder or a glob of images, in name order, as
+// MOT Challenge sequences are stored): vision::Detector finds the objects in each frame (at --conf 0.1 by default, so
+// that ByteTrack's second association sees the low-score boxes, as ultralytics' track does) and track::ByteTracker
+// follows them. Prints one line per tracked box, writes the tracks in the MOT Challenge format (--save-txt) and the
+// frames annotated with track ids (--save), and with --eval scores the tracks against MOT ground truth (MOTA, IDF1,
+// HOTA: track/mot_metrics.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "commands.h"
+#include "vision/core/error.h"
+#include "vision/core/progress.h"
+#include "vision/data/annotate.h"
+#include "vision/data/dataset.h"
+#include "vision/data/image.h"
+#include "vision/data/prefetch.h"
+#include "vision/detector.h"
+#include "vision/track/byte_tracker.h"
+#include "vision/track/mot_metrics.h"
+
+namespace vision::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrackOptions {
+  std::string model;
+  std::string source;
+  std::string tracker = "bytetrack";
+  std::vector<int64_t> imgsz;
+  float conf = 0.1f;
+  std::string device = "auto";
+  double fps = 30;
+  std::string save;
+  std::string save_txt;
+  std::string eval;
+  int64_t workers = 0;
+  bool quiet = false;
+};
+
+int run_track(const TrackOptions& o) {
+  const track::ByteTrackConfig config =
+      o.tracker == "bytetrack" ? track::ByteTrackConfig{} : track::read_tracker_config(o.tracker);
+  const std::vector<fs::path> frames = data::expand_image_source(o.source);
+  DetectorOptions d;
+  d.device = o.device, d.conf = o.conf;
+  if (!o.imgsz.empty()) {
+    VISION_CHECK(o.imgsz.size() <= 2, "--imgsz takes one size or height,width, got {} values", o.imgsz.size());
+    d.imgsz = std::array<int64_t, 2>{o.imgsz[0], o.imgsz.back()};
+  }
+  Detector detector(o.model, d);
+  const std::vector<std::string>& names = detector.names();
+  if (!o.save.empty()) {
+    std::error_code ec;
+    for (const fs::path& p : frames)
+      VISION_CHECK(!fs::equivalent(fs::path(o.save) / p.filename(), p, ec),
+                   "--save {}: the annotated copy of {} would overwrite the frame itself; choose another folder",
+                   o.save, p.string());
+    fs::create_directories(o.save, ec);
+    VISION_CHECK(!ec, "--save {}: cannot create the folder: {}", o.save, ec.message());
+  }
+  if (!o.quiet)
+    fmt::print(stderr, "vision track: YOLO26{} on {}, ByteTrack, {} frame{}\n", detector.scale(), detector.device(),
+               frames.size(), frames.size() == 1 ? "" : "s");
+
+  track::ByteTracker tracker(config, o.fps);
+  std::vector<track::MotBox> results;
+  const size_t workers = o.workers > 0 ? static_cast<size_t>(o.workers) : data::default_decode_workers();
+  data::Prefetcher prefetch(frames, workers, std::max<size_t>(4, workers), {});
+  core::ProgressBar progress("track", frames.size(), !o.quiet);
+  int64_t frame = 0, boxes = 0;
+  std::vector<std::string> id_names;  // "id:N name", indexed by track id (the colour follows the id)
+  while (!prefetch.done()) {
+    data::Loaded l = prefetch.next();
+    ++frame;
+    // A frame that cannot be read is an empty frame: the tracks age by one, as a dropped frame would.
+    if (!l.error.empty()) progress.message(fmt::format("vision track: frame {} skipped: {}", frame, l.error));
+    const std::vector<data::Detection> found =
+        l.error.empty() ? detector.detect(l.image) : std::vector<data::Detection>{};
+    const std::vector<track::TrackedObject> tracks = tracker.update(found);
+    std::vector<data::Detection> drawn;
+    for (const track::TrackedObject& t : tracks) {
+      ++boxes;
+      results.push_back({.frame = frame, .id = t.id,
+                         .xyxy = {t.box[0], t.box[1], t.box[2], t.box[3]}});
+      if (o.save.empty() && o.quiet) continue;
+      const std::string cls = t.cls < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(t.cls)]
+                                                                          : std::to_string(t.cls);
+      if (!o.quiet)
+        fmt::print("{} {}: id {} {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", frame, l.path.filename().string(), t.id,
+                   cls, t.score, t.box[0], t.box[1], t.box[2], t.box[3]);
+      if (id_names.size() <= static_cast<size_t>(t.id)) id_names.resize(static_cast<size_t>(t.id) + 1);
+      id_names[static_cast<size_t>(t.id)] = fmt::format("id:{} {}", t.id, cls);
+      drawn.push_back({.box = t.box, .score = t.score, .cls = t.id});
+    }
+    if (!o.save.empty() && l.error.empty()) {
+      data::draw_detections(l.image, drawn, id_names);
+      data::write_image(l.image, fs::path(o.save) / l.path.filename());
+    }
+    progress.update(static_cast<size_t>(frame));
+  }
+  if (!o.save_txt.empty()) {
+    std::string text;
+    for (const track::MotBox& b : results)
+      text += fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.2f},1,-1,-1,-1\n", b.frame, b.id, b.xyxy[0], b.xyxy[1],
+                          b.xyxy[2] - b.xyxy[0], b.xyxy[3] - b.xyxy[1]);
+    data::write_file(o.save_txt, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  }
+  if (!o.quiet)
+    fmt::print(stderr, "vision track: {} frames, {} tracked boxes{}\n", frame, boxes,
+               o.save.empty() ? "" : fmt::format("; frames saved to {}", o.save));
+  if (!o.eval.empty()) {
+    const track::MotMetrics m = track::evaluate_mot(track::read_mot_file(o.eval, true), results);
+    fmt::print("MOTA {:.4f}  MOTP {:.4f}  IDF1 {:.4f}  HOTA {:.4f} (DetA {:.4f}, AssA {:.4f}, LocA {:.4f})\n"
+               "TP {}  FN {}  FP {}  IDSW {}  IDTP {}  gt {} boxes of {} ids, tracks {} boxes of {} ids\n",
+               m.mota, m.motp, m.idf1, m.hota, m.deta, m.assa, m.loca, m.tp, m.fn, m.fp, m.idsw, m.idtp, m.gt_dets,
+               m.gt_ids, m.tracker_dets, m.tracker_ids);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_track_command(CLI::App& app) {
+  auto opts = std::make_shared<TrackOptions>();
+  CLI::App* cmd = app.add_subcommand("track", "Track objects through a sequence of frames with a YOLO26 model and "
+                                              "ByteTrack");
+  cmd->add_option("--model", opts->model, "weights file (safetensors or an ultralytics .pt)")->required();
+  cmd->add_option("--source", opts->source, "the frames: a folder or a glob of images, in name order")->required();
+  cmd->add_option("--tracker", opts->tracker, "bytetrack, or a tracker YAML file in ultralytics' format")
+      ->capture_default_str();
+  cmd->add_option("--imgsz", opts->imgsz, "input size: one side or height,width (multiples of 32; default: the model's)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--conf", opts->conf, "detection confidence threshold (low, for the second association)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--device", opts->device, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("--fps", opts->fps, "the frame rate (a lost track is kept for track_buffer · fps / 30 frames)")
+      ->check(CLI::Range(0.1, 1000.0))
+      ->capture_default_str();
+  cmd->add_option("--save", opts->save, "write the frames annotated with track ids into this folder");
+  cmd->add_option("--save-txt", opts->save_txt, "write the tracks to this file in the MOT Challenge format");
+  cmd->add_option("--eval", opts->eval, "score the tracks against this MOT ground truth (gt.txt): MOTA, IDF1, HOTA");
+  cmd->add_option("--workers", opts->workers, "frame decoding threads (default: the cores, at most 8)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--quiet", opts->quiet, "no per-box lines, progress or summary");
+  cmd->callback([opts] {
+    const int status = run_track(*opts);
+    if (status != 0) throw CLI::RuntimeError(status);
+  });
+}
+
+}  // namespace vision::cli
