@@ -21,6 +21,7 @@
 #include "vision/data/dataset.h"
 #include "vision/data/image.h"
 #include "vision/data/prefetch.h"
+#include "vision/data/video.h"
 #include "vision/detector.h"
 #include "vision/exporter.h"
 #include "vision/graph/backend.h"
@@ -306,6 +307,51 @@ PYBIND11_MODULE(_vision, m) {
           py::arg("detections"))
       .def("reset", &track::ByteTracker::reset)
       .def_property_readonly("frame", &track::ByteTracker::frame);
+  // Video through FFmpeg: frames as (index, timestamp in s, H×W×3 RGB array); an annotated video out.
+  m.def("is_video_source", &data::is_video_source, py::arg("source"),
+        "Whether a source names a video file or a stream URL");
+  py::class_<data::VideoReader>(m, "VideoReader")
+      .def(py::init([](const std::string& source, int64_t stride, int64_t max_pixels) {
+             py::gil_scoped_release release;
+             return std::make_unique<data::VideoReader>(source,
+                                                        data::VideoReaderOptions{.max_pixels = max_pixels, .stride = stride});
+           }),
+           py::arg("source"), py::arg("stride") = 1, py::arg("max_pixels") = data::kDefaultMaxPixels)
+      .def_property_readonly("info",
+                             [](const data::VideoReader& r) {
+                               py::dict d;
+                               d["width"] = r.info().width, d["height"] = r.info().height, d["fps"] = r.info().fps;
+                               d["frames"] = r.info().frames, d["codec"] = r.info().codec;
+                               return d;
+                             })
+      .def_property_readonly("warnings", &data::VideoReader::warnings)
+      .def("__iter__", [](data::VideoReader& r) -> data::VideoReader& { return r; })
+      .def("__next__", [](data::VideoReader& r) {
+        data::VideoFrame f;
+        bool more = false;
+        {
+          py::gil_scoped_release release;
+          more = r.read(f);
+        }
+        if (!more) throw py::stop_iteration();
+        return py::make_tuple(f.index, f.timestamp, image_array(std::move(f.image)));
+      });
+  py::class_<data::VideoWriter>(m, "VideoWriter")
+      .def(py::init([](const std::filesystem::path& path, int64_t width, int64_t height, double fps) {
+             return std::make_unique<data::VideoWriter>(path, width, height, fps);
+           }),
+           py::arg("path"), py::arg("width"), py::arg("height"), py::arg("fps"))
+      .def("write",
+           [](data::VideoWriter& w, const py::array& image) {
+             const data::Image im = data::to_image(view_of(image, false, 0));
+             py::gil_scoped_release release;
+             w.write(im);
+           })
+      .def("close", [](data::VideoWriter& w) {
+        py::gil_scoped_release release;
+        w.close();
+      })
+      .def_property_readonly("frames", &data::VideoWriter::frames);
   m.def("cuda_available", &graph::cuda_usable,
         "Whether this build has CUDA and a usable GPU is present (what device='auto' takes)");
   m.def("expand_image_source", &data::expand_image_source, py::arg("source"),

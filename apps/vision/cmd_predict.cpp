@@ -1,4 +1,4 @@
-// vision predict — detects objects in images with a YOLO26 model: one line per detection (or JSON), annotated images
+// vision predict — detects objects in images (or a video's frames, data/video.h) with a YOLO26 model: one line per detection (or JSON), annotated images
 // and YOLO-format label files. A thin client of vision::Detector; images are decoded on worker threads ahead of the
 // model, and a bad image is reported and skipped while the others are processed.
 #include <fmt/format.h>
@@ -22,6 +22,7 @@
 #include "vision/data/annotate.h"
 #include "vision/data/dataset.h"
 #include "vision/data/image.h"
+#include "vision/data/video.h"
 #include "vision/detector.h"
 
 namespace vision::cli {
@@ -51,6 +52,7 @@ struct PredictOptions {
   bool json = false;
   int64_t workers = 0;
   int64_t max_pixels = data::kDefaultMaxPixels;
+  int64_t vid_stride = 1;
   bool quiet = false;
 };
 
@@ -70,9 +72,93 @@ DetectorOptions detector_options(const PredictOptions& o) {
   return d;
 }
 
+// A video file or stream: its frames in batches through the detector; lines (or JSON) per frame with its index and
+// time; --save an annotated mp4 (SAVE/<stem>.mp4, at the kept frames' rate), --save-txt SAVE/labels/<stem>_<frame>.txt.
+int run_predict_video(const PredictOptions& o) {
+  Detector detector(o.model, detector_options(o));
+  const std::vector<std::string>& names = detector.names();
+  data::VideoReader reader(o.source, {.max_pixels = o.max_pixels, .stride = o.vid_stride});
+  const data::VideoInfo& info = reader.info();
+  const std::string stem = fs::path(o.source).stem().string().empty() ? "stream" : fs::path(o.source).stem().string();
+  if (!o.save.empty()) {
+    std::error_code ec;
+    fs::create_directories(o.save_txt ? fs::path(o.save) / "labels" : fs::path(o.save), ec);
+    VISION_CHECK(!ec, "--save {}: cannot create the folder: {}", o.save, ec.message());
+  }
+  if (!o.quiet)
+    fmt::print(stderr, "vision predict: YOLO26{} on {} in {}, {} ({}×{}, {:.2f} frames/s, {}{})\n", detector.scale(),
+               detector.device(), core::dtype_name(detector.dtype()), o.source, info.width, info.height, info.fps,
+               info.codec, info.frames > 0 ? fmt::format(", {} frames", info.frames) : "");
+  const double fps = (info.fps > 0 ? info.fps : 30) / static_cast<double>(o.vid_stride);
+  std::unique_ptr<data::VideoWriter> writer;
+  Progress progress("predict", info.frames > 0 ? static_cast<size_t>((info.frames + o.vid_stride - 1) / o.vid_stride) : 0,
+                    !o.quiet && !o.json);
+  nlohmann::json json = nlohmann::json::array();
+  size_t frames = 0, detections = 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<data::VideoFrame> batch;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    std::vector<data::Image> pixels;
+    for (data::VideoFrame& f : batch) pixels.push_back(std::move(f.image));
+    const std::vector<std::vector<data::Detection>> found = detector.detect(pixels);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t frame = batch[i].index;
+      const std::vector<data::Detection>& dets = found[i];
+      data::Image& image = pixels[i];
+      ++frames, detections += dets.size();
+      if (o.json) {
+        json.push_back({{"source", o.source}, {"frame", frame}, {"timestamp", batch[i].timestamp},
+                        {"width", image.width}, {"height", image.height},
+                        {"detections", data::detections_json(dets, names)}});
+      } else {
+        if (dets.empty()) fmt::print("{} frame {}: no detections\n", o.source, frame);
+        for (const data::Detection& d : dets)
+          fmt::print("{} frame {}: {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", o.source, frame, names.at(d.cls), d.score,
+                     d.box[0], d.box[1], d.box[2], d.box[3]);
+      }
+      if (!o.save.empty()) {
+        if (o.save_txt) {
+          const std::string text = data::yolo_label_lines(dets, image.width, image.height, o.save_conf);
+          data::write_file(fs::path(o.save) / "labels" / fmt::format("{}_{}.txt", stem, frame),
+                           std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+        }
+        data::draw_detections(image, dets, names);
+        const int64_t w = image.width & ~int64_t{1}, h = image.height & ~int64_t{1};  // yuv420p: even sizes
+        if (!writer) writer = std::make_unique<data::VideoWriter>(fs::path(o.save) / (stem + ".mp4"), w, h, fps);
+        if (w != image.width || h != image.height) {
+          data::Image even(w, h, 3);
+          for (int64_t y = 0; y < h; ++y) std::copy_n(image.row(y), w * 3, even.row(y));
+          image = std::move(even);
+        }
+        writer->write(image);
+      }
+    }
+    progress.update(frames);
+    batch.clear();
+  };
+  data::VideoFrame f;
+  while (reader.read(f)) {
+    batch.push_back(std::move(f));
+    if (batch.size() == static_cast<size_t>(o.batch)) flush();
+  }
+  flush();
+  if (writer) writer->close();
+  for (const std::string& w : reader.warnings()) progress.message(fmt::format("vision predict: warning: {}", w));
+  if (o.json) fmt::print("{}\n", json.dump(2));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!o.quiet)
+    fmt::print(stderr, "vision predict: {} frames, {} detections, {:.1f} frames/s end to end{}\n", frames, detections,
+               static_cast<double>(frames) / std::max(seconds, 1e-9),
+               o.save.empty() ? "" : fmt::format("; saved to {}", (fs::path(o.save) / (stem + ".mp4")).string()));
+  return 0;
+}
+
 int run_predict(const PredictOptions& o) {
   VISION_CHECK(!o.save_txt || !o.save.empty(), "--save-txt writes DIR/labels: give the folder with --save DIR");
   VISION_CHECK(!o.save_conf || o.save_txt, "--save-conf adds the score to the --save-txt label files");
+  if (data::is_video_source(o.source)) return run_predict_video(o);
+  VISION_CHECK(o.vid_stride == 1, "--vid-stride applies to a video source");
   const std::vector<fs::path> paths = data::expand_image_source(o.source);
   Detector detector(o.model, detector_options(o));
   const std::vector<std::string>& names = detector.names();
@@ -183,11 +269,17 @@ int run_predict(const PredictOptions& o) {
 
 void add_predict_command(CLI::App& app) {
   auto opts = std::make_shared<PredictOptions>();
-  CLI::App* cmd = app.add_subcommand("predict", "Detect objects in images with a YOLO26 model");
+  CLI::App* cmd = app.add_subcommand("predict", "Detect objects in images or videos with a YOLO26 model");
   cmd->add_option("--model", opts->model,
                   "weights file (safetensors: a checkpoint or an exported model; or an ultralytics .pt checkpoint)")
       ->required();
-  cmd->add_option("--source", opts->source, "an image, a folder of images or a glob pattern (quote it)")->required();
+  cmd->add_option("--source", opts->source,
+                  "an image, a folder of images or a glob pattern (quote it); or a video file or stream URL (mp4, mkv, "
+                  "avi, mov, webm, …; rtsp://, http://)")
+      ->required();
+  cmd->add_option("--vid-stride", opts->vid_stride, "a video: detect in every N-th frame")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}))
+      ->capture_default_str();
   cmd->add_option("--imgsz", opts->imgsz, "input size: one side or height,width (multiples of 32; default: the model's)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);

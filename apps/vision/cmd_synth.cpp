@@ -34,6 +34,7 @@ void add_synth_command(CLI::App& app) {
                       "seq-NN/gt/gt.txt (MOT Challenge), seq-NN/seqinfo.ini")
           ->check(CLI::Range(1, 1000));
   cmd->add_option("--frames", seq->frames, "frames per sequence")->check(CLI::Range(1, 100000))->capture_default_str();
+  cmd->add_flag("--video", seq->video, "with --sequences: each sequence as an H.264 mp4 (seq-NN/seq-NN.mp4)");
   cmd->add_option("--objects", seq->max_objects, "the most objects in a sequence (2 or more)")
       ->check(CLI::Range(2, 64))
       ->capture_default_str();
@@ -51,6 +52,7 @@ void add_synth_command(CLI::App& app) {
                  seq->out.string(), seconds());
       return;
     }
+    VISION_CHECK(!seq->video, "synth: --video applies to --sequences");
     VISION_CHECK(train->count() > 0 && val->count() > 0,
                  "synth: give --train N and --val N (images per split), or --sequences N for tracking sequences");
     const data::synth::DatasetSummary s = data::synth::write_dataset(*opts);

@@ -1,8 +1,8 @@
 // vision track — multi-object tracking over a sequence of frames (a folder or a glob of images, in name order, as
-// MOT Challenge sequences are stored): vision::Detector finds the objects in each frame (at --conf 0.1 by default, so
+// MOT Challenge sequences are stored; or a video file or stream, data/video.h): vision::Detector finds the objects in each frame (at --conf 0.1 by default, so
 // that ByteTrack's second association sees the low-score boxes, as ultralytics' track does) and track::ByteTracker
 // follows them. Prints one line per tracked box, writes the tracks in the MOT Challenge format (--save-txt) and the
-// frames annotated with track ids (--save), and with --eval scores the tracks against MOT ground truth (MOTA, IDF1,
+// frames annotated with track ids (--save: the images, or for a video an annotated mp4), and with --eval scores the tracks against MOT ground truth (MOTA, IDF1,
 // HOTA: track/mot_metrics.h).
 #include <fmt/format.h>
 
@@ -17,6 +17,7 @@
 #include "vision/data/dataset.h"
 #include "vision/data/image.h"
 #include "vision/data/prefetch.h"
+#include "vision/data/video.h"
 #include "vision/detector.h"
 #include "vision/track/byte_tracker.h"
 #include "vision/track/mot_metrics.h"
@@ -33,7 +34,8 @@ struct TrackOptions {
   std::vector<int64_t> imgsz;
   float conf = 0.1f;
   std::string device = "auto";
-  double fps = 30;
+  double fps = 0;  // 0: the video's rate, else 30
+  int64_t vid_stride = 1;
   std::string save;
   std::string save_txt;
   std::string eval;
@@ -41,10 +43,52 @@ struct TrackOptions {
   bool quiet = false;
 };
 
+// The frames of the source in order: an image sequence decoded ahead on worker threads, or a video's frames.
+class FrameSource {
+ public:
+  explicit FrameSource(const TrackOptions& o) : stride_(o.vid_stride) {
+    if (data::is_video_source(o.source)) {
+      video_ = std::make_unique<data::VideoReader>(o.source, data::VideoReaderOptions{.stride = o.vid_stride});
+      return;
+    }
+    VISION_CHECK(o.vid_stride == 1, "--vid-stride applies to a video source");
+    frames_ = data::expand_image_source(o.source);
+    const size_t workers = o.workers > 0 ? static_cast<size_t>(o.workers) : data::default_decode_workers();
+    prefetch_ = std::make_unique<data::Prefetcher>(frames_, workers, std::max<size_t>(4, workers), data::DecodeOptions{});
+  }
+  const data::VideoReader* video() const { return video_.get(); }
+  const std::vector<fs::path>& files() const { return frames_; }
+  // Frames to come (a video's from its container, 0 when unknown).
+  size_t count() const {
+    return video_ ? static_cast<size_t>((video_->info().frames + stride_ - 1) / stride_) : frames_.size();
+  }
+  // The next frame: false at the end; `error` set (and the image empty) for a frame file that cannot be read.
+  bool next(data::Image& image, int64_t& number, std::string& name, std::string& error) {
+    error.clear();
+    if (video_) {
+      data::VideoFrame f;
+      if (!video_->read(f)) return false;
+      image = std::move(f.image), number = f.index + 1, name = fmt::format("frame {}", number);
+      return true;
+    }
+    if (prefetch_->done()) return false;
+    data::Loaded l = prefetch_->next();
+    number = ++files_read_, name = l.path.filename().string(), error = l.error, image = std::move(l.image);
+    return true;
+  }
+
+ private:
+  std::unique_ptr<data::VideoReader> video_;
+  std::vector<fs::path> frames_;
+  std::unique_ptr<data::Prefetcher> prefetch_;
+  int64_t stride_ = 1;
+  int64_t files_read_ = 0;
+};
+
 int run_track(const TrackOptions& o) {
   const track::ByteTrackConfig config =
       o.tracker == "bytetrack" ? track::ByteTrackConfig{} : track::read_tracker_config(o.tracker);
-  const std::vector<fs::path> frames = data::expand_image_source(o.source);
+  FrameSource source(o);
   DetectorOptions d;
   d.device = o.device, d.conf = o.conf;
   if (!o.imgsz.empty()) {
@@ -53,9 +97,11 @@ int run_track(const TrackOptions& o) {
   }
   Detector detector(o.model, d);
   const std::vector<std::string>& names = detector.names();
+  const double fps = o.fps > 0 ? o.fps : source.video() && source.video()->info().fps > 0 ? source.video()->info().fps : 30;
+  std::unique_ptr<data::VideoWriter> writer;
   if (!o.save.empty()) {
     std::error_code ec;
-    for (const fs::path& p : frames)
+    for (const fs::path& p : source.files())
       VISION_CHECK(!fs::equivalent(fs::path(o.save) / p.filename(), p, ec),
                    "--save {}: the annotated copy of {} would overwrite the frame itself; choose another folder",
                    o.save, p.string());
@@ -63,45 +109,63 @@ int run_track(const TrackOptions& o) {
     VISION_CHECK(!ec, "--save {}: cannot create the folder: {}", o.save, ec.message());
   }
   if (!o.quiet)
-    fmt::print(stderr, "vision track: YOLO26{} on {}, ByteTrack, {} frame{}\n", detector.scale(), detector.device(),
-               frames.size(), frames.size() == 1 ? "" : "s");
+    fmt::print(stderr, "vision track: YOLO26{} on {}, ByteTrack, {}\n", detector.scale(), detector.device(),
+               source.video() ? fmt::format("{} ({}×{}, {:.2f} frames/s, {})", o.source, source.video()->info().width,
+                                            source.video()->info().height, source.video()->info().fps,
+                                            source.video()->info().codec)
+                              : fmt::format("{} frames", source.count()));
 
-  track::ByteTracker tracker(config, o.fps);
+  track::ByteTracker tracker(config, fps);
   std::vector<track::MotBox> results;
-  const size_t workers = o.workers > 0 ? static_cast<size_t>(o.workers) : data::default_decode_workers();
-  data::Prefetcher prefetch(frames, workers, std::max<size_t>(4, workers), {});
-  core::ProgressBar progress("track", frames.size(), !o.quiet);
-  int64_t frame = 0, boxes = 0;
+  core::ProgressBar progress("track", source.count(), !o.quiet);
+  int64_t frames = 0, boxes = 0;
   std::vector<std::string> id_names;  // "id:N name", indexed by track id (the colour follows the id)
-  while (!prefetch.done()) {
-    data::Loaded l = prefetch.next();
-    ++frame;
+  data::Image image;
+  int64_t number = 0;
+  std::string name, error;
+  while (source.next(image, number, name, error)) {
+    ++frames;
     // A frame that cannot be read is an empty frame: the tracks age by one, as a dropped frame would.
-    if (!l.error.empty()) progress.message(fmt::format("vision track: frame {} skipped: {}", frame, l.error));
-    const std::vector<data::Detection> found =
-        l.error.empty() ? detector.detect(l.image) : std::vector<data::Detection>{};
+    if (!error.empty()) progress.message(fmt::format("vision track: frame {} skipped: {}", number, error));
+    const std::vector<data::Detection> found = error.empty() ? detector.detect(image) : std::vector<data::Detection>{};
     const std::vector<track::TrackedObject> tracks = tracker.update(found);
     std::vector<data::Detection> drawn;
     for (const track::TrackedObject& t : tracks) {
       ++boxes;
-      results.push_back({.frame = frame, .id = t.id,
-                         .xyxy = {t.box[0], t.box[1], t.box[2], t.box[3]}});
+      results.push_back({.frame = number, .id = t.id, .xyxy = {t.box[0], t.box[1], t.box[2], t.box[3]}});
       if (o.save.empty() && o.quiet) continue;
       const std::string cls = t.cls < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(t.cls)]
                                                                           : std::to_string(t.cls);
       if (!o.quiet)
-        fmt::print("{} {}: id {} {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", frame, l.path.filename().string(), t.id,
-                   cls, t.score, t.box[0], t.box[1], t.box[2], t.box[3]);
+        fmt::print("{} {}: id {} {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", number, name, t.id, cls, t.score, t.box[0],
+                   t.box[1], t.box[2], t.box[3]);
       if (id_names.size() <= static_cast<size_t>(t.id)) id_names.resize(static_cast<size_t>(t.id) + 1);
       id_names[static_cast<size_t>(t.id)] = fmt::format("id:{} {}", t.id, cls);
       drawn.push_back({.box = t.box, .score = t.score, .cls = t.id});
     }
-    if (!o.save.empty() && l.error.empty()) {
-      data::draw_detections(l.image, drawn, id_names);
-      data::write_image(l.image, fs::path(o.save) / l.path.filename());
+    if (!o.save.empty() && error.empty()) {
+      data::draw_detections(image, drawn, id_names);
+      if (source.video()) {
+        // An annotated video beside: even sizes for yuv420p (an odd last row or column is left out).
+        const int64_t w = image.width & ~int64_t{1}, h = image.height & ~int64_t{1};
+        if (!writer)
+          writer = std::make_unique<data::VideoWriter>(
+              fs::path(o.save) / (fs::path(o.source).stem().string() + ".mp4"), w, h, fps / static_cast<double>(o.vid_stride));
+        if (w != image.width || h != image.height) {
+          data::Image even(w, h, 3);
+          for (int64_t y = 0; y < h; ++y) std::copy_n(image.row(y), w * 3, even.row(y));
+          image = std::move(even);
+        }
+        writer->write(image);
+      } else {
+        data::write_image(image, fs::path(o.save) / name);
+      }
     }
-    progress.update(static_cast<size_t>(frame));
+    progress.update(static_cast<size_t>(frames));
   }
+  if (writer) writer->close();
+  if (source.video())
+    for (const std::string& w : source.video()->warnings()) fmt::print(stderr, "vision track: warning: {}\n", w);
   if (!o.save_txt.empty()) {
     std::string text;
     for (const track::MotBox& b : results)
@@ -110,7 +174,7 @@ int run_track(const TrackOptions& o) {
     data::write_file(o.save_txt, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
   }
   if (!o.quiet)
-    fmt::print(stderr, "vision track: {} frames, {} tracked boxes{}\n", frame, boxes,
+    fmt::print(stderr, "vision track: {} frames, {} tracked boxes{}\n", frames, boxes,
                o.save.empty() ? "" : fmt::format("; frames saved to {}", o.save));
   if (!o.eval.empty()) {
     const track::MotMetrics m = track::evaluate_mot(track::read_mot_file(o.eval, true), results);
@@ -129,7 +193,9 @@ void add_track_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("track", "Track objects through a sequence of frames with a YOLO26 model and "
                                               "ByteTrack");
   cmd->add_option("--model", opts->model, "weights file (safetensors or an ultralytics .pt)")->required();
-  cmd->add_option("--source", opts->source, "the frames: a folder or a glob of images, in name order")->required();
+  cmd->add_option("--source", opts->source,
+                  "the frames: a folder or a glob of images (in name order), or a video file or stream URL")
+      ->required();
   cmd->add_option("--tracker", opts->tracker, "bytetrack, or a tracker YAML file in ultralytics' format")
       ->capture_default_str();
   cmd->add_option("--imgsz", opts->imgsz, "input size: one side or height,width (multiples of 32; default: the model's)")
@@ -139,10 +205,14 @@ void add_track_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--device", opts->device, "auto, cpu or cuda")->capture_default_str();
-  cmd->add_option("--fps", opts->fps, "the frame rate (a lost track is kept for track_buffer · fps / 30 frames)")
-      ->check(CLI::Range(0.1, 1000.0))
+  cmd->add_option("--fps", opts->fps,
+                  "the frame rate (a lost track is kept for track_buffer · fps / 30 frames; default: the video's, or 30)")
+      ->check(CLI::Range(0.1, 1000.0));
+  cmd->add_option("--vid-stride", opts->vid_stride, "a video: track every N-th frame")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();
-  cmd->add_option("--save", opts->save, "write the frames annotated with track ids into this folder");
+  cmd->add_option("--save", opts->save,
+                  "write the frames annotated with track ids into this folder (for a video: <stem>.mp4 there)");
   cmd->add_option("--save-txt", opts->save_txt, "write the tracks to this file in the MOT Challenge format");
   cmd->add_option("--eval", opts->eval, "score the tracks against this MOT ground truth (gt.txt): MOTA, IDF1, HOTA");
   cmd->add_option("--workers", opts->workers, "frame decoding threads (default: the cores, at most 8)")

@@ -93,6 +93,8 @@ class Results:
         self.names = names
         self.boxes = Boxes(detections, self.orig_shape)
         self.speed = speed
+        self.frame = None  # a video's frame index
+        self.timestamp = None  # its time in seconds
 
     def __len__(self) -> int:
         return len(self.boxes)
@@ -160,6 +162,12 @@ class DetMetrics:
         return f"DetMetrics(mAP50={self.box.map50:.4f}, mAP50-95={self.box.map:.4f})"
 
 
+def _chain_end(iterable):
+    """The items of iterable, then None."""
+    yield from iterable
+    yield None
+
+
 def _sources(source) -> list:
     """(path or None, array or None) per image of a source: a path, a folder, a glob, an array, or a list of them."""
     if isinstance(source, np.ndarray):
@@ -215,14 +223,23 @@ class YOLO:
     def predict(self, source=None, *, stream: bool = False, conf: float = 0.25, iou: float = 0.7, imgsz=None,
                 device: str = "auto", half: bool | None = None, max_det: int = 300, classes=None,
                 nms: bool = False, batch: int = 16, bgr: bool = False, save: bool = False,
-                project: str = "runs/detect", name: str = "predict", verbose: bool = False):
+                project: str = "runs/detect", name: str = "predict", verbose: bool = False, vid_stride: int = 1):
         """Detections of each image of `source` (a file, a folder, a glob, an H×W×3 uint8 array, or a list of them)
-        as a list of Results (a generator with stream=True). half: True f16, False f32, None the engine's default
+        as a list of Results (a generator with stream=True); a video file or stream URL gives a Results per frame
+        (every vid_stride-th; Results.frame its index; save=True writes the annotated video). half: True f16, False f32, None the engine's default
         (f16 on CUDA, f32 on the CPU)."""
         if source is None:
             raise ArgumentError("predict: give a source (an image file, a folder, a glob or an array)")
         dtype = None if half is None else ("f16" if half else "f32")
         detector = self._get_detector(device, dtype, imgsz, conf, iou, max_det, classes, nms)
+        if isinstance(source, (str, os.PathLike)) and _vision.is_video_source(str(source)):
+            out_dir = None
+            if save:
+                out_dir = Path(project) / name
+                out_dir.mkdir(parents=True, exist_ok=True)
+            gen = self._predict_video(detector, str(source), max(int(batch), 1), max(int(vid_stride), 1), out_dir,
+                                      verbose)
+            return gen if stream else list(gen)
         items = _sources(source)
         out_dir = None
         if save:
@@ -250,6 +267,38 @@ class YOLO:
             t = self._tracker.update(r.boxes.data)
             r.boxes = Boxes(np.ascontiguousarray(t[:, :7]), r.orig_shape)
             yield r
+
+    def _predict_video(self, detector, source, batch, stride, out_dir, verbose) -> Iterator[Results]:
+        names = dict(enumerate(detector.names))
+        reader = _vision.VideoReader(source, stride=stride)
+        info = reader.info
+        writer = None
+        frames = []
+        try:
+            for item in _chain_end(reader):
+                if item is not None:
+                    frames.append(item)
+                if frames and (len(frames) == batch or item is None):
+                    found = detector.detect([f[2] for f in frames])
+                    t = detector.timing()
+                    speed = {k: v / len(frames) for k, v in t.items()}
+                    for (index, timestamp, img), dets in zip(frames, found):
+                        r = Results(img, source, names, dets, speed)
+                        r.frame, r.timestamp = index, timestamp
+                        if out_dir is not None:
+                            plotted = r.plot()
+                            h, w = plotted.shape[0] // 2 * 2, plotted.shape[1] // 2 * 2
+                            if writer is None:
+                                writer = _vision.VideoWriter(str(out_dir / (Path(source).stem or "stream")) + ".mp4",
+                                                             w, h, (info["fps"] or 30.0) / stride)
+                            writer.write(np.ascontiguousarray(plotted[:h, :w]))
+                        if verbose:
+                            print(f"{source} frame {index}: {len(r)} detections, {t['inference'] / len(frames):.1f}ms")
+                        yield r
+                    frames = []
+        finally:
+            if writer is not None:
+                writer.close()
 
     def _predict_batches(self, detector, items, batch, bgr, out_dir, verbose) -> Iterator[Results]:
         names = dict(enumerate(detector.names))

@@ -19,7 +19,7 @@ using test::random_tensor;
 
 namespace {
 
-float load(const Tensor& t, int64_t i) {
+float element_of(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
     case DType::f32: return t.data<float>()[i];
     case DType::f16: return core::half_to_float(t.data<uint16_t>()[i]);
@@ -74,18 +74,18 @@ class ChannelScaleRuntime final : public RuntimeOp {
     VISION_CHECK(ctx.params[0].dtype() == format().dtype, "weight is {}", ctx.params[0].str());
     if (seen_) seen_->push_back(format());
     const Tensor &x = ctx.inputs[0], &w = ctx.params[0];
-    for (int64_t i = 0; i < x.numel(); ++i) store(ctx.output, i, load(w, channel(x, i)) * load(x, i));
+    for (int64_t i = 0; i < x.numel(); ++i) store(ctx.output, i, element_of(w, channel(x, i)) * element_of(x, i));
   }
   bool has_backward() const override { return true; }
   void backward(BackwardCtx& ctx) override {
     const Tensor &x = ctx.inputs[0], &w = ctx.params[0], &gy = ctx.grad_output;
     check(gy);
     if (ctx.grad_inputs[0].defined())
-      for (int64_t i = 0; i < x.numel(); ++i) store(ctx.grad_inputs[0], i, load(w, channel(x, i)) * load(gy, i));
+      for (int64_t i = 0; i < x.numel(); ++i) store(ctx.grad_inputs[0], i, element_of(w, channel(x, i)) * element_of(gy, i));
     const Tensor& gw = ctx.grad_params[0];
     VISION_CHECK(gw.dtype() == format().dtype, "weight gradient is {}", gw.str());
     std::vector<double> sum(static_cast<size_t>(w.numel()), 0.0);
-    for (int64_t i = 0; i < x.numel(); ++i) sum[static_cast<size_t>(channel(x, i))] += double(load(x, i)) * load(gy, i);
+    for (int64_t i = 0; i < x.numel(); ++i) sum[static_cast<size_t>(channel(x, i))] += double(element_of(x, i)) * element_of(gy, i);
     for (int64_t k = 0; k < w.numel(); ++k) store(gw, k, static_cast<float>(sum[static_cast<size_t>(k)]));
   }
 
@@ -379,7 +379,7 @@ class MixedMulRuntime final : public RuntimeOp {
     VISION_CHECK(ctx.inputs[0].dtype() == format().dtype && ctx.inputs[1].dtype() == DType::f32,
                  "mixed_mul in {} got {} and {}", format_name(format()), ctx.inputs[0].str(), ctx.inputs[1].str());
     for (int64_t i = 0; i < ctx.output.numel(); ++i)
-      store(ctx.output, i, load(ctx.inputs[0], i) * ctx.inputs[1].data<float>()[i]);
+      store(ctx.output, i, element_of(ctx.inputs[0], i) * ctx.inputs[1].data<float>()[i]);
   }
 };
 class MixedMulOp final : public Op {

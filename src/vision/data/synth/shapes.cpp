@@ -8,6 +8,7 @@
 
 #include "vision/core/error.h"
 #include "vision/data/random.h"
+#include "vision/data/video.h"
 
 namespace vision::data::synth {
 
@@ -602,21 +603,29 @@ DatasetSummary write_sequences(const SequenceOptions& o) {
   for (int64_t k = 0; k < o.sequences; ++k) {
     const fs::path dir = o.out / fmt::format("seq-{:02d}", k + 1);
     for (const char* sub : {"img1", "gt"}) {
+      if (o.video && std::string_view(sub) == "img1") continue;
       fs::create_directories(dir / sub, ec);
       VISION_CHECK(!ec, "synth: cannot create '{}': {}", (dir / sub).string(), ec.message());
     }
     const std::vector<SequenceFrame> frames =
         make_sequence(derive_seed(o.seed, 2, static_cast<uint64_t>(k)), o.imgsz, o.frames, o.max_objects);
-    std::vector<std::string> errors(frames.size());
+    if (o.video) {
+      VideoWriter writer(dir / fmt::format("seq-{:02d}.mp4", k + 1), o.imgsz, o.imgsz, 30);
+      for (const SequenceFrame& f : frames) writer.write(f.image);
+      writer.close();
+    } else {
+      std::vector<std::string> errors(frames.size());
 #pragma omp parallel for schedule(dynamic, 4)
-    for (size_t f = 0; f < frames.size(); ++f) {
-      try {
-        write_image(frames[f].image, dir / "img1" / fmt::format("{:06d}.{}", f + 1, o.format), JpegOptions{kJpegQuality});
-      } catch (const std::exception& e) {
-        errors[f] = e.what();
+      for (size_t f = 0; f < frames.size(); ++f) {
+        try {
+          write_image(frames[f].image, dir / "img1" / fmt::format("{:06d}.{}", f + 1, o.format),
+                      JpegOptions{kJpegQuality});
+        } catch (const std::exception& e) {
+          errors[f] = e.what();
+        }
       }
+      for (const std::string& e : errors) VISION_CHECK(e.empty(), "{}", e);
     }
-    for (const std::string& e : errors) VISION_CHECK(e.empty(), "{}", e);
     std::string gt;
     for (size_t f = 0; f < frames.size(); ++f)
       for (const TrackedBox& b : frames[f].boxes)
@@ -624,8 +633,9 @@ DatasetSummary write_sequences(const SequenceOptions& o) {
                           b.box.x2 - b.box.x1, b.box.y2 - b.box.y1, static_cast<int>(b.shape) + 1, b.visibility);
     write_file(dir / "gt" / "gt.txt", {reinterpret_cast<const uint8_t*>(gt.data()), gt.size()});
     const std::string ini = fmt::format(
-        "[Sequence]\nname=seq-{:02d}\nimDir=img1\nframeRate=30\nseqLength={}\nimWidth={}\nimHeight={}\nimExt=.{}\n",
-        k + 1, frames.size(), o.imgsz, o.imgsz, o.format);
+        "[Sequence]\nname=seq-{:02d}\nimDir={}\nframeRate=30\nseqLength={}\nimWidth={}\nimHeight={}\nimExt=.{}\n",
+        k + 1, o.video ? fmt::format("seq-{:02d}.mp4", k + 1) : "img1", frames.size(), o.imgsz, o.imgsz,
+        o.video ? "mp4" : o.format);
     write_file(dir / "seqinfo.ini", {reinterpret_cast<const uint8_t*>(ini.data()), ini.size()});
     summary.images += static_cast<int64_t>(frames.size());
     for (const SequenceFrame& f : frames) summary.objects += static_cast<int64_t>(f.boxes.size());

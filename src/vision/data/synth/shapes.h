@@ -130,8 +130,9 @@ struct SequenceOptions {
   uint64_t seed = 0;
   std::string format = "jpg";
   bool overwrite = false;
+  bool video = false;  // the frames as out/seq-NN/seq-NN.mp4 (H.264, 30 frames/s) instead of img1/
 };
-// Writes the MOT Challenge layout: out/seq-NN/img1/000001.{jpg,png} …, out/seq-NN/gt/gt.txt (frame, id, left, top,
+// Writes the MOT Challenge layout: out/seq-NN/img1/000001.{jpg,png} … (or out/seq-NN/seq-NN.mp4), out/seq-NN/gt/gt.txt (frame, id, left, top,
 // width, height, 1, class + 1, visibility) and out/seq-NN/seqinfo.ini. Sequence k is make_sequence(derive_seed(seed,
 // 2, k)). Returns the frames and boxes written.
 DatasetSummary write_sequences(const SequenceOptions& options);

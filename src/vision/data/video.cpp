@@ -1,0 +1,409 @@
+#include "vision/data/video.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <chrono>
+#include <cstdarg>
+#include <mutex>
+
+#include "vision/core/error.h"
+
+#ifdef VISION_HAS_VIDEO
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/opt.h>
+#include <libswscale/swscale.h>
+}
+#endif
+
+namespace vision::data {
+
+bool is_video_source(const std::string& source) {
+  for (const char* scheme : {"rtsp://", "rtmp://", "http://", "https://"})
+    if (source.rfind(scheme, 0) == 0) return true;
+  std::string ext = std::filesystem::path(source).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  static constexpr std::array<const char*, 11> kExtensions = {".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v",
+                                                              ".mpg", ".mpeg", ".wmv", ".flv", ".ts"};
+  return std::find(kExtensions.begin(), kExtensions.end(), ext) != kExtensions.end();
+}
+
+#ifdef VISION_HAS_VIDEO
+
+namespace {
+
+std::string av_error(int code) {
+  char buffer[AV_ERROR_MAX_STRING_SIZE] = {};
+  av_strerror(code, buffer, sizeof buffer);
+  return buffer;
+}
+
+// libav* write nothing to stderr (a library's users get our errors, not its log): the last error line it logs on this
+// thread is kept, and added to the error of a call that fails (libavformat says "moov atom not found" where its
+// status says only "invalid data").
+thread_local std::string t_last_log;
+
+void keep_last_error(void* avcl, int level, const char* format, va_list args) {
+  if (level > AV_LOG_ERROR) return;
+  char line[512];
+  int print_prefix = 0;  // the message alone, without "[mov,mp4,… @ 0x…]"
+  av_log_format_line(avcl, level, format, args, line, sizeof line, &print_prefix);
+  std::string text(line);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  t_last_log = text;
+}
+
+void quiet_libav_logs() {
+  static std::once_flag once;
+  std::call_once(once, [] { av_log_set_callback(keep_last_error); });
+  t_last_log.clear();
+}
+
+// av_error(code), with the last line libav* logged on this thread.
+std::string av_error_logged(int code) {
+  std::string s = av_error(code);
+  if (!t_last_log.empty()) s += " (" + t_last_log + ")";
+  return s;
+}
+
+// No blocking libavformat call waits longer than this for data (a stalled stream, an unreachable host).
+constexpr auto kIoTimeout = std::chrono::seconds(15);
+constexpr size_t kMaxWarnings = 16;
+
+}  // namespace
+
+struct VideoReader::Impl {
+  std::string source;
+  VideoReaderOptions options;
+  VideoInfo info;
+  AVFormatContext* format = nullptr;
+  AVCodecContext* decoder = nullptr;
+  AVPacket* packet = nullptr;
+  AVFrame* frame = nullptr;
+  SwsContext* scaler = nullptr;
+  int stream = -1;
+  AVRational time_base = {0, 1};
+  int64_t start_pts = 0;
+  int64_t decoded = 0;  // frames decoded (kept or skipped by the stride)
+  int64_t failed_packets = 0;
+  bool draining = false;
+  std::vector<std::string> warnings;
+  std::chrono::steady_clock::time_point deadline;
+
+  static int interrupted(void* self) {
+    return std::chrono::steady_clock::now() > static_cast<Impl*>(self)->deadline ? 1 : 0;
+  }
+  void arm() { deadline = std::chrono::steady_clock::now() + kIoTimeout; }
+
+  ~Impl() {
+    sws_freeContext(scaler);
+    av_frame_free(&frame);
+    av_packet_free(&packet);
+    avcodec_free_context(&decoder);
+    avformat_close_input(&format);
+  }
+
+  void warn(const std::string& w) {
+    if (warnings.size() < kMaxWarnings) warnings.push_back(w);
+  }
+
+  void to_image(VideoFrame& out) {
+    const int64_t w = frame->width, h = frame->height;
+    VISION_CHECK_INPUT(w > 0 && h > 0 && w * h <= options.max_pixels,
+                       "video {}: a frame of {}×{} is larger than the limit of {} pixels", source, w, h,
+                       options.max_pixels);
+    scaler = sws_getCachedContext(scaler, static_cast<int>(w), static_cast<int>(h),
+                                  static_cast<AVPixelFormat>(frame->format), static_cast<int>(w), static_cast<int>(h),
+                                  AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr);
+    VISION_CHECK_INPUT(scaler, "video {}: frames in pixel format {} cannot be converted to RGB", source,
+                       frame->format);
+    out.image = Image(w, h, 3);
+    uint8_t* dst[4] = {out.image.pixels.data(), nullptr, nullptr, nullptr};
+    int dst_stride[4] = {static_cast<int>(3 * w), 0, 0, 0};
+    const int rows = sws_scale(scaler, frame->data, frame->linesize, 0, static_cast<int>(h), dst, dst_stride);
+    VISION_CHECK(rows == h, "video {}: converting a frame to RGB gave {} of {} rows", source, rows, h);
+    const int64_t pts = frame->best_effort_timestamp;
+    out.timestamp = pts != AV_NOPTS_VALUE && time_base.num > 0
+                        ? static_cast<double>(pts - start_pts) * av_q2d(time_base)
+                        : (info.fps > 0 ? static_cast<double>(decoded - 1) / info.fps : 0.0);
+    out.index = decoded - 1;
+  }
+};
+
+VideoReader::VideoReader(const std::string& source, const VideoReaderOptions& options) : impl_(new Impl) {
+  quiet_libav_logs();
+  Impl& d = *impl_;
+  d.source = source;
+  d.options = options;
+  VISION_CHECK(options.stride >= 1, "video: the frame stride must be at least 1, got {}", options.stride);
+  d.format = avformat_alloc_context();
+  VISION_CHECK(d.format, "video {}: out of memory opening it", source);
+  d.format->interrupt_callback = {&Impl::interrupted, &d};
+  d.arm();
+  AVDictionary* open_options = nullptr;
+  av_dict_set(&open_options, "rw_timeout", "15000000", 0);  // microseconds, for the protocols that take it
+  int ret = avformat_open_input(&d.format, source.c_str(), nullptr, &open_options);
+  av_dict_free(&open_options);
+  if (ret < 0) {
+    d.format = nullptr;  // freed by avformat_open_input
+    fail_input("video {}: cannot be opened: {}", source, av_error_logged(ret));
+  }
+  d.arm();
+  ret = avformat_find_stream_info(d.format, nullptr);
+  VISION_CHECK_INPUT(ret >= 0, "video {}: its streams cannot be read: {}", source, av_error_logged(ret));
+  const AVCodec* codec = nullptr;
+  d.stream = av_find_best_stream(d.format, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
+  VISION_CHECK_INPUT(d.stream != AVERROR_STREAM_NOT_FOUND, "video {}: it holds no video stream", source);
+  VISION_CHECK_INPUT(d.stream >= 0 && codec, "video {}: no decoder for its video codec ({})", source,
+                     d.stream >= 0 ? avcodec_get_name(d.format->streams[d.stream]->codecpar->codec_id) : "unknown");
+  AVStream* st = d.format->streams[d.stream];
+  const AVCodecParameters* par = st->codecpar;
+  VISION_CHECK_INPUT(par->width > 0 && par->height > 0, "video {}: the video stream has no frame size", source);
+  VISION_CHECK_INPUT(static_cast<int64_t>(par->width) * par->height <= options.max_pixels,
+                     "video {}: frames of {}×{} are larger than the limit of {} pixels", source, par->width,
+                     par->height, options.max_pixels);
+  d.decoder = avcodec_alloc_context3(codec);
+  VISION_CHECK(d.decoder, "video {}: out of memory for the decoder", source);
+  ret = avcodec_parameters_to_context(d.decoder, par);
+  VISION_CHECK_INPUT(ret >= 0, "video {}: bad codec parameters: {}", source, av_error(ret));
+  d.decoder->thread_count = 0;  // as many as libavcodec picks
+  ret = avcodec_open2(d.decoder, codec, nullptr);
+  VISION_CHECK_INPUT(ret >= 0, "video {}: the {} decoder does not open: {}", source, codec->name, av_error(ret));
+  d.packet = av_packet_alloc();
+  d.frame = av_frame_alloc();
+  VISION_CHECK(d.packet && d.frame, "video {}: out of memory", source);
+  d.time_base = st->time_base;
+  d.start_pts = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
+  const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
+  d.info = {.width = par->width, .height = par->height, .fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0,
+            .frames = st->nb_frames, .codec = avcodec_get_name(par->codec_id)};
+}
+
+VideoReader::~VideoReader() = default;
+
+const VideoInfo& VideoReader::info() const { return impl_->info; }
+const std::vector<std::string>& VideoReader::warnings() const { return impl_->warnings; }
+
+bool VideoReader::read(VideoFrame& out) {
+  Impl& d = *impl_;
+  for (int errors = 0;;) {
+    int ret = avcodec_receive_frame(d.decoder, d.frame);
+    if (ret == 0) {
+      ++d.decoded;
+      const bool keep = (d.decoded - 1) % d.options.stride == 0;
+      if (keep) d.to_image(out);
+      av_frame_unref(d.frame);
+      if (keep) return true;
+      continue;
+    }
+    if (ret == AVERROR_EOF) {
+      VISION_CHECK_INPUT(d.decoded > 0, "video {}: no frame could be decoded ({} packet{} failed)", d.source,
+                         d.failed_packets, d.failed_packets == 1 ? "" : "s");
+      return false;
+    }
+    if (ret != AVERROR(EAGAIN)) {
+      d.warn(fmt::format("video {}: a frame did not decode: {}", d.source, av_error(ret)));
+      VISION_CHECK_INPUT(++errors < 1000, "video {}: the decoder keeps failing: {}", d.source, av_error(ret));
+      continue;
+    }
+    // The decoder wants input: the next packet of our stream, or the flush at the end.
+    d.arm();
+    ret = av_read_frame(d.format, d.packet);
+    if (ret < 0) {
+      VISION_CHECK_INPUT(ret != AVERROR_EXIT, "video {}: no data for {} s: the stream stalled", d.source,
+                         static_cast<long long>(kIoTimeout.count()));
+      if (ret != AVERROR_EOF) d.warn(fmt::format("video {}: reading stopped: {}", d.source, av_error(ret)));
+      VISION_CHECK_INPUT(!d.draining, "video {}: reading failed at the end: {}", d.source, av_error(ret));
+      d.draining = true;
+      ret = avcodec_send_packet(d.decoder, nullptr);
+      VISION_CHECK(ret >= 0 || ret == AVERROR_EOF, "video {}: flushing the decoder: {}", d.source, av_error(ret));
+      continue;
+    }
+    if (d.packet->stream_index == d.stream) {
+      ret = avcodec_send_packet(d.decoder, d.packet);
+      if (ret < 0 && ret != AVERROR(EAGAIN)) {
+        ++d.failed_packets;
+        d.warn(fmt::format("video {}: a packet did not decode: {}", d.source, av_error(ret)));
+      }
+    }
+    av_packet_unref(d.packet);
+  }
+}
+
+struct VideoWriter::Impl {
+  std::filesystem::path path, temporary;
+  AVFormatContext* format = nullptr;
+  AVCodecContext* encoder = nullptr;
+  AVStream* stream = nullptr;
+  AVFrame* frame = nullptr;
+  AVPacket* packet = nullptr;
+  SwsContext* scaler = nullptr;
+  int64_t width = 0, height = 0, next_pts = 0;
+  bool opened = false, closed = false;
+  std::string codec;
+
+  ~Impl() {
+    sws_freeContext(scaler);
+    av_frame_free(&frame);
+    av_packet_free(&packet);
+    avcodec_free_context(&encoder);
+    if (format) {
+      if (format->pb) avio_closep(&format->pb);
+      avformat_free_context(format);
+    }
+    if (!closed) {
+      std::error_code ec;
+      std::filesystem::remove(temporary, ec);
+    }
+  }
+
+  void encode(AVFrame* f) {
+    int ret = avcodec_send_frame(encoder, f);
+    VISION_CHECK(ret >= 0, "video {}: encoding a frame: {}", path.string(), av_error(ret));
+    for (;;) {
+      ret = avcodec_receive_packet(encoder, packet);
+      if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return;
+      VISION_CHECK(ret >= 0, "video {}: encoding: {}", path.string(), av_error(ret));
+      if (packet->duration == 0) packet->duration = 1;  // one frame (the mp4 muxer needs it for the last frame)
+      av_packet_rescale_ts(packet, encoder->time_base, stream->time_base);
+      packet->stream_index = stream->index;
+      ret = av_interleaved_write_frame(format, packet);
+      VISION_CHECK(ret >= 0, "video {}: writing: {}", path.string(), av_error(ret));
+    }
+  }
+};
+
+VideoWriter::VideoWriter(const std::filesystem::path& path, int64_t width, int64_t height, double fps)
+    : impl_(new Impl) {
+  quiet_libav_logs();
+  Impl& d = *impl_;
+  VISION_CHECK(width > 0 && height > 0 && width % 2 == 0 && height % 2 == 0 && width <= 8192 && height <= 8192,
+               "video {}: frames must be even-sized and at most 8192 a side, got {}×{}", path.string(), width, height);
+  VISION_CHECK(fps > 0 && fps <= 1000, "video {}: the frame rate must be in (0, 1000], got {}", path.string(), fps);
+  d.path = path, d.width = width, d.height = height;
+  d.temporary = path;
+  d.temporary += fmt::format(".tmp.{}", ::getpid());
+  const AVOutputFormat* container = av_guess_format(nullptr, path.string().c_str(), nullptr);
+  VISION_CHECK(container, "video {}: no container format for the file's extension (write .mp4, .mkv, .avi or .mov)",
+               path.string());
+  int ret = avformat_alloc_output_context2(&d.format, container, nullptr, d.temporary.string().c_str());
+  VISION_CHECK(ret >= 0 && d.format, "video {}: {}", path.string(), av_error(ret));
+  const AVCodec* codec = avcodec_find_encoder_by_name("libx264");
+  if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_H264);
+  if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_MPEG4);
+  VISION_CHECK(codec, "video {}: libavcodec has neither an H.264 nor an MPEG-4 encoder", path.string());
+  d.codec = avcodec_get_name(codec->id);
+  d.stream = avformat_new_stream(d.format, nullptr);
+  d.encoder = avcodec_alloc_context3(codec);
+  d.packet = av_packet_alloc();
+  d.frame = av_frame_alloc();
+  VISION_CHECK(d.stream && d.encoder && d.packet && d.frame, "video {}: out of memory", path.string());
+  const AVRational rate = av_d2q(fps, 100000);
+  d.encoder->width = static_cast<int>(width);
+  d.encoder->height = static_cast<int>(height);
+  d.encoder->pix_fmt = AV_PIX_FMT_YUV420P;
+  d.encoder->time_base = av_inv_q(rate);
+  d.encoder->framerate = rate;
+  d.encoder->gop_size = 30;
+  if (d.format->oformat->flags & AVFMT_GLOBALHEADER) d.encoder->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  AVDictionary* options = nullptr;
+  if (std::string(codec->name) == "libx264") {
+    av_dict_set(&options, "preset", "veryfast", 0);
+    av_dict_set(&options, "crf", "23", 0);
+  } else {
+    d.encoder->bit_rate = std::max<int64_t>(1'000'000, width * height * 4);
+  }
+  ret = avcodec_open2(d.encoder, codec, &options);
+  av_dict_free(&options);
+  VISION_CHECK(ret >= 0, "video {}: the {} encoder does not open: {}", path.string(), codec->name, av_error(ret));
+  ret = avcodec_parameters_from_context(d.stream->codecpar, d.encoder);
+  VISION_CHECK(ret >= 0, "video {}: {}", path.string(), av_error(ret));
+  d.stream->time_base = d.encoder->time_base;
+  if (!(d.format->oformat->flags & AVFMT_NOFILE)) {
+    ret = avio_open(&d.format->pb, d.temporary.string().c_str(), AVIO_FLAG_WRITE);
+    VISION_CHECK(ret >= 0, "video {}: cannot be written: {}", path.string(), av_error(ret));
+  }
+  ret = avformat_write_header(d.format, nullptr);
+  VISION_CHECK(ret >= 0, "video {}: writing the header: {}", path.string(), av_error(ret));
+  d.opened = true;
+  d.frame->format = AV_PIX_FMT_YUV420P;
+  d.frame->width = static_cast<int>(width);
+  d.frame->height = static_cast<int>(height);
+  ret = av_frame_get_buffer(d.frame, 0);
+  VISION_CHECK(ret >= 0, "video {}: out of memory for a frame", path.string());
+  d.scaler = sws_getContext(static_cast<int>(width), static_cast<int>(height), AV_PIX_FMT_RGB24, static_cast<int>(width),
+                            static_cast<int>(height), AV_PIX_FMT_YUV420P, SWS_BILINEAR, nullptr, nullptr, nullptr);
+  VISION_CHECK(d.scaler, "video {}: no RGB to YUV conversion", path.string());
+}
+
+VideoWriter::~VideoWriter() {
+  try {
+    close();
+  } catch (...) {  // the temporary file is removed by Impl; nothing else to do while unwinding
+  }
+}
+
+void VideoWriter::write(const Image& image) {
+  Impl& d = *impl_;
+  VISION_CHECK(!d.closed, "video {}: written to after close()", d.path.string());
+  VISION_CHECK(image.width == d.width && image.height == d.height && image.channels == 3,
+               "video {}: a frame of {}×{}×{} for a {}×{} RGB video", d.path.string(), image.width, image.height,
+               image.channels, d.width, d.height);
+  int ret = av_frame_make_writable(d.frame);
+  VISION_CHECK(ret >= 0, "video {}: {}", d.path.string(), av_error(ret));
+  const uint8_t* src[4] = {image.pixels.data(), nullptr, nullptr, nullptr};
+  const int src_stride[4] = {static_cast<int>(3 * d.width), 0, 0, 0};
+  sws_scale(d.scaler, src, src_stride, 0, static_cast<int>(d.height), d.frame->data, d.frame->linesize);
+  d.frame->pts = d.next_pts++;
+  d.encode(d.frame);
+}
+
+void VideoWriter::close() {
+  Impl& d = *impl_;
+  if (d.closed) return;
+  d.closed = true;  // whatever happens below, close() is not tried again (the destructor calls it)
+  try {
+    d.encode(nullptr);
+    const int ret = av_write_trailer(d.format);
+    VISION_CHECK(ret >= 0, "video {}: writing the trailer: {}", d.path.string(), av_error(ret));
+    if (d.format->pb) avio_closep(&d.format->pb);
+    std::filesystem::rename(d.temporary, d.path);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(d.temporary, ec);
+    throw;
+  }
+}
+
+const std::string& VideoWriter::codec() const { return impl_->codec; }
+int64_t VideoWriter::frames() const { return impl_->next_pts; }
+
+#else  // a build without FFmpeg (-DVISION_VIDEO=OFF)
+
+struct VideoReader::Impl {};
+struct VideoWriter::Impl {};
+
+VideoReader::VideoReader(const std::string& source, const VideoReaderOptions&) {
+  fail("video {}: this build of vision-cpp reads no video (configured with -DVISION_VIDEO=OFF)", source);
+}
+VideoReader::~VideoReader() = default;
+const VideoInfo& VideoReader::info() const { fail("video: no video support in this build"); }
+const std::vector<std::string>& VideoReader::warnings() const { fail("video: no video support in this build"); }
+bool VideoReader::read(VideoFrame&) { fail("video: no video support in this build"); }
+VideoWriter::VideoWriter(const std::filesystem::path& path, int64_t, int64_t, double) {
+  fail("video {}: this build of vision-cpp writes no video (configured with -DVISION_VIDEO=OFF)", path.string());
+}
+VideoWriter::~VideoWriter() = default;
+void VideoWriter::write(const Image&) { fail("video: no video support in this build"); }
+void VideoWriter::close() {}
+const std::string& VideoWriter::codec() const { fail("video: no video support in this build"); }
+int64_t VideoWriter::frames() const { return 0; }
+
+#endif
+
+}  // namespace vision::data

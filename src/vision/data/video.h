@@ -1,0 +1,84 @@
+// Video — frames in and out through FFmpeg's libraries (Debian's libavformat, libavcodec, libswscale, libavutil).
+//
+// VideoReader opens a file or a stream URL (whatever libavformat opens: mp4, mkv, avi, mov, webm, …; rtsp://, http://)
+// and decodes its best video stream to upright RGB frames. Frames larger than max_pixels are refused before anything
+// is allocated for them; packets that do not decode are skipped and counted (a warning each, at most 16 kept); a
+// source with no decodable frame is an error naming it. Every libav* status is checked.
+// VideoWriter encodes RGB frames as H.264 (libx264, yuv420p, crf 23) in an mp4 — MPEG-4 part 2 when the build of
+// libavcodec has no H.264 encoder —, at a constant frame rate. It writes "<path>.tmp.<pid>" and renames it over path
+// when closed, so an interrupted write never leaves a half file at path; the destructor closes (an exception
+// unwinding through it, or Ctrl-C handled by the caller, still gives a playable file).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vision/data/image.h"
+
+namespace vision::data {
+
+// Whether a --source names a video: a URL (rtsp://, rtmp://, http://, https://) or a file with a video extension
+// (mp4, mkv, avi, mov, webm, m4v, mpg, mpeg, wmv, flv, ts; any case).
+bool is_video_source(const std::string& source);
+
+struct VideoInfo {
+  int64_t width = 0, height = 0;
+  double fps = 0;           // average frame rate (0 when the container does not say)
+  int64_t frames = 0;       // the container's frame count (0 when unknown)
+  std::string codec;        // "h264", "mpeg4", …
+};
+
+struct VideoReaderOptions {
+  int64_t max_pixels = kDefaultMaxPixels;
+  int64_t stride = 1;  // keep every stride-th frame (--vid-stride)
+};
+
+struct VideoFrame {
+  Image image;             // RGB
+  int64_t index = 0;       // 0-based, in the source (counting the skipped ones)
+  double timestamp = 0;    // seconds from the start
+};
+
+class VideoReader {
+ public:
+  explicit VideoReader(const std::string& source, const VideoReaderOptions& options = {});
+  ~VideoReader();
+  VideoReader(const VideoReader&) = delete;
+  VideoReader& operator=(const VideoReader&) = delete;
+
+  const VideoInfo& info() const;
+  // The next frame, or false at the end of the source. Throws vision::Error (input) naming the source when it ends
+  // without a single decodable frame.
+  bool read(VideoFrame& frame);
+  // Problems met so far that did not stop decoding (packets that did not decode), each naming the source.
+  const std::vector<std::string>& warnings() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class VideoWriter {
+ public:
+  // width and height: even, at most 8192; fps in (0, 1000].
+  VideoWriter(const std::filesystem::path& path, int64_t width, int64_t height, double fps);
+  ~VideoWriter();
+  VideoWriter(const VideoWriter&) = delete;
+  VideoWriter& operator=(const VideoWriter&) = delete;
+
+  // An RGB frame of the writer's size.
+  void write(const Image& frame);
+  // Flushes the encoder, writes the trailer and renames the file into place. Idempotent.
+  void close();
+  const std::string& codec() const;  // "h264" or "mpeg4"
+  int64_t frames() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vision::data
