@@ -180,6 +180,11 @@ PYBIND11_MODULE(_vision, m) {
 #else
   m.attr("cuda_build") = false;
 #endif
+#ifdef VISION_HAS_VIDEO
+  m.attr("video_build") = true;
+#else
+  m.attr("video_build") = false;
+#endif
   // vision.Error carries the engine's message (vision::Error); its subclass says the error's kind. Other C++
   // exceptions become RuntimeError.
   static py::object error_classes[5];

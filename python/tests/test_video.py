@@ -8,6 +8,8 @@ import vision
 from vision import _vision
 from conftest import MODEL, run_cli
 
+pytestmark = pytest.mark.skipif(not _vision.video_build, reason="a build without video (-DVISION_VIDEO=OFF)")
+
 
 @pytest.fixture(scope="module")
 def video(tmp_path_factory):
