@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "vision/core/error.h"
+#include "vision/data/image_tensor.h"
 #include "vision/data/letterbox.h"
 #include "vision/graph/backend.h"
 #include "vision/models/yolo/model.h"
@@ -14,7 +15,6 @@
 #include "vision/cuda/memory.h"
 #include "vision/data/letterbox_cuda.h"
 #include "vision/graph/cuda/cuda_backend.h"
-#include "vision/data/image_tensor.h"
 #endif
 
 namespace vision {
