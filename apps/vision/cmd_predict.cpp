@@ -124,13 +124,9 @@ int run_predict_video(const PredictOptions& o) {
                            std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
         }
         data::draw_detections(image, dets, names);
-        const int64_t w = image.width & ~int64_t{1}, h = image.height & ~int64_t{1};  // yuv420p: even sizes
-        if (!writer) writer = std::make_unique<data::VideoWriter>(fs::path(o.save) / (stem + ".mp4"), w, h, fps);
-        if (w != image.width || h != image.height) {
-          data::Image even(w, h, 3);
-          for (int64_t y = 0; y < h; ++y) std::copy_n(image.row(y), w * 3, even.row(y));
-          image = std::move(even);
-        }
+        image = data::even_sized(std::move(image));
+        if (!writer)
+          writer = std::make_unique<data::VideoWriter>(fs::path(o.save) / (stem + ".mp4"), image.width, image.height, fps);
         writer->write(image);
       }
     }

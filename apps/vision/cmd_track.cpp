@@ -146,16 +146,12 @@ int run_track(const TrackOptions& o) {
     if (!o.save.empty() && error.empty()) {
       data::draw_detections(image, drawn, id_names);
       if (source.video()) {
-        // An annotated video beside: even sizes for yuv420p (an odd last row or column is left out).
-        const int64_t w = image.width & ~int64_t{1}, h = image.height & ~int64_t{1};
+        // An annotated video beside (even-sized for yuv420p: an odd last row or column is left out).
+        image = data::even_sized(std::move(image));
         if (!writer)
-          writer = std::make_unique<data::VideoWriter>(
-              fs::path(o.save) / (fs::path(o.source).stem().string() + ".mp4"), w, h, fps / static_cast<double>(o.vid_stride));
-        if (w != image.width || h != image.height) {
-          data::Image even(w, h, 3);
-          for (int64_t y = 0; y < h; ++y) std::copy_n(image.row(y), w * 3, even.row(y));
-          image = std::move(even);
-        }
+          writer = std::make_unique<data::VideoWriter>(fs::path(o.save) / (fs::path(o.source).stem().string() + ".mp4"),
+                                                       image.width, image.height,
+                                                       fps / static_cast<double>(o.vid_stride));
         writer->write(image);
       } else {
         data::write_image(image, fs::path(o.save) / name);

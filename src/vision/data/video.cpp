@@ -33,6 +33,14 @@ bool is_video_source(const std::string& source) {
   return std::find(kExtensions.begin(), kExtensions.end(), ext) != kExtensions.end();
 }
 
+Image even_sized(Image image) {
+  const int64_t w = image.width & ~int64_t{1}, h = image.height & ~int64_t{1};
+  if (w == image.width && h == image.height) return image;
+  Image even(w, h, image.channels);
+  for (int64_t y = 0; y < h; ++y) std::copy_n(image.row(y), w * image.channels, even.row(y));
+  return even;
+}
+
 #ifdef VISION_HAS_VIDEO
 
 namespace {

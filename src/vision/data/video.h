@@ -24,6 +24,9 @@ namespace vision::data {
 // (mp4, mkv, avi, mov, webm, m4v, mpg, mpeg, wmv, flv, ts; any case).
 bool is_video_source(const std::string& source);
 
+// The image without an odd last column or row: the even size an H.264 (yuv420p) frame needs. Unchanged when even.
+Image even_sized(Image image);
+
 struct VideoInfo {
   int64_t width = 0, height = 0;
   double fps = 0;           // average frame rate (0 when the container does not say)

@@ -26,10 +26,12 @@ Vec4 xyah_of(const std::array<double, 4>& b) {
 // bbox_ioa).
 std::vector<double> iou_distance(const std::vector<TrackPtr>& a, const std::vector<TrackPtr>& b) {
   std::vector<double> d(a.size() * b.size());
+  std::vector<std::array<double, 4>> boxes(b.size());  // each box once, not once per pair
+  for (size_t j = 0; j < b.size(); ++j) boxes[j] = b[j]->xyxy();
   for (size_t i = 0; i < a.size(); ++i) {
     const auto p = a[i]->xyxy();
     for (size_t j = 0; j < b.size(); ++j) {
-      const auto q = b[j]->xyxy();
+      const auto& q = boxes[j];
       const double iw = std::max(0.0, std::min(p[2], q[2]) - std::max(p[0], q[0]));
       const double ih = std::max(0.0, std::min(p[3], q[3]) - std::max(p[1], q[1]));
       const double inter = iw * ih;
