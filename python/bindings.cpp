@@ -433,7 +433,7 @@ PYBIND11_MODULE(_vision, m) {
             py::dict d;
             d["epoch"] = b.epoch, d["epochs"] = b.epochs, d["batch"] = b.batch, d["batches"] = b.batches;
             d["box_loss"] = b.box, d["cls_loss"] = b.cls, d["l1_loss"] = b.l1, d["instances"] = b.instances;
-            d["seconds"] = b.seconds;
+            d["seconds"] = b.seconds, d["images_per_second"] = b.images_per_second, d["data_wait"] = b.data_wait;
             const py::object r = on_batch(d);
             return r.is_none() || r.cast<bool>();
           } catch (...) {
@@ -448,7 +448,7 @@ PYBIND11_MODULE(_vision, m) {
             py::dict d;
             d["epoch"] = e.epoch, d["epochs"] = e.epochs, d["box_loss"] = e.box, d["cls_loss"] = e.cls;
             d["l1_loss"] = e.l1, d["lr"] = e.lr, d["fitness"] = e.fitness, d["best"] = e.best;
-            d["seconds"] = e.seconds, d["images_per_second"] = e.images_per_second;
+            d["seconds"] = e.seconds, d["images_per_second"] = e.images_per_second, d["data_wait"] = e.data_wait;
             d["metrics"] = metrics_dict(e.metrics, e.names);
             const py::object r = on_epoch(d);
             return r.is_none() || r.cast<bool>();

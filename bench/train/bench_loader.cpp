@@ -1,7 +1,8 @@
 // bench_loader — throughput of the training data loader (vision/data/loader.h): images per second through
 // TrainLoader (JPEG decode, training load, default augmentation — mosaic, affine, HSV, flips — and the write into the
-// f32 NCHW batch tensor) over a `vision synth` dataset made in a temporary folder, for each image size and worker
-// count asked. A row "decode only" (augment = false: decode, resize, letterbox) with every worker shows what the
+// batch tensor: f32 NCHW, or u8 NHWC as the CUDA trainer takes it) over a `vision synth` dataset made in a temporary
+// folder, for each image size, worker count, image cache mode (none: decode every image each time; ram: decoded once,
+// kept resized) and batch pixel format asked. A row "decode only" (augment = false: decode, resize, letterbox) with every worker shows what the
 // augmentation costs. Timed: whole epochs (start_epoch to the last next()), after one untimed warm-up epoch; the median
 // of --epochs epochs. Prints one table. There is no peer in this run (ultralytics' loader needs PyTorch); see NOTES.md.
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "vision/core/error.h"
 #include "vision/data/dataset.h"
 #include "vision/data/loader.h"
 #include "vision/data/synth/shapes.h"
@@ -32,14 +34,14 @@ struct Row {
 };
 
 Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, bool augment, int epochs,
-            bool zeroed = false) {
+            data::CacheMode cache = data::CacheMode::none, data::BatchPixels pixels = data::BatchPixels::f32_nchw) {
   data::LoaderOptions o;
-  // zeroed: a new zero-filled tensor per batch (what the loader did before it pooled its batch buffers).
-  if (zeroed) o.allocate = [](const core::Shape& shape) { return core::Tensor::zeros(shape); };
   o.imgsz = imgsz;
   o.batch = batch;
   o.workers = workers;
   o.augment = augment;
+  o.cache = cache;
+  o.pixels = pixels;
   data::TrainLoader loader(d, o);
   std::vector<double> seconds;
   for (int e = 0; e <= epochs; ++e) {
@@ -48,14 +50,16 @@ Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, b
     while (loader.next()) {
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (e > 0) seconds.push_back(s);  // epoch 0 warms caches and threads
+    if (e > 0) seconds.push_back(s);  // epoch 0 warms caches (and fills the image cache) and threads
   }
   std::sort(seconds.begin(), seconds.end());
   const double med = seconds[seconds.size() / 2];
   const double n = static_cast<double>(d.samples.size());
-  return {imgsz, augment ? (zeroed ? "default aug, zeroed" : "default augmentation") : "decode only", loader.workers(),
-          n / med,
-          1000.0 * med / static_cast<double>(loader.batches_per_epoch())};
+  const std::string what =
+      augment ? fmt::format("default aug, cache {}, {}", data::cache_mode_name(cache),
+                            pixels == data::BatchPixels::u8_nhwc ? "u8" : "f32")
+              : "decode only";
+  return {imgsz, what, loader.workers(), n / med, 1000.0 * med / static_cast<double>(loader.batches_per_epoch())};
 }
 
 }  // namespace
@@ -67,8 +71,9 @@ int main(int argc, char** argv) {
   int64_t images = 64, batch = 16;
   int epochs = 3;
   std::string keep;
-  bool zeroed = false;
-  app.add_flag("--zeroed", zeroed, "also time each worker count with a new zero-filled batch tensor per batch");
+  std::vector<std::string> caches = {"none", "ram"}, pixel_formats = {"f32", "u8"};
+  app.add_option("--cache", caches, "image cache modes: none, ram, disk")->delimiter(',');
+  app.add_option("--pixels", pixel_formats, "batch pixel formats: f32 (NCHW / 255), u8 (NHWC)")->delimiter(',');
   app.add_option("--imgsz", sizes, "image sizes (the synth images are made at each size)");
   app.add_option("--workers", workers, "worker counts; 0 = every hardware thread (up to 8)");
   app.add_option("--images", images, "images in the synth dataset")->check(CLI::PositiveNumber);
@@ -88,18 +93,21 @@ int main(int argc, char** argv) {
       so.overwrite = true;
       data::synth::write_dataset(so);
       const data::Dataset d = data::load_dataset(so.out / "data.yaml", "train");
-      for (int w : workers) {
-        rows.push_back(measure(d, imgsz, batch, w, true, epochs));
-        if (zeroed) rows.push_back(measure(d, imgsz, batch, w, true, epochs, true));
-      }
+      for (int w : workers)
+        for (const std::string& c : caches)
+          for (const std::string& p : pixel_formats) {
+            VISION_CHECK(p == "f32" || p == "u8", "--pixels {}: use f32 or u8", p);
+            rows.push_back(measure(d, imgsz, batch, w, true, epochs, data::parse_cache_mode(c),
+                                   p == "u8" ? data::BatchPixels::u8_nhwc : data::BatchPixels::f32_nchw));
+          }
       rows.push_back(measure(d, imgsz, batch, 0, false, epochs));
     }
     if (keep.empty()) fs::remove_all(root);
     fmt::print("TrainLoader: {} synth JPEG images (made at imgsz), batch {}, median of {} epochs; {} hardware threads\n",
                images, batch, epochs, std::thread::hardware_concurrency());
-    fmt::print("{:>6}  {:<22} {:>8} {:>10} {:>10}\n", "imgsz", "pipeline", "workers", "images/s", "ms/batch");
+    fmt::print("{:>6}  {:<34} {:>8} {:>10} {:>10}\n", "imgsz", "pipeline", "workers", "images/s", "ms/batch");
     for (const Row& r : rows)
-      fmt::print("{:>6}  {:<22} {:>8} {:>10.1f} {:>10.1f}\n", r.imgsz, r.what, r.workers, r.images_per_s,
+      fmt::print("{:>6}  {:<34} {:>8} {:>10.1f} {:>10.1f}\n", r.imgsz, r.what, r.workers, r.images_per_s,
                  r.ms_per_batch);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_loader: {}\n", e.what());

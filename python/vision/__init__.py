@@ -361,6 +361,8 @@ class YOLO:
         for k in ("project", "name", "weights", "data", "device", "dtype", "optimizer"):
             if k in args and isinstance(args[k], os.PathLike):
                 args[k] = str(args[k])
+        if isinstance(args.get("cache"), bool):  # ultralytics' cache=True is the ram cache
+            args["cache"] = "ram" if args["cache"] else "none"
         result = _vision.train(args, on_batch, on_epoch)
         self.train_result = result
         if os.path.isfile(result["best"]):

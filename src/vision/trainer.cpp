@@ -15,6 +15,9 @@
 
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
+#ifdef VISION_HAS_CUDA
+#include "vision/cuda/memory.h"
+#endif
 #include "vision/data/dataset.h"
 #include "vision/data/image.h"
 #include "vision/data/loader.h"
@@ -283,6 +286,18 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
   lo.aug.scale = o.scale_aug;
   lo.aug.translate = o.translate;
   lo.aug.hsv_h = o.hsv_h, lo.aug.hsv_s = o.hsv_s, lo.aug.hsv_v = o.hsv_v;
+  lo.cache = data::parse_cache_mode(o.cache);
+#ifdef VISION_HAS_CUDA
+  if (cuda) {
+    // u8 batches (4× fewer bytes than f32) in pinned memory: the trainer copies them without staging and normalises
+    // them on the device.
+    lo.pixels = data::BatchPixels::u8_nhwc;
+    lo.host_memory = [](size_t bytes) {
+      cuda::PinnedBytes p = cuda::pinned_alloc(bytes);
+      return std::shared_ptr<void>(p.release(), cuda::PinnedFree{});
+    };
+  }
+#endif
   data::TrainLoader loader(train_set, lo);
 
   yolo::TrainerOptions to;
@@ -336,9 +351,10 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
                graph::backend_name(backend->backend()), o.dtype, o.deterministic ? " (deterministic)" : "", o.data,
                run_dir.string());
     fmt::print("vision train: {} train images ({} labels), {} val images ({} labels); batch {}, {} batches an epoch, "
-               "imgsz {}, {} epochs\n",
+               "imgsz {}, {} epochs; {} loader threads, image cache {}\n",
                train_set.counts.images, train_set.counts.instances, val.images.size(), val_set.counts.instances,
-               o.batch, loader.batches_per_epoch(), o.imgsz, o.epochs);
+               o.batch, loader.batches_per_epoch(), o.imgsz, o.epochs, loader.workers(),
+               data::cache_mode_name(lo.cache));
     fmt::print("vision train: optimizer {}\n", trainer.optimizer_description());
     if (checkpoint)
       fmt::print("vision train: resuming {} at epoch {}, batch {} (step {})\n", checkpoint->path.string(),
@@ -364,7 +380,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
     sums = training_extra<std::array<double, 3>>(*checkpoint, "epoch_sums");
     seen = training_extra<int64_t>(*checkpoint, "epoch_seen");
   }
-  size_t problems_shown = 0;
+  size_t problems_shown = 0, cache_warnings_shown = 0;
   const json args = config_json(o, false);
   auto save_last = [&](bool between_epochs) {
     json extra{{"best_epoch", best_epoch}, {"interrupted", !between_epochs}, {"elapsed", run_seconds()}};
@@ -379,34 +395,47 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
     const int64_t first = trainer.iteration() - epoch * nb;  // > 0 when resumed inside the epoch
     const auto t0 = std::chrono::steady_clock::now();
     if (first == 0) sums = {0, 0, 0}, seen = 0;
-    int64_t timed = 0;
-    double lr = 0;
+    int64_t images_done = 0;
+    double lr = 0, waited = 0;  // waited: seconds this epoch spent in loader.next()
     bool stop = false;
     for (int64_t i = 0;; ++i) {
+      const auto asked = std::chrono::steady_clock::now();
       std::optional<data::TrainBatch> b = loader.next();
       if (!b) break;
       if (i < first) continue;
+      waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
       const int64_t rows = yolo::loss_target_rows(data::max_boxes(*b));
       core::Tensor targets, count;
       data::fill_targets(*b, rows, targets, count);
       const yolo::IterationResult r = trainer.train_batch(b->images, targets, count);
       for (size_t k = 0; k < 3; ++k) sums[k] += r.items[k];
-      ++seen, ++timed;
+      ++seen;
+      images_done += b->images.dim(0);
       lr = r.lr;
       if (const data::LoaderCounts lc = loader.counts(); lc.problems.size() > problems_shown) {
         for (size_t k = problems_shown; k < lc.problems.size(); ++k)
           fmt::print(stderr, "{}vision train: unreadable image replaced: {}\n", tty ? "\r\033[K" : "", lc.problems[k]);
         problems_shown = lc.problems.size();
       }
+      if (const std::vector<std::string> cw = loader.cache_warnings(); cw.size() > cache_warnings_shown) {
+        for (size_t k = cache_warnings_shown; k < cw.size(); ++k)
+          fmt::print(stderr, "{}vision train: warning: image cache: {}\n", tty ? "\r\033[K" : "", cw[k]);
+        cache_warnings_shown = cw.size();
+      }
       BatchReport report{.epoch = epoch + 1, .epochs = o.epochs, .batch = i + 1, .batches = nb};
       report.box = sums[0] / static_cast<double>(seen), report.cls = sums[1] / static_cast<double>(seen);
       report.l1 = sums[2] / static_cast<double>(seen);
       for (const auto& boxes : b->boxes) report.instances += static_cast<int64_t>(boxes.size());
       report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      report.images_per_second = static_cast<double>(images_done) / std::max(report.seconds, 1e-9);
+      report.data_wait = waited / std::max(report.seconds, 1e-9);
       if (tty) {
-        const double rate = static_cast<double>(timed) / std::max(report.seconds, 1e-9);
-        fmt::print(stderr, "\r\033[K{:>4}/{:<4} {:>4}/{}  box {:.3f} cls {:.3f} l1 {:.3f}  inst {:>3}  {:.1f} it/s  ETA {}",
-                   epoch + 1, o.epochs, i + 1, nb, report.box, report.cls, report.l1, report.instances, rate,
+        const double rate = static_cast<double>(i + 1 - first) / std::max(report.seconds, 1e-9);
+        fmt::print(stderr,
+                   "\r\033[K{:>4}/{:<4} {:>4}/{}  box {:.3f} cls {:.3f} l1 {:.3f}  inst {:>3}  {:.0f} img/s  data wait "
+                   "{:.0f}%  ETA {}",
+                   epoch + 1, o.epochs, i + 1, nb, report.box, report.cls, report.l1, report.instances,
+                   report.images_per_second, 100 * report.data_wait,
                    clock_duration(static_cast<double>(nb - i - 1) / rate));
         std::fflush(stderr);
       }
@@ -445,12 +474,14 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
     const double n = static_cast<double>(std::max<int64_t>(seen, 1));
     e.box = sums[0] / n, e.cls = sums[1] / n, e.l1 = sums[2] / n, e.lr = lr;
     e.seconds = train_s;
-    e.images_per_second = static_cast<double>(timed * o.batch) / std::max(train_s, 1e-9);
+    e.images_per_second = static_cast<double>(images_done) / std::max(train_s, 1e-9);
+    e.data_wait = waited / std::max(train_s, 1e-9);
     const double elapsed = run_seconds();
     if (o.verbose) {
       fmt::print("epoch {:>3}/{}  box {:.4f} cls {:.4f} l1 {:.4f}  P {:.3f} R {:.3f} mAP50 {:.3f} mAP50-95 {:.3f}  "
-                 "{:.1f} s ({:.0f} img/s)\n",
-                 epoch + 1, o.epochs, e.box, e.cls, e.l1, m.mp, m.mr, m.map50, m.map, train_s, e.images_per_second);
+                 "{:.1f} s ({:.0f} img/s, data wait {:.0f}%)\n",
+                 epoch + 1, o.epochs, e.box, e.cls, e.l1, m.mp, m.mr, m.map50, m.map, train_s, e.images_per_second,
+                 100 * e.data_wait);
       std::fflush(stdout);
     }
     std::ofstream(csv, std::ios::app) << fmt::format("{},{:.2f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.6g}\n",

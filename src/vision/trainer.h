@@ -7,7 +7,9 @@
 //   callbacks.on_epoch = [](const vision::EpochReport& e) { return e.metrics.map50 < 0.99; };  // false: stop
 //   const vision::TrainResult result = vision::run_training(config, callbacks);   // runs/train/train/weights/best.safetensors
 //
-// A run owns: the training loader (data/loader.h: mosaic, affine, HSV, flips on worker threads); the trainer
+// A run owns: the training loader (data/loader.h: mosaic, affine, HSV, flips on worker threads; `cache` keeps the
+// decoded images in memory or on disk, data/image_cache.h; on CUDA its batches are u8 in pinned memory, normalised
+// on the device); the trainer
 // (models/yolo/trainer.h: optimizer, schedule, EMA, mixed precision); validation of the EMA weights after every epoch
 // (the val split decoded once, vision::Detector at conf 0.001); RUN/results.csv and results.png; RUN/args.json; the
 // checkpoints RUN/weights/last.safetensors and best.safetensors (best = the highest fitness 0.1·mAP50 +
@@ -59,6 +61,7 @@ struct TrainConfig {
   // How this invocation runs (not kept).
   std::string device = "auto";
   int64_t workers = 8;
+  std::string cache = "none";  // decoded, resized training images kept in "ram", on "disk" or "none"
   std::string project = "runs/train";
   std::string name = "train";
   bool exist_ok = false;
@@ -115,6 +118,7 @@ void visit_train_config(Config& c, F&& f) {
   f(c.val, TrainField{"val", "validate the EMA weights after each epoch (without: best = last)", true});
   f(c.device, TrainField{"device", "auto, cpu or cuda", false, "auto,cpu,cuda"});
   f(c.workers, TrainField{"workers", "data loading threads", false, nullptr, 1, 256});
+  f(c.cache, TrainField{"cache", "keep the decoded, resized training images in ram, on disk (files beside the images) or none", false, "none,ram,disk"});
   f(c.project, TrainField{"project", "folder of runs", false});
   f(c.name, TrainField{"name", "run name (NAME2, NAME3, … when it exists)", false});
   f(c.exist_ok, TrainField{"exist_ok", "write into project/name even when it exists", false});
@@ -142,6 +146,8 @@ struct BatchReport {
   double box = 0, cls = 0, l1 = 0;  // the epoch's mean losses so far (the one-to-one head's, as ultralytics logs)
   int64_t instances = 0;            // labels in this batch
   double seconds = 0;               // since the epoch started
+  double images_per_second = 0;     // the epoch's so far
+  double data_wait = 0;             // the fraction of the epoch so far spent waiting for the loader's batches
 };
 
 // After each epoch: its losses, the EMA weights' validation, the learning rate.
@@ -153,6 +159,7 @@ struct EpochReport {
   double fitness = 0;           // 0.1·mAP50 + 0.9·mAP50-95
   bool best = false;            // the best fitness so far (written to best.safetensors)
   double seconds = 0, images_per_second = 0;
+  double data_wait = 0;  // the fraction of the epoch's training time spent waiting for the loader's batches
 };
 
 struct TrainCallbacks {

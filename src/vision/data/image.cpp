@@ -657,6 +657,27 @@ Image to_image(const ImageView& v) {
 // ---------------------------------------------------------------------------------------------------------------
 // Input tensors
 
+namespace {
+
+// dst = item `index` of an f32 host batch [N, 3, H, W] in its layout; src = H · W interleaved RGB pixels.
+void write_normalized_pixels(const uint8_t* src, const core::Tensor& batch, int64_t index) {
+  static const std::array<float, 256> kScaled = [] {
+    std::array<float, 256> s{};
+    for (int i = 0; i < 256; ++i) s[static_cast<size_t>(i)] = static_cast<float>(i) / 255.0f;
+    return s;
+  }();
+  const int64_t plane = batch.dim(2) * batch.dim(3);
+  float* dst = batch.data<float>() + index * 3 * plane;
+  if (batch.layout() == core::Layout::nhwc) {
+    for (int64_t i = 0; i < 3 * plane; ++i) dst[i] = kScaled[src[i]];
+    return;
+  }
+  for (int64_t i = 0; i < plane; ++i)
+    for (int64_t ch = 0; ch < 3; ++ch) dst[ch * plane + i] = kScaled[src[i * 3 + ch]];
+}
+
+}  // namespace
+
 void write_normalized(const Image& image, const core::Tensor& batch, int64_t index) {
   VISION_CHECK(batch.defined() && batch.dtype() == core::DType::f32 && batch.device() == core::Device::cpu &&
                    batch.rank() == 4 && batch.dim(1) == 3,
@@ -668,20 +689,18 @@ void write_normalized(const Image& image, const core::Tensor& batch, int64_t ind
   VISION_CHECK(image.channels == 3 && image.width == w && image.height == h,
                "write_normalized: a {}×{} image of {} channels does not fit a batch of {}×{} RGB images", image.width,
                image.height, image.channels, w, h);
-  static const std::array<float, 256> kScaled = [] {
-    std::array<float, 256> s{};
-    for (int i = 0; i < 256; ++i) s[static_cast<size_t>(i)] = static_cast<float>(i) / 255.0f;
-    return s;
-  }();
-  const int64_t plane = h * w;
-  float* dst = batch.data<float>() + index * 3 * plane;
-  const uint8_t* src = image.pixels.data();
-  if (batch.layout() == core::Layout::nhwc) {
-    for (int64_t i = 0; i < 3 * plane; ++i) dst[i] = kScaled[src[i]];
-    return;
-  }
-  for (int64_t i = 0; i < plane; ++i)
-    for (int64_t ch = 0; ch < 3; ++ch) dst[ch * plane + i] = kScaled[src[i * 3 + ch]];
+  write_normalized_pixels(image.pixels.data(), batch, index);
+}
+
+core::Tensor normalize_u8_batch(const core::Tensor& pixels, core::Layout layout) {
+  VISION_CHECK(pixels.defined() && pixels.dtype() == core::DType::u8 && pixels.device() == core::Device::cpu &&
+                   pixels.rank() == 4 && pixels.dim(3) == 3,
+               "normalize_u8_batch: the images must be a u8 host tensor [N, H, W, 3], got {}",
+               pixels.defined() ? pixels.str() : std::string("an undefined tensor"));
+  const int64_t n = pixels.dim(0), h = pixels.dim(1), w = pixels.dim(2);
+  core::Tensor batch = core::Tensor::zeros(core::Shape{n, 3, h, w}, core::DType::f32, layout);
+  for (int64_t i = 0; i < n; ++i) write_normalized_pixels(pixels.data<uint8_t>() + i * h * w * 3, batch, i);
+  return batch;
 }
 
 core::Tensor images_to_tensor(std::span<const Image> images, core::Layout layout) {

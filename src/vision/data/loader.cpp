@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "vision/core/error.h"
 #include "vision/data/image.h"
@@ -18,19 +19,33 @@ namespace vision::data {
 struct TrainLoader::BatchPool {
   static constexpr size_t kKept = 16;
   std::mutex mu;
-  std::map<size_t, std::vector<void*>> free;  // by byte count
-  ~BatchPool() {
-    for (auto& [bytes, buffers] : free)
-      for (void* p : buffers) std::free(p);
-  }
+  std::map<size_t, std::vector<std::shared_ptr<void>>> free;  // by byte count
 };
 
+namespace {
+
+// The bytes of one batch buffer.
+double batch_bytes(const LoaderOptions& o) {
+  const double per_sample = o.pixels == BatchPixels::u8_nhwc ? 3.0 : 12.0;
+  return per_sample * static_cast<double>(o.batch) * static_cast<double>(o.imgsz) * static_cast<double>(o.imgsz);
+}
+
+const LoaderOptions& checked(const Dataset& dataset, const LoaderOptions& o) {
+  VISION_CHECK(!dataset.samples.empty(), "TrainLoader: the dataset ('{}' split of {}) has no samples", dataset.split,
+               dataset.config.file.string());
+  VISION_CHECK(o.imgsz > 0 && o.batch > 0, "TrainLoader: imgsz ({}) and batch ({}) must be positive", o.imgsz,
+               o.batch);
+  return o;
+}
+
+}  // namespace
+
 TrainLoader::TrainLoader(const Dataset& dataset, LoaderOptions options)
-    : dataset_(dataset), o_(std::move(options)), pool_(std::make_shared<BatchPool>()) {
-  VISION_CHECK(!dataset_.samples.empty(), "TrainLoader: the dataset ('{}' split of {}) has no samples",
-               dataset_.split, dataset_.config.file.string());
-  VISION_CHECK(o_.imgsz > 0 && o_.batch > 0, "TrainLoader: imgsz ({}) and batch ({}) must be positive", o_.imgsz,
-               o_.batch);
+    : dataset_(dataset),
+      o_(checked(dataset, options)),
+      pool_(std::make_shared<BatchPool>()),
+      // The ram cache may fill what the batches in flight leave of the memory available.
+      cache_(dataset, o_.imgsz, o_.cache, batch_bytes(o_) * (std::max(1, o_.prefetch) + 2)) {
   if (o_.workers <= 0) {
     const unsigned hw = std::thread::hardware_concurrency();
     workers_ = static_cast<int>(std::clamp<unsigned>(hw, 1, 8));
@@ -40,14 +55,13 @@ TrainLoader::TrainLoader(const Dataset& dataset, LoaderOptions options)
   o_.prefetch = std::max(1, o_.prefetch);
   // Up to `prefetch` batches wait ahead of the consumer, one is in use and one being made: refuse a size whose batches
   // cannot fit in the machine's memory now, rather than fail on a worker thread later.
-  const double batch_bytes = 12.0 * static_cast<double>(o_.batch) * static_cast<double>(o_.imgsz) *
-                             static_cast<double>(o_.imgsz);
+  const double bytes = batch_bytes(o_);
   const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  if (!(physical <= 0 || batch_bytes * (o_.prefetch + 2) <= physical))
+  if (!(physical <= 0 || bytes * (o_.prefetch + 2) <= physical))
     fail_as(ErrorKind::out_of_memory,
                "TrainLoader: a batch of {} images at {}x{} takes {:.2f} GB, and the loader holds up to {} batches "
                "({:.1f} GB), more than this machine's {:.1f} GB of memory; use a smaller batch or image size",
-               o_.batch, o_.imgsz, o_.imgsz, batch_bytes / 1e9, o_.prefetch + 2, batch_bytes * (o_.prefetch + 2) / 1e9,
+               o_.batch, o_.imgsz, o_.imgsz, bytes / 1e9, o_.prefetch + 2, bytes * (o_.prefetch + 2) / 1e9,
                physical / 1e9);
   bad_.assign(dataset_.samples.size(), 0);
 }
@@ -106,12 +120,13 @@ void TrainLoader::work() {
     if (stopping_) return;
     const int64_t k = next_item_++, b = k / B, slot = k % B;
     if (slot == 0) {  // the batch's first item: make its slot (items are handed out in order)
-      // Under the lock, so that no item of batch b is made before its slot exists; a failure (out of memory, an
-      // `allocate` hook that throws) stops the loader and is rethrown by next(), as a failed item is.
+      // Under the lock, so that no item of batch b is made before its slot exists; a failure (out of memory, a
+      // `host_memory` hook that throws) stops the loader and is rethrown by next(), as a failed item is.
       try {
         const int64_t size = std::min(B, n - b * B);
-        const core::Shape shape{size, 3, o_.imgsz, o_.imgsz};
-        core::Tensor images = o_.allocate ? o_.allocate(shape) : allocate_batch(shape);
+        const bool u8 = o_.pixels == BatchPixels::u8_nhwc;
+        const core::Shape shape = u8 ? core::Shape{size, o_.imgsz, o_.imgsz, 3} : core::Shape{size, 3, o_.imgsz, o_.imgsz};
+        core::Tensor images = allocate_batch(shape, u8 ? core::DType::u8 : core::DType::f32);
         Slot& s = slots_[b];
         s.batch.index = b;
         s.batch.images = std::move(images);
@@ -139,26 +154,34 @@ void TrainLoader::work() {
   }
 }
 
-core::Tensor TrainLoader::allocate_batch(const core::Shape& shape) {
-  const size_t bytes = (static_cast<size_t>(shape.numel()) * sizeof(float) + 63) / 64 * 64;
-  void* p = nullptr;
+core::Tensor TrainLoader::allocate_batch(const core::Shape& shape, core::DType dtype) {
+  const size_t bytes = (static_cast<size_t>(shape.numel()) * core::dtype_size(dtype) + 63) / 64 * 64;
+  std::shared_ptr<void> memory;
   {
     std::lock_guard lk(pool_->mu);
-    std::vector<void*>& buffers = pool_->free[bytes];
-    if (!buffers.empty()) p = buffers.back(), buffers.pop_back();
+    std::vector<std::shared_ptr<void>>& buffers = pool_->free[bytes];
+    if (!buffers.empty()) memory = std::move(buffers.back()), buffers.pop_back();
   }
-  if (!p) p = std::aligned_alloc(64, bytes);
-  VISION_CHECK(p,
+  if (!memory) {
+    if (o_.host_memory) {
+      memory = o_.host_memory(bytes);
+    } else if (void* p = std::aligned_alloc(64, bytes)) {
+      memory = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    }
+  }
+  VISION_CHECK(memory,
                "TrainLoader: out of host memory allocating a batch of {} images at {}x{} ({:.2f} GB); use a smaller "
                "batch or image size",
-               shape.dim(0), shape.dim(2), shape.dim(3), static_cast<double>(bytes) / 1e9);
-  std::shared_ptr<void> owner(p, [pool = pool_, bytes](void* q) {
+               shape.dim(0), o_.imgsz, o_.imgsz, static_cast<double>(bytes) / 1e9);
+  void* p = memory.get();
+  // The tensor's owner gives the buffer back to the pool (or frees it) when the last user drops it.
+  std::shared_ptr<void> owner(p, [pool = pool_, bytes, memory](void*) mutable {
     std::lock_guard lk(pool->mu);
-    std::vector<void*>& buffers = pool->free[bytes];
-    if (buffers.size() < BatchPool::kKept) buffers.push_back(q);
-    else std::free(q);
+    std::vector<std::shared_ptr<void>>& buffers = pool->free[bytes];
+    if (buffers.size() < BatchPool::kKept) buffers.push_back(std::move(memory));
+    memory.reset();
   });
-  return core::Tensor::wrap(std::move(owner), p, shape, core::DType::f32, core::Device::cpu);
+  return core::Tensor::wrap(std::move(owner), p, shape, dtype, core::Device::cpu);
 }
 
 LabeledImage TrainLoader::load(size_t index, size_t& used) {
@@ -171,7 +194,7 @@ LabeledImage TrainLoader::load(size_t index, size_t& used) {
     }
     const Sample& sample = dataset_.samples[j];
     try {
-      LabeledImage x = load_for_training(read_image(sample.image), sample.labels, o_.imgsz);
+      LabeledImage x = load_for_training(cache_.get(j), sample.labels, o_.imgsz);
       used = j;
       return x;
     } catch (const Error& e) {
@@ -202,7 +225,15 @@ void TrainLoader::make_item(int64_t b, int64_t slot, Slot& s) {
   };
   LabeledImage x = o_.augment ? augment_sample(sample, n, loader, o_.imgsz, o_.aug, mosaic_, rng)
                               : letterbox_square(loader(sample), o_.imgsz);
-  write_normalized(x.image, s.batch.images, slot);
+  if (o_.pixels == BatchPixels::u8_nhwc) {
+    const size_t bytes = static_cast<size_t>(o_.imgsz * o_.imgsz * 3);
+    VISION_CHECK(x.image.width == o_.imgsz && x.image.height == o_.imgsz && x.image.pixels.size() == bytes,
+                 "TrainLoader: an augmented image of {}×{} for a batch of {}×{}", x.image.width, x.image.height,
+                 o_.imgsz, o_.imgsz);
+    std::memcpy(s.batch.images.data<uint8_t>() + static_cast<size_t>(slot) * bytes, x.image.pixels.data(), bytes);
+  } else {
+    write_normalized(x.image, s.batch.images, slot);
+  }
   s.batch.boxes[static_cast<size_t>(slot)] = std::move(x.boxes);
   s.batch.samples[static_cast<size_t>(slot)] = used;
 }

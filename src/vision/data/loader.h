@@ -1,6 +1,7 @@
 // TrainLoader — the training data loader: each epoch a seeded permutation of a Dataset's samples in batches, every
-// image decoded, augmented (augment.h) and written by worker threads straight into its slot of the batch tensor
-// (f32 NCHW, RGB / 255), `prefetch` batches ahead of the consumer.
+// image decoded (or taken from the image cache, image_cache.h), augmented (augment.h) and written by worker threads
+// straight into its slot of the batch tensor — f32 NCHW, RGB / 255, or the u8 RGB pixels as they are (NHWC, 4× fewer
+// bytes, for a trainer that normalises on the device) — `prefetch` batches ahead of the consumer.
 //
 // Determinism: the permutation is drawn from derive_seed(seed, epoch, kPermutationStream) and sample i of the epoch is
 // augmented with a Random seeded derive_seed(seed, epoch, i), so a batch's content depends only on (seed, epoch) —
@@ -25,8 +26,15 @@
 #include "vision/core/tensor.h"
 #include "vision/data/augment.h"
 #include "vision/data/dataset.h"
+#include "vision/data/image_cache.h"
 
 namespace vision::data {
+
+// The format of a batch's images.
+enum class BatchPixels {
+  f32_nchw,  // f32 [B, 3, S, S], RGB / 255 (data/image_tensor.h's write_normalized)
+  u8_nhwc,   // u8 [B, S, S, 3], the augmented RGB pixels
+};
 
 struct LoaderOptions {
   int64_t imgsz = 640;
@@ -37,15 +45,17 @@ struct LoaderOptions {
   bool shuffle = true;  // false: dataset order
   AugmentOptions aug;
   int prefetch = 4;  // batches ahead
-  // Where batch images live (e.g. pinned host memory): an f32 host tensor of the shape given, NCHW. Default: the
-  // loader's own pool (a batch's buffer is reused for a later batch once every tensor using it is dropped; buffers are
-  // not zeroed, since every image overwrites its whole slot).
-  std::function<core::Tensor(const core::Shape&)> allocate = {};
+  BatchPixels pixels = BatchPixels::f32_nchw;
+  CacheMode cache = CacheMode::none;  // decoded, resized images kept in memory or on disk (image_cache.h)
+  // Host memory for a new batch buffer of `bytes` (e.g. pinned memory, for uploads without staging); default:
+  // aligned_alloc. Buffers are pooled: a batch's buffer is reused for a later batch of the same size once every tensor
+  // using it is dropped; buffers are not zeroed, since every image overwrites its whole slot.
+  std::function<std::shared_ptr<void>(size_t bytes)> host_memory = {};
 };
 
 struct TrainBatch {
   int64_t index = 0;                         // batch index in the epoch
-  core::Tensor images;                       // f32 [B, 3, S, S] NCHW, RGB / 255, host
+  core::Tensor images;                       // host: f32 [B, 3, S, S] NCHW RGB / 255, or u8 [B, S, S, 3] RGB
   std::vector<std::vector<TargetBox>> boxes;  // per image, in its pixels
   std::vector<size_t> samples;               // the dataset sample each image came from (after any replacement)
 };
@@ -77,6 +87,9 @@ class TrainLoader {
   std::optional<TrainBatch> next();
 
   LoaderCounts counts() const;
+  ImageCacheStats cache_stats() const { return cache_.stats(); }
+  // Problems with image cache files (image_cache.h), one per problem, in the order met.
+  std::vector<std::string> cache_warnings() const { return cache_.warnings(); }
 
  private:
   struct Slot {
@@ -90,11 +103,12 @@ class TrainLoader {
   void make_item(int64_t batch, int64_t slot, Slot& s);
 
   struct BatchPool;
-  core::Tensor allocate_batch(const core::Shape& shape);
+  core::Tensor allocate_batch(const core::Shape& shape, core::DType dtype);
 
   const Dataset& dataset_;
   LoaderOptions o_;
   std::shared_ptr<BatchPool> pool_;
+  ImageCache cache_;
   int workers_ = 1;
 
   // Epoch state (guarded by mu_).

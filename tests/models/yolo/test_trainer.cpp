@@ -101,6 +101,29 @@ TEST(Yolo26Trainer, ResumeRepeatsTheUninterruptedRun) {
   }
 }
 
+// The loader's u8 batches [B, S, S, 3] train exactly as their f32 normalisation does (the CPU converts on the host
+// with write_normalized's arithmetic); an NHWC f32 batch too (converted to the plan's NCHW).
+TEST(Yolo26Trainer, U8ImagesTrainAsTheirF32Normalisation) {
+  const yolo::ModelInfo info = tiny_info();
+  const auto init = yolo::initial_weights(info);
+  Tensor normalized;
+  const Batch u8 = make_u8_batch(2, 7, normalized);
+  Batch f32 = u8;
+  f32.images = normalized;
+  Batch nhwc = u8;
+  nhwc.images = data::normalize_u8_batch(u8.images, core::Layout::nhwc);
+  yolo::Yolo26Trainer a(graph::cpu_backend(), info, init, tiny_options()), b(graph::cpu_backend(), info, init, tiny_options()),
+      c(graph::cpu_backend(), info, init, tiny_options());
+  const std::vector<float> la = run(a, 3, {f32}), lb = run(b, 3, {u8}), lc = run(c, 3, {nhwc});
+  EXPECT_EQ(la, lb);
+  EXPECT_EQ(la, lc);
+  EXPECT_NE(la.front(), la.back());
+  Batch bad = u8;
+  bad.images = Tensor::zeros(Shape{2, kSize, kSize, 4}, core::DType::u8);
+  EXPECT_NE(error_of([&] { a.train_batch(bad.images, bad.targets, bad.count); }).find("host u8 [B, H, W, 3]"),
+            std::string::npos);
+}
+
 TEST(Yolo26Trainer, ClearErrors) {
   const yolo::ModelInfo info = tiny_info();
   const auto init = yolo::initial_weights(info);

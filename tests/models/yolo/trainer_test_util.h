@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "vision/data/image_tensor.h"
 #include "vision/models/yolo/trainer.h"
 
 namespace vision::test::trainer_util {
@@ -63,6 +64,18 @@ inline yolo::TrainerOptions tiny_options() {
 }
 
 // Runs `iterations` batches from the trainer's current position (three batches an epoch), returns the losses.
+// The batch with u8 images [b, S, S, 3] (the loader's u8 batches) of random pixels, and `normalized` its images as
+// f32 [b, 3, S, S] / 255 (data::normalize_u8_batch): the two forms of one batch.
+inline Batch make_u8_batch(int64_t b, uint64_t seed, Tensor& normalized) {
+  Batch r = make_batch(b, seed);
+  std::mt19937_64 g(seed + 1000);
+  r.images = Tensor::zeros(Shape{b, kSize, kSize, 3}, core::DType::u8);
+  uint8_t* p = r.images.data<uint8_t>();
+  for (int64_t i = 0; i < r.images.numel(); ++i) p[i] = static_cast<uint8_t>(g() % 256);
+  normalized = data::normalize_u8_batch(r.images);
+  return r;
+}
+
 inline std::vector<float> run(yolo::Yolo26Trainer& t, int iterations, const std::vector<Batch>& batches) {
   std::vector<float> losses;
   for (int i = 0; i < iterations; ++i) {

@@ -10,6 +10,7 @@
 
 #include "vision/core/error.h"
 #include "vision/core/json.h"
+#include "vision/data/image_tensor.h"
 #include "vision/graph/loss_scaler.h"
 #include "vision/models/yolo/loss.h"
 #include "vision/models/yolo/optim_rules.h"
@@ -117,7 +118,8 @@ void Yolo26Trainer::build_graph() {
   graph_ = std::make_shared<graph::Graph>();
   graph::Graph& g = *graph_;
   constexpr int64_t any = Shape::kAny;
-  const graph::SymTensor images = g.input("images", Shape{any, 3, any, any});
+  // The images come in the plan's own format (model_input converts them on the backend): no cast step in the plan.
+  const graph::SymTensor images = g.input("images", Shape{any, 3, any, any}, options_.dtype, options_.layout);
   LossTargets t;
   t.targets = g.input("targets", Shape{any, any, 5});
   t.count = g.input("count", Shape{any}, DType::i32);
@@ -174,12 +176,44 @@ void Yolo26Trainer::pad_targets(const Tensor& targets, const Tensor& count) {
                 static_cast<size_t>(rows * 5) * sizeof(float));
 }
 
+Tensor Yolo26Trainer::model_input(const Tensor& images) {
+  const bool u8 = images.defined() && images.dtype() == DType::u8;
+  VISION_CHECK(images.defined() && images.rank() == 4 &&
+                   (u8 ? images.dim(3) == 3 && images.device() == core::Device::cpu
+                       : images.dim(1) == 3 && images.dtype() == DType::f32),
+               "train: images must be f32 [B, 3, H, W] or host u8 [B, H, W, 3], got {}",
+               images.defined() ? images.str() : std::string("an undefined tensor"));
+  const int64_t b = images.dim(0), h = u8 ? images.dim(1) : images.dim(2), w = u8 ? images.dim(2) : images.dim(3);
+  check_image_size(h, w);
+  const DType dtype = options_.dtype;
+  const core::Layout layout = options_.layout;
+  if (!u8 && dtype == DType::f32 && images.layout() == layout) return images;  // the plan's format already
+  if (backend_->backend() == graph::Backend::cpu) {  // the CPU plans compute in f32
+    if (u8) return data::normalize_u8_batch(images, layout);
+    Tensor out = Tensor::zeros(images.shape(), DType::f32, layout);
+    backend_->convert(out, images);
+    return out;
+  }
+  const Shape shape{b, 3, h, w};
+  const size_t bytes = static_cast<size_t>(shape.numel()) * core::dtype_size(dtype);
+  if (input_capacity_ < bytes) {
+    if (input_buffer_) backend_->synchronize();  // queued work may still read the old buffer
+    input_buffer_ = backend_->allocate(bytes);
+    input_capacity_ = bytes;
+  }
+  const Tensor dst = Tensor::view(input_buffer_.get(), shape, dtype, core::Device::cuda, layout);
+  if (u8) {
+    if (!u8_upload_) u8_upload_ = std::make_unique<U8BatchUpload>();
+    u8_upload_->run(*backend_, images, dst);
+  } else {
+    backend_->convert(dst, images.device() == core::Device::cpu ? backend_->upload(images) : images);
+  }
+  return dst;
+}
+
 IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& targets, const Tensor& count) {
-  VISION_CHECK(images.rank() == 4 && images.dim(1) == 3 && images.dtype() == DType::f32,
-               "train: images must be f32 [B, 3, H, W], got {} {}", core::dtype_name(images.dtype()),
-               images.shape().str());
+  const Tensor input = model_input(images);
   VISION_CHECK(images.dim(0) == targets.dim(0), "train: {} images but targets for {}", images.dim(0), targets.dim(0));
-  check_image_size(images.dim(2), images.dim(3));
   pad_targets(targets, count);
 
   IterationResult r;
@@ -201,7 +235,7 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
   };
   if (options_.profile) backend_->synchronize();
   lap(r.timing.forward);
-  const std::vector<Tensor> out = executor_->forward_train({images, padded_targets_, count, weights});
+  const std::vector<Tensor> out = executor_->forward_train({input, padded_targets_, count, weights});
   // The loss and its items are copied aside on the device and read back after the backward is queued: no wait
   // between the two passes.
   if (!loss_buffer_) loss_buffer_ = backend_->allocate(4 * sizeof(float));

@@ -34,6 +34,7 @@
 #include "vision/core/tensor.h"
 #include "vision/graph/backend.h"
 #include "vision/graph/executor.h"
+#include "vision/models/yolo/trainer_input.h"
 #include "vision/models/yolo/weights.h"
 #include "vision/models/yolo/yolo26.h"
 #include "vision/train/checkpoint.h"
@@ -107,9 +108,11 @@ class Yolo26Trainer {
   std::array<float, 2> loss_weights() const { return progloss_weights(e2e_updates_, options_.epochs); }
   float loss_scale() const;
 
-  // One batch: images [B, 3, S, S] f32 in [0, 1] (host or on the backend), targets [B, M, 5] f32 (class, x1, y1, x2,
-  // y2 in input pixels) and count [B] i32 (host). M may be any size ≥ the largest count (the trainer pads it to a
-  // bucket that only grows, so few plans are built).
+  // One batch: images [B, 3, S, S] f32 in [0, 1] (host or on the backend, any layout) or u8 [B, S, S, 3] RGB (host:
+  // the loader's BatchPixels::u8_nhwc batches; on CUDA copied as bytes and normalised on the device, best from pinned
+  // memory), targets [B, M, 5] f32 (class, x1, y1, x2, y2 in input pixels) and count [B] i32 (host). M may be any size
+  // ≥ the largest count (the trainer pads it to a bucket that only grows, so few plans are built). The images reach
+  // the plan in its own input format (compute dtype and layout): the conversion runs on the backend.
   IterationResult train_batch(const core::Tensor& images, const core::Tensor& targets, const core::Tensor& count);
   // Ends the epoch: the E2E weights move on, epoch() += 1. The iteration counter jumps to the next epoch's first batch
   // (a shorter epoch than batches_per_epoch is allowed).
@@ -130,6 +133,8 @@ class Yolo26Trainer {
  private:
   void build_graph();
   void pad_targets(const core::Tensor& targets, const core::Tensor& count);
+  // The batch's images in the plan's input format, on the backend (CUDA) or the host (CPU).
+  core::Tensor model_input(const core::Tensor& images);
 
   std::shared_ptr<graph::BackendContext> backend_;
   ModelInfo info_;
@@ -147,6 +152,9 @@ class Yolo26Trainer {
   bool grads_pending_ = false;  // a backward since the last optimizer step (the next one accumulates)
   core::Tensor padded_targets_;
   std::shared_ptr<void> loss_buffer_;  // 4 floats on the backend: the loss and its items, copied aside
+  std::shared_ptr<void> input_buffer_;  // the images in the plan's input format (CUDA), input_capacity_ bytes
+  size_t input_capacity_ = 0;
+  std::unique_ptr<U8BatchUpload> u8_upload_;
 };
 
 }  // namespace vision::models::yolo

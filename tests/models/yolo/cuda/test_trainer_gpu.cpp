@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,38 @@ TEST(Yolo26TrainerGpu, F32FollowsTheCpu) {
     EXPECT_LE(rel, bounds[i]) << "iteration " << i;
   }
   EXPECT_NE(a.front(), a.back());  // the model changed
+}
+
+// The loader's u8 batches, from pageable or pinned memory (copied directly, held until the copy is done), normalised
+// on the device into the plan's format, train exactly as their f32 normalisation does: f32 NCHW and bf16 NHWC plans,
+// deterministic, the same losses bit for bit over three iterations.
+TEST(Yolo26TrainerGpu, U8ImagesTrainAsTheirF32Normalisation) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const yolo::ModelInfo info = tiny_info();
+  const auto init = yolo::initial_weights(info);
+  Tensor normalized;
+  const Batch u8 = make_u8_batch(2, 7, normalized);
+  Batch f32 = u8;
+  f32.images = normalized;
+  // The same pixels in pinned memory.
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, u8.images.nbytes(), cudaHostAllocDefault), cudaSuccess);
+  std::shared_ptr<void> owner(pinned, [](void* p) { cudaFreeHost(p); });
+  std::memcpy(pinned, u8.images.raw(), u8.images.nbytes());
+  Batch u8_pinned = u8;
+  u8_pinned.images = Tensor::wrap(owner, pinned, u8.images.shape(), core::DType::u8, core::Device::cpu);
+  for (const auto& [dtype, layout] : {std::pair{core::DType::f32, core::Layout::nchw},
+                                      std::pair{core::DType::bf16, core::Layout::nhwc}}) {
+    yolo::TrainerOptions o = tiny_options();
+    o.deterministic = true;
+    o.dtype = dtype;
+    o.layout = layout;
+    yolo::Yolo26Trainer a(cuda_backend(), info, init, o), b(cuda_backend(), info, init, o), c(cuda_backend(), info, init, o);
+    const std::vector<float> la = run(a, 3, {f32}), lb = run(b, 3, {u8}), lc = run(c, 3, {u8_pinned});
+    EXPECT_EQ(la, lb) << core::dtype_name(dtype);
+    EXPECT_EQ(la, lc) << core::dtype_name(dtype);
+    EXPECT_NE(la.front(), la.back());
+  }
 }
 
 TEST(Yolo26TrainerGpu, MixedPrecisionLowersTheLoss) {

@@ -1,0 +1,33 @@
+// A training batch's u8 images on a CUDA backend (trainer.cpp): the loader's u8 NHWC batch (data/loader.h,
+// BatchPixels::u8_nhwc) copied to the device — straight from the batch's memory when it is pinned (the DMA reads it
+// where it is; the batch is held until that copy has finished), through pinned staging otherwise — and normalised by
+// the GPU letterbox kernel (data/letterbox_cuda.h, an identity transform: sample / 255 rounded to the plan's dtype)
+// into the plan's input, in its dtype and layout. 4× fewer bytes cross PCIe than an f32 batch, and no host thread
+// converts pixels. Internal.
+#pragma once
+
+#include <memory>
+
+#include "vision/core/tensor.h"
+#include "vision/graph/backend.h"
+
+namespace vision::models::yolo {
+
+class U8BatchUpload {
+ public:
+  U8BatchUpload();
+  ~U8BatchUpload();
+  U8BatchUpload(const U8BatchUpload&) = delete;
+  U8BatchUpload& operator=(const U8BatchUpload&) = delete;
+
+  // dst (a device tensor [B, 3, H, W] of f32, f16 or bf16 in its layout) = images (a host u8 tensor [B, H, W, 3],
+  // RGB) / 255, queued on the backend's stream. Throws vision::Error for other shapes or a backend that is not CUDA
+  // (and in a build without CUDA).
+  void run(graph::BackendContext& backend, const core::Tensor& images, const core::Tensor& dst);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vision::models::yolo

@@ -1,0 +1,64 @@
+#include <cuda_runtime_api.h>
+
+#include "vision/core/error.h"
+#include "vision/cuda/check.h"
+#include "vision/cuda/memory.h"
+#include "vision/data/letterbox_cuda.h"
+#include "vision/graph/cuda/cuda_backend.h"
+#include "vision/models/yolo/trainer_input.h"
+
+namespace vision::models::yolo {
+
+struct U8BatchUpload::Impl {
+  cuda::StagedUploader staged;
+  std::shared_ptr<void> device;  // the u8 pixels on the device
+  size_t capacity = 0;
+  cuda::Event copied{cudaEventDisableTiming};  // recorded after a direct copy from a pinned batch
+  core::Tensor held;                            // that batch, until `copied` has happened
+};
+
+U8BatchUpload::U8BatchUpload() : impl_(std::make_unique<Impl>()) {}
+U8BatchUpload::~U8BatchUpload() {
+  if (impl_ && impl_->held.defined()) impl_->copied.synchronize();
+}
+
+void U8BatchUpload::run(graph::BackendContext& backend, const core::Tensor& images, const core::Tensor& dst) {
+  VISION_CHECK(backend.backend() == graph::Backend::cuda, "train: the u8 batch upload needs the CUDA backend");
+  VISION_CHECK(images.defined() && images.dtype() == core::DType::u8 && images.device() == core::Device::cpu &&
+                   images.rank() == 4 && images.dim(3) == 3,
+               "train: u8 images must be a host tensor [B, H, W, 3], got {}",
+               images.defined() ? images.str() : std::string("an undefined tensor"));
+  VISION_CHECK(dst.device() == core::Device::cuda && dst.rank() == 4 && dst.dim(0) == images.dim(0) &&
+                   dst.dim(1) == 3 && dst.dim(2) == images.dim(1) && dst.dim(3) == images.dim(2),
+               "train: the device input {} does not fit the u8 images {}", dst.str(), images.shape().str());
+  Impl& m = *impl_;
+  const cudaStream_t stream = graph::CudaBackendContext::of(&backend).stream();
+  if (m.held.defined()) {  // the previous direct copy has finished before its batch goes back to the loader
+    m.copied.synchronize();
+    m.held = {};
+  }
+  const size_t bytes = images.nbytes();
+  if (m.capacity < bytes) {
+    backend.synchronize();  // the old buffer may still be read by queued kernels
+    m.device = backend.allocate(bytes);
+    m.capacity = bytes;
+  }
+  auto* pixels = static_cast<uint8_t*>(m.device.get());
+  cudaPointerAttributes attributes{};
+  VISION_CUDA_CHECK(cudaPointerGetAttributes(&attributes, images.raw()));
+  if (attributes.type == cudaMemoryTypeHost) {
+    VISION_CUDA_CHECK(cudaMemcpyAsync(pixels, images.raw(), bytes, cudaMemcpyHostToDevice, stream));
+    m.copied.record(stream);
+    m.held = images;
+  } else {
+    m.staged.upload(pixels, images.raw(), bytes, stream);
+  }
+  const int64_t h = images.dim(1), w = images.dim(2);
+  data::LetterboxTransform t;  // the identity: the image is the input
+  t.orig_w = t.resized_w = t.input_w = w;
+  t.orig_h = t.resized_h = t.input_h = h;
+  for (int64_t i = 0; i < images.dim(0); ++i)
+    data::launch_letterbox_normalize(stream, pixels + i * h * w * 3, t, dst, i);
+}
+
+}  // namespace vision::models::yolo
