@@ -5,7 +5,8 @@
 //   bench_train [--scales n,s] [--dtypes f32,bf16] [--batch 64] [--imgsz 640] [--steps 10] [--warmup 3]
 //               [--optimizer SGD] [--json FILE] [--profile]
 // The images live on the device (as the peer's do); the upload of the host batch is timed on its own and printed.
-// Timing: `steps` iterations after `warmup`, each waited for (the trainer reads the loss and the gradient norm back
+// Timing: `steps` iterations after `warmup`, each waited for, with the step captured and replayed (TrainerOptions::capture)
+// and again with eager launches ("eager ms"); (the trainer reads the loss and the gradient norm back
 // every step); the phases are timed in a second pass with TrainerOptions::profile (waits after each phase).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -108,8 +109,8 @@ int main(int argc, char** argv) {
     fmt::print("YOLO26 training step (forward, E2ELoss, backward, {} + EMA), batch {}, {}x{}, 80 classes, images on the "
                "device (their upload from pageable host memory: {:.2f} ms, not included)\n",
                optimizer, batch, imgsz, imgsz, upload_ms);
-    fmt::print("{:<6} {:<5} {:>10} {:>9} {:>10} {:>10} {:>10}\n", "scale", "dtype", "ms/step", "img/s", "fwd+loss",
-               "backward", "optim+ema");
+    fmt::print("{:<6} {:<5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10}\n", "scale", "dtype", "ms/step", "img/s",
+               "replayed", "eager ms", "fwd+loss", "backward", "optim+ema");
     for (const std::string& sc : split(scales))
       for (const std::string& dt : split(dtypes)) {
         const yolo::ModelInfo info = yolo::default_model_info({.scale = yolo::parse_scale(sc), .nc = 80});
@@ -122,7 +123,21 @@ int main(int argc, char** argv) {
         o.warmup_epochs = 0;
         o.dtype = core::parse_dtype(dt);
         o.layout = o.dtype == core::DType::f32 ? core::Layout::nchw : core::Layout::nhwc;
-        std::vector<double> ms, fwd, bwd, opt;
+        std::vector<double> ms, eager_ms, fwd, bwd, opt;
+        {  // the same steps with eager launches (no captured graph)
+          yolo::TrainerOptions e = o;
+          e.capture = false;
+          yolo::Yolo26Trainer t(backend, info, yolo::initial_weights(info), e);
+          for (int i = 0; i < warmup + steps; ++i) {
+            backend->synchronize();
+            const auto t0 = std::chrono::steady_clock::now();
+            t.train_batch(b.images, b.targets, b.count);
+            backend->synchronize();
+            if (i >= warmup)
+              eager_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          }
+        }
+        bool replayed = false;
         {
           yolo::Yolo26Trainer t(backend, info, yolo::initial_weights(info), o);
           for (int i = 0; i < warmup; ++i) t.train_batch(b.images, b.targets, b.count);
@@ -133,6 +148,9 @@ int main(int argc, char** argv) {
             backend->synchronize();
             ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
           }
+          replayed = t.step_replayed();
+          if (!replayed && !t.step_replay_error().empty())
+            std::fprintf(stderr, "bench_train: the step runs eagerly: %s\n", t.step_replay_error().c_str());
           if (profile) {
             // The training plan's steps: the forward (the plan's inputs as the trainer gives them: the batch's 16
             // target rows are its bucket) and one train_batch's backward.
@@ -158,14 +176,15 @@ int main(int argc, char** argv) {
           }
         }
         const double m = median(ms);
-        fmt::print("{:<6} {:<5} {:>10.2f} {:>9.1f} {:>10.2f} {:>10.2f} {:>10.2f}\n", sc, dt, m, batch * 1000.0 / m,
-                   median(fwd), median(bwd), median(opt));
+        fmt::print("{:<6} {:<5} {:>10.2f} {:>9.1f} {:>9} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", sc, dt, m,
+                   batch * 1000.0 / m, replayed ? "yes" : "no", median(eager_ms), median(fwd), median(bwd),
+                   median(opt));
         std::fflush(stdout);
         if (json)
           json << fmt::format(
               "{{\"side\": \"ours\", \"scale\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"imgsz\": {}, \"ms\": {:.4f}, "
-              "\"forward_ms\": {:.4f}, \"backward_ms\": {:.4f}, \"optimizer_ms\": {:.4f}}}\n",
-              sc, dt, batch, imgsz, m, median(fwd), median(bwd), median(opt));
+              "\"eager_ms\": {:.4f}, \"forward_ms\": {:.4f}, \"backward_ms\": {:.4f}, \"optimizer_ms\": {:.4f}}}\n",
+              sc, dt, batch, imgsz, m, median(eager_ms), median(fwd), median(bwd), median(opt));
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());

@@ -22,7 +22,7 @@ def losses(run_dir):
 def test_a_tiny_run_lowers_the_loss_and_writes_the_run(shapes, tmp_path):
     model = vision.YOLO("yolo26n.yaml")
     epochs = []
-    metrics = model.train(data=shapes / "data.yaml", epochs=6, project=tmp_path, name="run",
+    metrics = model.train(data=shapes / "data.yaml", epochs=6, project=tmp_path, name="run", cache=True,
                           on_epoch=lambda e: epochs.append(e), **TINY_TRAIN)
     run = tmp_path / "run"
     for f in ("weights/last.safetensors", "weights/best.safetensors", "results.csv", "results.png", "args.json"):
@@ -30,6 +30,7 @@ def test_a_tiny_run_lowers_the_loss_and_writes_the_run(shapes, tmp_path):
     total = losses(run)
     assert len(total) == 6 and total[-1] < 0.92 * total[0], total
     assert [e["epoch"] for e in epochs] == list(range(1, 7))
+    assert all(e["images_per_second"] > 0 and 0 <= e["data_wait"] <= 1 for e in epochs), epochs
     assert isinstance(metrics, vision.DetMetrics) and 0 <= metrics.box.map <= metrics.box.map50 <= 1
     assert model.model == str(run / "weights" / "best.safetensors")
     assert model.names[0] == "circle"
@@ -42,7 +43,7 @@ def test_callbacks_stop_and_a_resume_finishes(shapes, tmp_path):
     vision.YOLO("yolo26n.yaml").train(data=str(shapes / "data.yaml"), epochs=2, project=str(tmp_path), name="cb",
                                        val=False, on_batch=lambda b: seen.append(b) or len(seen) < 3, **TINY_TRAIN)
     assert [(b["epoch"], b["batch"]) for b in seen] == [(1, 1), (1, 2), (2, 1)]
-    assert all(b["box_loss"] > 0 for b in seen)
+    assert all(b["box_loss"] > 0 and b["images_per_second"] > 0 and 0 <= b["data_wait"] <= 1 for b in seen)
     model = vision.YOLO("yolo26n.yaml")
     model.train(resume=str(tmp_path / "cb"), device="cpu", workers=1, verbose=False)
     assert model.train_result["epochs_done"] == 2 and not model.train_result["interrupted"]
@@ -123,6 +124,8 @@ def test_bad_training_arguments_are_clear_errors(shapes, tmp_path):
         model.train(data=str(shapes / "data.yaml"), epochs="3")
     with pytest.raises(vision.Error, match="imgsz 100"):
         model.train(data=str(shapes / "data.yaml"), imgsz=100, device="cpu")
+    with pytest.raises(vision.Error, match="cache 'gpu'"):
+        model.train(data=str(shapes / "data.yaml"), cache="gpu", device="cpu")
     with pytest.raises(vision.Error, match="nothing.yaml"):
         model.train(data=str(tmp_path / "nothing.yaml"), device="cpu")
     names = [a[0] for a in vision.train_arguments()]

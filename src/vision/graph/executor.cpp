@@ -76,6 +76,13 @@ std::vector<Tensor> Executor::forward_train(const std::vector<Tensor>& inputs) {
   return p.outputs();
 }
 
+void Executor::train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
+                          const std::function<void(const std::vector<Tensor>&)>& after_forward) {
+  Plan& p = plan(Mode::train, shapes_of(inputs));
+  last_train_ = &p;
+  p.train_step(inputs, accumulate, seed, after_forward);
+}
+
 void Executor::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed) {
   VISION_CHECK(last_train_ != nullptr,
                "backward called before forward_train, or its plan was dropped from the cache since (see max_plans)");

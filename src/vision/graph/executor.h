@@ -44,6 +44,10 @@ class Executor {
   // Reverse pass of the last forward_train; parameter gradients land in state().flat_grads().
   // seed: what scalar losses start from (the loss scale under dynamic loss scaling).
   void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false, float seed = 1.0f);
+  // forward_train, then after_forward(outputs), then backward({}, accumulate, seed), as one captured and replayed
+  // graph from the plan's second step on where the backend can capture (Plan::train_step).
+  void train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
+                  const std::function<void(const std::vector<Tensor>&)>& after_forward = {});
   Plan* last_train_plan() const { return last_train_; }
 
  private:

@@ -673,6 +673,46 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
   forward_done_ = true;
 }
 
+void Plan::train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
+                      const std::function<void(const std::vector<Tensor>&)>& after_forward) {
+  VISION_CHECK(mode_ == Mode::train, "train_step needs a plan built for training");
+  const bool capturable = graph_replay_ && !has_derived_ && !backward_profile_ && train_capture_error_.empty() &&
+                          backend_->supports_graph_capture();
+  if (!capturable || runs_ == 0) {  // eager (the first call warms up what a capture needs)
+    forward(inputs);
+    if (after_forward) after_forward(outputs());
+    backward({}, accumulate, seed);
+    return;
+  }
+  load_inputs(inputs);
+  upload_seed(seed);
+  std::shared_ptr<void>& captured = captured_steps_[accumulate ? 1 : 0];
+  if (!captured) {
+    try {
+      captured = backend_->capture([&] {
+        state_->convert_compute_copies();
+        run_steps();
+        if (after_forward) after_forward(outputs());
+        backward_steps({}, accumulate);
+      });
+    } catch (const Error& e) {
+      // Nothing ran (a capture only records): the step runs eagerly, now and from now on.
+      train_capture_error_ = e.what();
+      state_->refresh_compute_copies();
+      forward_done_ = false;
+      forward(inputs);
+      if (after_forward) after_forward(outputs());
+      backward({}, accumulate, seed);
+      return;
+    }
+  }
+  backend_->replay(captured.get());
+  state_->mark_compute_copies_current();  // the replay converted them
+  state_->mark_updated();  // the BatchNorm running statistics changed
+  ++runs_;
+  forward_done_ = true;
+}
+
 void Plan::load_inputs(const std::vector<Tensor>& inputs) {
   VISION_CHECK(inputs.size() == graph_inputs_.size(), "the plan takes {} inputs, {} were given",
                graph_inputs_.size(), inputs.size());
@@ -785,6 +825,19 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, fl
   VISION_CHECK(forward_done_, "backward called before forward_train");
   VISION_CHECK(grad_outputs.empty() || grad_outputs.size() == graph_outputs_.size(),
                "backward: {} output gradients for {} outputs", grad_outputs.size(), graph_outputs_.size());
+  if (grad_outputs.empty()) upload_seed(seed);
+  backward_steps(grad_outputs, accumulate);
+}
+
+void Plan::upload_seed(float seed) {
+  if (!seed_.defined()) {
+    seed_memory_ = backend_->allocate(sizeof(float));
+    seed_ = Tensor::view(seed_memory_.get(), Shape{1}, DType::f32, backend_->device());
+  }
+  backend_->copy_to_device(seed_.raw(), &seed, sizeof(float));
+}
+
+void Plan::backward_steps(const std::vector<Tensor>& grad_outputs, bool accumulate) {
   std::vector<bool> written(values_.size(), false);
   std::vector<std::pair<size_t, std::shared_ptr<void>>> marks;  // (step, the mark after it): with a backward profile
   const std::shared_ptr<void> start = backward_profile_ ? backend_->mark() : nullptr;
@@ -810,9 +863,11 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, fl
     } else {
       VISION_CHECK(g.numel() == 1, "backward without output gradients needs scalar seeded outputs; '{}' is {}",
                    value_names_[static_cast<size_t>(o)], g.shape().str());
-      Tensor one = Tensor::zeros(g.shape(), g.dtype());
-      one.fill(seed);
-      backend_->copy_to_device(g.raw(), one.raw(), one.nbytes());
+      // From the seed on the backend (upload_seed): a copy on the device, which a captured step can record.
+      if (g.dtype() == DType::f32)
+        backend_->copy_on_device(g.raw(), seed_.raw(), sizeof(float));
+      else
+        backend_->convert(g, seed_.reshape(g.shape()));
     }
     written[static_cast<size_t>(o)] = true;
   }

@@ -1,6 +1,9 @@
 // Plan — one graph lowered for one backend, mode and input shape: op order, arena layout, state bindings.
 #pragma once
 
+#include <array>
+#include <functional>
+
 #include <map>
 #include <memory>
 #include <tuple>
@@ -112,9 +115,22 @@ class Plan {
   void set_backward_profile(std::vector<StepTime>* into) { backward_profile_ = into; }
 
   // Inference on a backend with graph capture (CUDA): the first run is eager, the second captures the
-  // steps into a graph, later runs replay it. On by default.
+  // steps into a graph, later runs replay it. On by default (for train_step too).
   void set_graph_replay(bool on) { graph_replay_ = on; }
   bool graph_replayed() const { return captured_ != nullptr; }
+
+  // A training step: forward (train mode), then `after_forward(outputs)` (work queued on the backend that reads the
+  // outputs, e.g. copying the loss aside), then backward from the seeded scalar outputs (seed: the loss scale) —
+  // forward_train + backward in one call. On a backend with graph capture (and graph replay on), the first call runs
+  // eagerly (kernels compiled, library algorithms chosen, lazy buffers made) and the second captures everything after
+  // the inputs are loaded — the compute copies of the parameters, the forward, after_forward and the backward — into a
+  // graph that later calls replay (one per value of `accumulate`): a step becomes one launch, and nothing in it waits
+  // for the host. The same numbers as the eager calls (in deterministic mode, bit for bit). A capture that fails (an
+  // op that cannot be captured) leaves the plan eager, with train_step_replay_error() saying why.
+  void train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
+                  const std::function<void(const std::vector<Tensor>&)>& after_forward = {});
+  bool train_step_replayed() const { return captured_steps_[0] != nullptr || captured_steps_[1] != nullptr; }
+  const std::string& train_step_replay_error() const { return train_capture_error_; }
 
  private:
   void build_steps(const Graph& graph);
@@ -129,6 +145,10 @@ class Plan {
   void run_step(PlanStep& s);
   void load_inputs(const std::vector<Tensor>& inputs);
   std::vector<Shape> input_shapes_of(const PlanStep& s) const;
+  // backward without its checks and its host-side seeding: the steps, queued on the backend (capturable when
+  // grad_outputs is empty and the seed sits in seed_).
+  void backward_steps(const std::vector<Tensor>& grad_outputs, bool accumulate);
+  void upload_seed(float seed);
 
   // Memory of a value placed inside another's (a view, or an input written in place into a concat).
   struct Alias {
@@ -167,6 +187,12 @@ class Plan {
   std::optional<uint64_t> refreshed_version_;  // the state version the derived tensors were computed from
   int64_t runs_ = 0;
   std::shared_ptr<void> captured_;
+  // Training steps (train_step): the captured graph per value of accumulate; the seed of the scalar outputs' gradient
+  // on the backend (one f32), from which backward copies it.
+  std::array<std::shared_ptr<void>, 2> captured_steps_;
+  std::string train_capture_error_;
+  Tensor seed_;
+  std::shared_ptr<void> seed_memory_;
 };
 
 }  // namespace vision::graph

@@ -146,6 +146,11 @@ void StateStore::refresh_compute_copies() {
   copies_version_ = version_;
 }
 
+void StateStore::convert_compute_copies() {
+  for (auto& [k, c] : copies_) backend_->convert(c.copy, tensor(c.key));
+  copies_version_ = version_;
+}
+
 void StateStore::set_from_host(const std::string& key, const Tensor& host) {
   const StateEntry* e = find(key);
   VISION_CHECK(e != nullptr, "the model has no parameter or buffer named '{}'", key);

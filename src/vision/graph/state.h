@@ -65,6 +65,11 @@ class StateStore {
   // Brings every compute copy up to date with the current version (once per version; plans call it before each
   // run, outside any captured graph).
   void refresh_compute_copies();
+  // Rewrites every compute copy whatever the version, and counts them current: the conversions a captured training
+  // step records (its replays then convert the masters the optimizer has just updated).
+  void convert_compute_copies();
+  // Counts the compute copies current (after a replay of a graph that converted them).
+  void mark_compute_copies_current() { copies_version_ = version_; }
   size_t compute_copies() const { return copies_.size(); }
 
   // A counter that changes whenever parameters or buffers change, so plans refresh what they derive from

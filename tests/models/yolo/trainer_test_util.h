@@ -63,7 +63,6 @@ inline yolo::TrainerOptions tiny_options() {
   return o;
 }
 
-// Runs `iterations` batches from the trainer's current position (three batches an epoch), returns the losses.
 // The batch with u8 images [b, S, S, 3] (the loader's u8 batches) of random pixels, and `normalized` its images as
 // f32 [b, 3, S, S] / 255 (data::normalize_u8_batch): the two forms of one batch.
 inline Batch make_u8_batch(int64_t b, uint64_t seed, Tensor& normalized) {
@@ -76,6 +75,7 @@ inline Batch make_u8_batch(int64_t b, uint64_t seed, Tensor& normalized) {
   return r;
 }
 
+// Runs `iterations` batches from the trainer's current position (three batches an epoch), returns the losses.
 inline std::vector<float> run(yolo::Yolo26Trainer& t, int iterations, const std::vector<Batch>& batches) {
   std::vector<float> losses;
   for (int i = 0; i < iterations; ++i) {

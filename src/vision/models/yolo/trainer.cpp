@@ -150,6 +150,16 @@ std::string Yolo26Trainer::optimizer_description() const {
                          : fmt::format(", {} tensors frozen", optimizer_->assignment().frozen.size()));
 }
 
+bool Yolo26Trainer::step_replayed() const {
+  const graph::Plan* p = executor_->last_train_plan();
+  return p && p->train_step_replayed();
+}
+
+std::string Yolo26Trainer::step_replay_error() const {
+  const graph::Plan* p = executor_->last_train_plan();
+  return p ? p->train_step_replay_error() : std::string();
+}
+
 float Yolo26Trainer::loss_scale() const { return scaler_ ? scaler_->scaler.scale() : 1.0f; }
 
 void Yolo26Trainer::pad_targets(const Tensor& targets, const Tensor& count) {
@@ -235,21 +245,29 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
   };
   if (options_.profile) backend_->synchronize();
   lap(r.timing.forward);
-  const std::vector<Tensor> out = executor_->forward_train({input, padded_targets_, count, weights});
-  // The loss and its items are copied aside on the device and read back after the backward is queued: no wait
-  // between the two passes.
+  // The loss and its items are copied aside on the device right after the forward and read back after the backward is
+  // queued: no wait between the two passes.
   if (!loss_buffer_) loss_buffer_ = backend_->allocate(4 * sizeof(float));
-  VISION_CHECK(out.size() >= 2 && out[0].numel() == 1 && out[1].numel() == 3 && out[0].dtype() == DType::f32 &&
-                   out[1].dtype() == DType::f32,
-               "train: the training plan's outputs are not the loss [] and its items [3]");
   auto* lb = static_cast<float*>(loss_buffer_.get());
-  backend_->copy_on_device(lb, out[0].raw(), sizeof(float));
-  backend_->copy_on_device(lb + 1, out[1].raw(), 3 * sizeof(float));
-  lap(r.timing.forward);
-  executor_->backward({}, grads_pending_, scaler_ ? scaler_->scaler.scale() : 1.0f);
+  const std::vector<Tensor> inputs = {input, padded_targets_, count, weights};
+  auto copy_loss = [&](const std::vector<Tensor>& out) {
+    VISION_CHECK(out.size() >= 2 && out[0].numel() == 1 && out[1].numel() == 3 && out[0].dtype() == DType::f32 &&
+                     out[1].dtype() == DType::f32,
+                 "train: the training plan's outputs are not the loss [] and its items [3]");
+    backend_->copy_on_device(lb, out[0].raw(), sizeof(float));
+    backend_->copy_on_device(lb + 1, out[1].raw(), 3 * sizeof(float));
+  };
+  const float seed = scaler_ ? scaler_->scaler.scale() : 1.0f;
+  if (options_.profile || !options_.capture) {  // eager, each pass timed apart when profiling
+    copy_loss(executor_->forward_train(inputs));
+    lap(r.timing.forward);
+    executor_->backward({}, grads_pending_, seed);
+  } else {  // one captured graph from the plan's second step on (graph::Plan::train_step)
+    executor_->train_step(inputs, grads_pending_, seed, copy_loss);
+  }
   grads_pending_ = true;
-  const std::vector<float> loss = backend_->download(Tensor::view(lb, Shape{4}, DType::f32,
-                                                                  out[0].device())).to_vector();
+  const std::vector<float> loss =
+      backend_->download(Tensor::view(lb, Shape{4}, DType::f32, backend_->device())).to_vector();
   lap(r.timing.backward);
   r.loss = loss[0];
   r.items = {loss[1], loss[2], loss[3]};

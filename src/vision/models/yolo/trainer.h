@@ -62,6 +62,9 @@ struct TrainerOptions {
   core::Layout layout = core::Layout::nchw;
   bool deterministic = false;  // PlanOptions::deterministic: the same run gives the same numbers
   bool profile = false;        // wait for the device after each phase and time it (IterationResult::timing)
+  // Forward, loss and backward of a step as one captured CUDA graph, replayed from a plan's second step on
+  // (graph::Plan::train_step; not with profile). false: eager launches.
+  bool capture = true;
 };
 
 // The E2ELoss weights (o2m, o2o) after `updates` epochs (YOLO26.md "Training").
@@ -96,6 +99,9 @@ class Yolo26Trainer {
   const TrainerOptions& options() const { return options_; }
   graph::BackendContext& backend() const { return *backend_; }
   graph::Executor& executor() { return *executor_; }
+  // Whether the last batch's plan replays its step as a captured graph, and why not when a capture failed.
+  bool step_replayed() const;
+  std::string step_replay_error() const;
   train::Optimizer& optimizer() { return *optimizer_; }
   const train::Schedule& schedule() const { return *schedule_; }
   const train::ModelEma* ema() const { return ema_.get(); }

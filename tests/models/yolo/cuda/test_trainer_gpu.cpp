@@ -80,6 +80,37 @@ TEST(Yolo26TrainerGpu, U8ImagesTrainAsTheirF32Normalisation) {
   }
 }
 
+// The step as one captured graph, replayed (graph::Plan::train_step), gives the eager steps' numbers bit for bit in
+// deterministic mode: f32 NCHW, bf16 NHWC and f16 NHWC (the seed is the dynamic loss scale, on the device), with
+// gradient accumulation (nbs 4 at batch 2: a graph for the first batch of a step and one for the second).
+TEST(Yolo26TrainerGpu, CapturedStepsEqualEagerOnes) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const yolo::ModelInfo info = tiny_info();
+  const auto init = yolo::initial_weights(info);
+  const std::vector<Batch> batches = {make_batch(2, 3), make_batch(2, 4), make_batch(2, 5)};
+  for (const auto& [dtype, layout] : {std::pair{core::DType::f32, core::Layout::nchw},
+                                      std::pair{core::DType::bf16, core::Layout::nhwc},
+                                      std::pair{core::DType::f16, core::Layout::nhwc}}) {
+    yolo::TrainerOptions o = tiny_options();
+    o.deterministic = true;
+    o.dtype = dtype;
+    o.layout = layout;
+    o.capture = false;
+    yolo::Yolo26Trainer eager(cuda_backend(), info, init, o);
+    o.capture = true;
+    yolo::Yolo26Trainer captured(cuda_backend(), info, init, o);
+    const std::vector<float> a = run(eager, 7, batches), b = run(captured, 7, batches);
+    EXPECT_EQ(a, b) << core::dtype_name(dtype);
+    EXPECT_FALSE(eager.step_replayed());
+    EXPECT_TRUE(captured.step_replayed()) << core::dtype_name(dtype) << ": " << captured.step_replay_error();
+    const auto wa = eager.weights(false), wb = captured.weights(false);
+    ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
+    for (size_t i = 0; i < wa.tensors.size(); ++i)
+      ASSERT_EQ(wa.tensors[i].second.to_vector(), wb.tensors[i].second.to_vector())
+          << core::dtype_name(dtype) << " " << wa.tensors[i].first;
+  }
+}
+
 TEST(Yolo26TrainerGpu, MixedPrecisionLowersTheLoss) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   const yolo::ModelInfo info = tiny_info();
