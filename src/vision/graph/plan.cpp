@@ -678,15 +678,19 @@ void Plan::train_step(const std::vector<Tensor>& inputs, bool accumulate, float 
   VISION_CHECK(mode_ == Mode::train, "train_step needs a plan built for training");
   const bool capturable = graph_replay_ && !has_derived_ && !backward_profile_ && train_capture_error_.empty() &&
                           backend_->supports_graph_capture();
-  if (!capturable || runs_ == 0) {  // eager (the first call warms up what a capture needs)
+  const size_t variant = accumulate ? 1 : 0;
+  if (!capturable || eager_steps_[variant] == 0) {
+    // Eager; the first call of each variant warms up what its capture needs (kernels compiled and loaded, library
+    // algorithms chosen, lazy buffers made: none of that may happen while a stream is captured).
     forward(inputs);
     if (after_forward) after_forward(outputs());
     backward({}, accumulate, seed);
+    ++eager_steps_[variant];
     return;
   }
   load_inputs(inputs);
   upload_seed(seed);
-  std::shared_ptr<void>& captured = captured_steps_[accumulate ? 1 : 0];
+  std::shared_ptr<void>& captured = captured_steps_[variant];
   if (!captured) {
     try {
       captured = backend_->capture([&] {

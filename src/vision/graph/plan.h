@@ -121,11 +121,11 @@ class Plan {
 
   // A training step: forward (train mode), then `after_forward(outputs)` (work queued on the backend that reads the
   // outputs, e.g. copying the loss aside), then backward from the seeded scalar outputs (seed: the loss scale) —
-  // forward_train + backward in one call. On a backend with graph capture (and graph replay on), the first call runs
-  // eagerly (kernels compiled, library algorithms chosen, lazy buffers made) and the second captures everything after
-  // the inputs are loaded — the compute copies of the parameters, the forward, after_forward and the backward — into a
-  // graph that later calls replay (one per value of `accumulate`): a step becomes one launch, and nothing in it waits
-  // for the host. The same numbers as the eager calls (in deterministic mode, bit for bit). A capture that fails (an
+  // forward_train + backward in one call. On a backend with graph capture (and graph replay on), the first call of
+  // each value of `accumulate` runs eagerly (kernels compiled, library algorithms chosen, lazy buffers made) and the
+  // next captures everything after the inputs are loaded — the compute copies of the parameters, the forward,
+  // after_forward and the backward — into a graph that later calls replay (one per value of `accumulate`): a step
+  // becomes one launch, and nothing in it waits for the host. The same numbers as the eager calls (in deterministic mode, bit for bit). A capture that fails (an
   // op that cannot be captured) leaves the plan eager, with train_step_replay_error() saying why.
   void train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
                   const std::function<void(const std::vector<Tensor>&)>& after_forward = {});
@@ -190,6 +190,7 @@ class Plan {
   // Training steps (train_step): the captured graph per value of accumulate; the seed of the scalar outputs' gradient
   // on the backend (one f32), from which backward copies it.
   std::array<std::shared_ptr<void>, 2> captured_steps_;
+  std::array<int64_t, 2> eager_steps_ = {0, 0};
   std::string train_capture_error_;
   Tensor seed_;
   std::shared_ptr<void> seed_memory_;
