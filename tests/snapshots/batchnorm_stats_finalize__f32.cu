@@ -199,16 +199,24 @@ __device__ __forceinline__ void bn_sum_columns(float (&v)[N], int tc_shift) {
     }
 }
 
+// s += y with Kahan's compensation c: a thread's running sums stay exact to about one rounding however many values
+// it adds (the kernels are memory-bound, so the three extra additions cost nothing).
+__device__ __forceinline__ void bn_kahan_add(float& s, float& c, float y) {
+  const float z = y - c, t = s + z;
+  c = (t - s) - z;
+  s = t;
+}
+
 // Per (split, channel): Σ (x − k) and Σ (x − k)² with k = the channel's first element (a shift that keeps the f32
 // sums free of cancellation when the mean is far from 0), into partial[(split·C + c)·2 + {0, 1}]; split 0 writes k to
-// shift[c].
+// shift[c]. Each thread's sums are compensated (bn_kahan_add).
 template <typename T, int NHWC, int V>
 __device__ __forceinline__ void batchnorm_stats_impl(const T* __restrict__ x, float* __restrict__ partial,
                                                      float* __restrict__ shift, int32_t units, int32_t cols,
                                                      int32_t inner_v, int32_t tc_shift, int32_t units_per_split) {
   const BnGrid<T, NHWC, V> g(units, cols, inner_v, tc_shift, units_per_split);
-  float k[V], acc[2 * V];
-  for (int j = 0; j < 2 * V; ++j) acc[j] = 0.0f;
+  float k[V], acc[2 * V], comp[2 * V];
+  for (int j = 0; j < 2 * V; ++j) acc[j] = 0.0f, comp[j] = 0.0f;
   if (g.active) {
     const BnVec<T, V> first = bn_load<T, V>(x, g.at(0));
     for (int j = 0; j < V; ++j) k[j] = to_float(first.v[NHWC ? j : 0]);
@@ -217,8 +225,8 @@ __device__ __forceinline__ void batchnorm_stats_impl(const T* __restrict__ x, fl
         [&](uint32_t, const BnVec<T, V>& a) {
           for (int j = 0; j < V; ++j) {
             const float d = to_float(a.v[j]) - k[j];
-            acc[2 * j] += d;
-            acc[2 * j + 1] += d * d;
+            bn_kahan_add(acc[2 * j], comp[2 * j], d);
+            bn_kahan_add(acc[2 * j + 1], comp[2 * j + 1], d * d);
           }
         });
   }
@@ -239,8 +247,8 @@ __device__ __forceinline__ void batchnorm_stats_impl(const T* __restrict__ x, fl
     }
 }
 
-// y = (x − mean[c])·s·γ[c] + β[c], s = scale_src[c] (an inverse std), or 1/sqrt(scale_src[c] + eps) (a variance) when
-// from_var.
+// y = (x − mean[c])·a[c] + β[c] with a = scale_src[c] (γ·invstd, rounded once by batchnorm_stats_finalize) in
+// training, or a = γ[c]/sqrt(scale_src[c] + eps) (scale_src the running variance) when from_var.
 template <typename T, int NHWC, int V>
 __device__ __forceinline__ void batchnorm_apply_impl(const T* __restrict__ x, T* __restrict__ y,
                                                      const float* __restrict__ mean,
@@ -253,8 +261,7 @@ __device__ __forceinline__ void batchnorm_apply_impl(const T* __restrict__ x, T*
   float mu[V], sc[V], be[V];
   for (int j = 0; j < V; ++j) {
     const uint32_t c = g.channel(j);
-    const float s = from_var ? 1.0f / sqrtf(scale_src[c] + eps) : scale_src[c];
-    mu[j] = mean[c], sc[j] = s * gamma[c], be[j] = beta[c];
+    mu[j] = mean[c], sc[j] = from_var ? gamma[c] / sqrtf(scale_src[c] + eps) : scale_src[c], be[j] = beta[c];
   }
   bn_for_units(
       g.begin, g.end, g.step, [&](uint32_t u) { return bn_load<T, V>(x, g.at(u)); },
@@ -377,10 +384,12 @@ __global__ void batchnorm_stats_nhwc(const T* __restrict__ x, float* __restrict_
 }
 
 // Batch statistics, pass 2 (T = float; one warp per channel, 8 per block): the splits' shifted sums added in f64
-// give the batch mean and inverse std 1/sqrt(var + eps) (biased variance); the running statistics are updated as
-// PyTorch does: running = (1 − momentum)·running + momentum·batch, with the unbiased variance var·M/(M − 1).
+// give the batch mean and inverse std 1/sqrt(var + eps) (biased variance), and the apply pass's scale γ·invstd
+// (rounded once, from f64); the running statistics are updated as PyTorch does: running = (1 − momentum)·running +
+// momentum·batch, with the unbiased variance var·M/(M − 1).
 template <typename T>
 __global__ void batchnorm_stats_finalize(const T* __restrict__ partial, const T* __restrict__ shift,
+                                         const T* __restrict__ gamma, T* __restrict__ scale,
                                          T* __restrict__ save_mean, T* __restrict__ save_invstd,
                                          T* __restrict__ running_mean, T* __restrict__ running_var, int32_t splits,
                                          int32_t channels, int64_t count, float momentum, float eps) {
@@ -392,14 +401,16 @@ __global__ void batchnorm_stats_finalize(const T* __restrict__ partial, const T*
   const double n = static_cast<double>(count), d = s1 / n;
   const double mean = static_cast<double>(shift[c]) + d, var = fmax(s2 / n - d * d, 0.0);
   save_mean[c] = static_cast<float>(mean);
-  save_invstd[c] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+  const double invstd = 1.0 / sqrt(var + static_cast<double>(eps));
+  save_invstd[c] = static_cast<float>(invstd);
+  scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
   const double m = momentum;
   running_mean[c] = static_cast<float>((1.0 - m) * running_mean[c] + m * mean);
   running_var[c] = static_cast<float>((1.0 - m) * running_var[c] + m * var * n / (n - 1.0));
 }
 
-// y = (x − mean)·s·γ + β per channel: training (batch mean and inverse std) or inference (running mean and
-// variance, from_var = 1).
+// y = (x − mean)·a + β per channel: training (batch mean, a = γ·invstd from batchnorm_stats_finalize) or inference
+// (running mean and variance, from_var = 1).
 template <typename T, int V>
 __global__ void batchnorm_apply(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ mean,
                                 const float* __restrict__ scale_src, const float* __restrict__ gamma,
@@ -468,4 +479,4 @@ __global__ void batchnorm_backward_apply_nhwc(const T* __restrict__ x, const T* 
                                              tc_shift, units_per_split, count);
 }
 // ---- instantiation ----
-template __global__ void batchnorm_stats_finalize<float>(const float*, const float*, float*, float*, float*, float*, int32_t, int32_t, int64_t, float, float);
+template __global__ void batchnorm_stats_finalize<float>(const float*, const float*, const float*, float*, float*, float*, float*, float*, int32_t, int32_t, int64_t, float, float);

@@ -58,7 +58,7 @@ struct Tiling {
   int64_t tiles = 0, units_per_split = 0, splits = 0;
 
   dim3 grid() const { return dim3(static_cast<uint32_t>(tiles), static_cast<uint32_t>(splits)); }
-  // Bytes of workspace: the partial sums (2 floats per split and channel), then the shifts (C floats).
+  // Floats of partial sums in the workspace (2 per split and channel); the shifts and scales (C floats each) follow.
   size_t partial_floats() const { return static_cast<size_t>(splits * channels * 2); }
 };
 
@@ -116,7 +116,8 @@ BatchNormStats::BatchNormStats(DType t, Layout layout, int vec)
                                        "const {T}*, float*, float*, int32_t, int32_t, int32_t, int32_t, int32_t")) {}
 BatchNormStatsFinalize::BatchNormStatsFinalize()
     : KernelDescriptor({"batchnorm_stats_finalize", kFile, DType::f32, {},
-                        "const {T}*, const {T}*, {T}*, {T}*, {T}*, {T}*, int32_t, int32_t, int64_t, float, float"}) {}
+                        "const {T}*, const {T}*, const {T}*, {T}*, {T}*, {T}*, {T}*, {T}*, int32_t, int32_t, int64_t, "
+                        "float, float"}) {}
 BatchNormApply::BatchNormApply(DType t, Layout layout, int vec)
     : KernelDescriptor(activation_spec("batchnorm_apply", t, layout, vec,
                                        "const {T}*, {T}*, const float*, const float*, const float*, const float*, "
@@ -175,7 +176,7 @@ size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout) {
     const int64_t along = layout == Layout::nhwc ? x[1] : x[2] * x[3];
     if (along % vec != 0) continue;
     const Tiling t = tiling(x, layout, vec);
-    floats = std::max(floats, t.partial_floats() + static_cast<size_t>(t.channels));
+    floats = std::max(floats, t.partial_floats() + 2 * static_cast<size_t>(t.channels));  // + shifts and scales
   }
   return floats * sizeof(float);
 }
@@ -190,16 +191,17 @@ void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout 
   VISION_CHECK(workspace, "batchnorm2d forward (training): no workspace for the partial statistics");
   float* partial = static_cast<float*>(workspace);
   float* shift = partial + t.partial_floats();
+  float* scale = shift + t.channels;  // γ·invstd
   cuda::kernel_instance<BatchNormStats>(dtype, layout, t.vec)
       .launch(stream, t.grid(), dim3(kThreads), 0, x_data, partial, shift, i32(t.units), i32(t.cols), i32(t.inner_v),
               int32_t{t.tc_shift}, i32(t.units_per_split));
   cuda::kernel_instance<BatchNormStatsFinalize>().launch(
       stream, dim3(static_cast<uint32_t>(ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0,
-      static_cast<const float*>(partial), static_cast<const float*>(shift), save_mean, save_invstd, running_mean,
-      running_var, i32(t.splits), i32(t.channels), t.count, momentum, eps);
+      static_cast<const float*>(partial), static_cast<const float*>(shift), gamma, scale, save_mean, save_invstd,
+      running_mean, running_var, i32(t.splits), i32(t.channels), t.count, momentum, eps);
   cuda::kernel_instance<BatchNormApply>(dtype, layout, t.vec)
       .launch(stream, t.grid(), dim3(kThreads), 0, x_data, y, static_cast<const float*>(save_mean),
-              static_cast<const float*>(save_invstd), gamma, beta, i32(t.units), i32(t.cols), i32(t.inner_v),
+              static_cast<const float*>(scale), gamma, beta, i32(t.units), i32(t.cols), i32(t.inner_v),
               int32_t{t.tc_shift}, i32(t.units_per_split), eps, int32_t{0});
 }
 

@@ -36,9 +36,10 @@ struct BatchNormStats
   BatchNormStats(DType dtype, Layout layout, int vec);
 };
 struct BatchNormStatsFinalize
-    : cuda::KernelDescriptor<const void* /*partial*/, const void* /*shift*/, void* /*save_mean*/,
-                             void* /*save_invstd*/, void* /*running_mean*/, void* /*running_var*/, int32_t /*splits*/,
-                             int32_t /*channels*/, int64_t /*count*/, float /*momentum*/, float /*eps*/> {
+    : cuda::KernelDescriptor<const void* /*partial*/, const void* /*shift*/, const void* /*gamma*/, void* /*scale*/,
+                             void* /*save_mean*/, void* /*save_invstd*/, void* /*running_mean*/,
+                             void* /*running_var*/, int32_t /*splits*/, int32_t /*channels*/, int64_t /*count*/,
+                             float /*momentum*/, float /*eps*/> {
   BatchNormStatsFinalize();
 };
 struct BatchNormApply
