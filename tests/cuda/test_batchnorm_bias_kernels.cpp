@@ -34,150 +34,162 @@ class NormBiasKernels : public testing::TestWithParam<Format> {
 // Channels not a multiple of the NHWC tile (32), and enough rows (2·40·40 = 3200) for several splits of the rows.
 const Shape kShape{2, 37, 40, 40};
 
+// BatchNorm's paths (batchnorm.cuh): in NHWC, scalar accesses (37 or 6 channels) and 16-byte ones (64, 16 channels),
+// column tiles of 32, 16 or 2 vectors, one split or many; in NCHW, 16-byte accesses (H·W = 1600, 1024, 16384) and
+// scalar ones (H·W = 25), one split or several (2·128·128 values per channel).
+const std::vector<Shape> kBatchNormShapes = {{2, 37, 40, 40}, {4, 64, 32, 32}, {2, 6, 128, 128}, {3, 16, 5, 5}};
+
 float* f32(const Tensor& t) { return static_cast<float*>(t.raw()); }
 
 }  // namespace
 
 TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) {
-  auto backend = graph::cuda_backend();
-  auto& b = *backend;
-  const cudaStream_t stream = graph::CudaBackendContext::of(backend.get()).stream();
-  const int64_t N = kShape[0], C = kShape[1], HW = kShape[2] * kShape[3], M = N * HW;
-  const size_t n = static_cast<size_t>(kShape.numel());
-  const float eps = 1e-3f, momentum = 0.1f;
-  // A mean far from 0 (Welford and the two-level combination must not cancel), random γ, β and running statistics.
-  const auto x = rounded(random_values(n, -2.0f, 3.0f), dtype());
-  const auto dy = rounded(random_values(n), dtype());
-  const auto gamma = random_values(C, 0.5f, 1.5f), beta = random_values(C), rm0 = random_values(C),
-             rv0 = random_values(C, 0.2f, 2.0f);
-  auto index = [&](int64_t i, int64_t c, int64_t j) { return static_cast<size_t>((i * C + c) * HW + j); };  // NCHW
+  for (const Shape& shape : kBatchNormShapes) {
+    SCOPED_TRACE(shape.str());
+    auto backend = graph::cuda_backend();
+    auto& b = *backend;
+    const cudaStream_t stream = graph::CudaBackendContext::of(backend.get()).stream();
+    const int64_t N = shape[0], C = shape[1], HW = shape[2] * shape[3], M = N * HW;
+    const size_t n = static_cast<size_t>(shape.numel());
+    const float eps = 1e-3f, momentum = 0.1f;
+    // A mean away from 0, far from it (100, std 1.2) for the last shape: the f32 sums must not cancel. Random γ, β and
+    // running statistics.
+    const float offset = &shape == &kBatchNormShapes.back() ? 100.0f : 0.0f;
+    const auto x = rounded(random_values(n, offset - 2.0f, offset + 3.0f), dtype());
+    const auto dy = rounded(random_values(n), dtype());
+    const auto gamma = random_values(C, 0.5f, 1.5f), beta = random_values(C), rm0 = random_values(C),
+               rv0 = random_values(C, 0.2f, 2.0f);
+    auto index = [&](int64_t i, int64_t c, int64_t j) { return static_cast<size_t>((i * C + c) * HW + j); };  // NCHW
 
-  // float64 reference.
-  std::vector<double> mean(C), var(C), invstd(C), y(n), dx(n), dgamma(C), dbeta(C), rm(C), rv(C);
-  std::vector<double> abs_mean(C), sq_mean(C), sum_abs_dy(C), sum_abs_dyxhat(C);
-  for (int64_t c = 0; c < C; ++c) {
-    double s = 0, a = 0, q = 0;
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < HW; ++j) s += x[index(i, c, j)], a += std::abs(x[index(i, c, j)]);
-    mean[c] = s / M, abs_mean[c] = a / M;
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < HW; ++j) {
-        const double d = x[index(i, c, j)] - mean[c];
-        q += d * d;
-        sq_mean[c] += double(x[index(i, c, j)]) * x[index(i, c, j)] / M;
-      }
-    var[c] = q / M, invstd[c] = 1 / std::sqrt(var[c] + eps);
-    rm[c] = (1 - momentum) * rm0[c] + momentum * mean[c];
-    rv[c] = (1 - momentum) * rv0[c] + momentum * var[c] * M / (M - 1);
-    double sdy = 0, sdyx = 0, adyx = 0;
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < HW; ++j) {
-        const size_t k = index(i, c, j);
-        const double xhat = (x[k] - mean[c]) * invstd[c];
-        y[k] = gamma[c] * xhat + beta[c];
-        sdy += dy[k], sdyx += dy[k] * xhat, sum_abs_dy[c] += std::abs(dy[k]);
-        adyx += std::abs(dy[k]) * (std::abs(xhat) + std::abs(mean[c]) * invstd[c]);
-      }
-    dbeta[c] = sdy, dgamma[c] = sdyx, sum_abs_dyxhat[c] = adyx;
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < HW; ++j) {
-        const size_t k = index(i, c, j);
-        const double xhat = (x[k] - mean[c]) * invstd[c];
-        dx[k] = gamma[c] * invstd[c] * (dy[k] - sdy / M - xhat * sdyx / M);
-      }
+    // float64 reference.
+    std::vector<double> mean(C), var(C), invstd(C), y(n), dx(n), dgamma(C), dbeta(C), rm(C), rv(C);
+    std::vector<double> abs_mean(C), sq_mean(C), sum_abs_dy(C), sum_abs_dyxhat(C);
+    for (int64_t c = 0; c < C; ++c) {
+      double s = 0, a = 0, q = 0;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < HW; ++j) s += x[index(i, c, j)], a += std::abs(x[index(i, c, j)]);
+      mean[c] = s / M, abs_mean[c] = a / M;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < HW; ++j) {
+          const double d = x[index(i, c, j)] - mean[c];
+          q += d * d;
+          sq_mean[c] += double(x[index(i, c, j)]) * x[index(i, c, j)] / M;
+        }
+      var[c] = q / M, invstd[c] = 1 / std::sqrt(var[c] + eps);
+      rm[c] = (1 - momentum) * rm0[c] + momentum * mean[c];
+      rv[c] = (1 - momentum) * rv0[c] + momentum * var[c] * M / (M - 1);
+      double sdy = 0, sdyx = 0, adyx = 0;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < HW; ++j) {
+          const size_t k = index(i, c, j);
+          const double xhat = (x[k] - mean[c]) * invstd[c];
+          y[k] = gamma[c] * xhat + beta[c];
+          sdy += dy[k], sdyx += dy[k] * xhat, sum_abs_dy[c] += std::abs(dy[k]);
+          adyx += std::abs(dy[k]) * (std::abs(xhat) + std::abs(mean[c]) * invstd[c]);
+        }
+      dbeta[c] = sdy, dgamma[c] = sdyx, sum_abs_dyxhat[c] = adyx;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < HW; ++j) {
+          const size_t k = index(i, c, j);
+          const double xhat = (x[k] - mean[c]) * invstd[c];
+          dx[k] = gamma[c] * invstd[c] * (dy[k] - sdy / M - xhat * sdyx / M);
+        }
+    }
+    // What the f32 statistics over M rows and the roundings to the dtype may move each result by (error_bounds.h):
+    // every magnitude the f32 arithmetic touches, the output rounded once; k = M plus the per-element work.
+    RoundingTerms y_terms(n, dtype()), dx_terms(n, dtype()), dgamma_terms(C, DType::f32), dbeta_terms(C, DType::f32),
+        mean_terms(C, DType::f32), invstd_terms(C, DType::f32), rm_terms(C, DType::f32), rv_terms(C, DType::f32);
+    for (int64_t c = 0; c < C; ++c) {
+      const double g = std::abs(gamma[c]) * invstd[c], shift = std::abs(mean[c]) * invstd[c];
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < HW; ++j) {
+          const size_t k = index(i, c, j);
+          const double xhat = std::abs((x[k] - mean[c]) * invstd[c]);
+          y_terms.add(k, y[k]);
+          y_terms.add(k, g * (std::abs(x[k] - mean[c]) + abs_mean[c]));
+          y_terms.add(k, beta[c]);
+          dx_terms.add(k, dx[k]);
+          dx_terms.add(k, g * dy[k]);
+          dx_terms.add(k, g * sum_abs_dy[c] / M);
+          dx_terms.add(k, g * (xhat + shift) * sum_abs_dyxhat[c] / M);
+        }
+      dgamma_terms.add(c, dgamma[c]);
+      dgamma_terms.add(c, sum_abs_dyxhat[c]);
+      dbeta_terms.add(c, dbeta[c]);
+      dbeta_terms.add(c, sum_abs_dy[c]);
+      mean_terms.add(c, mean[c]);
+      mean_terms.add(c, abs_mean[c]);
+      invstd_terms.add(c, invstd[c]);
+      invstd_terms.add(c, sq_mean[c], 0.5 * invstd[c] * invstd[c] * invstd[c]);  // δvar ~ E[x²], ∂invstd/∂var
+      rm_terms.add(c, rm[c]);
+      rm_terms.add(c, momentum * abs_mean[c]);
+      rv_terms.add(c, rv[c]);
+      rv_terms.add(c, momentum * sq_mean[c] * M / (M - 1));
+    }
+    const int64_t k = M + 16;
+
+    const Tensor x_dev = to_device(b, x, shape, dtype(), layout());
+    const Tensor dy_dev = to_device(b, dy, shape, dtype(), layout());
+    const Tensor g_dev = to_device(b, gamma, Shape{C}, DType::f32, Layout::nchw);
+    const Tensor b_dev = to_device(b, beta, Shape{C}, DType::f32, Layout::nchw);
+    const Tensor rm_dev = to_device(b, rm0, Shape{C}, DType::f32, Layout::nchw);
+    const Tensor rv_dev = to_device(b, rv0, Shape{C}, DType::f32, Layout::nchw);
+    const Tensor y_dev = poisoned_device(b, shape, dtype(), layout()),
+                 dx_dev = poisoned_device(b, shape, dtype(), layout());
+    const Tensor mean_dev = poisoned_device(b, Shape{C}, DType::f32),
+                 invstd_dev = poisoned_device(b, Shape{C}, DType::f32);
+    const Tensor dg_dev = poisoned_device(b, Shape{C}, DType::f32), db_dev = poisoned_device(b, Shape{C}, DType::f32);
+    const size_t ws_bytes = ops::kernels::batchnorm_workspace_bytes(shape, layout());
+    const Tensor ws = poisoned_device(b, Shape{int64_t(ws_bytes)}, DType::u8);
+
+    ops::kernels::launch_batchnorm_forward_training(stream, dtype(), layout(), shape, x_dev.raw(), y_dev.raw(),
+                                                    f32(g_dev), f32(b_dev), f32(rm_dev), f32(rv_dev), f32(mean_dev),
+                                                    f32(invstd_dev), ws.raw(), momentum, eps);
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, y_dev), y, y_terms, dtype(), k)) << "y";
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, mean_dev), mean, mean_terms, DType::f32, k)) << "batch mean";
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, invstd_dev), invstd, invstd_terms, DType::f32, k)) << "inverse std";
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, rm_dev), rm, rm_terms, DType::f32, k)) << "running mean";
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, rv_dev), rv, rv_terms, DType::f32, k)) << "running variance";
+
+    ops::kernels::launch_batchnorm_backward(stream, dtype(), layout(), shape, x_dev.raw(), dy_dev.raw(), dx_dev.raw(),
+                                            f32(g_dev), f32(mean_dev), f32(invstd_dev), f32(dg_dev), f32(db_dev),
+                                            ws.raw());
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, dx_dev), dx, dx_terms, dtype(), k)) << "dx";
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, dg_dev), dgamma, dgamma_terms, DType::f32, k)) << "dγ";
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, db_dev), dbeta, dbeta_terms, DType::f32, k)) << "dβ";
   }
-  // What the f32 statistics over M rows and the roundings to the dtype may move each result by (error_bounds.h):
-  // every magnitude the f32 arithmetic touches, the output rounded once; k = M plus the per-element work.
-  RoundingTerms y_terms(n, dtype()), dx_terms(n, dtype()), dgamma_terms(C, DType::f32), dbeta_terms(C, DType::f32),
-      mean_terms(C, DType::f32), invstd_terms(C, DType::f32), rm_terms(C, DType::f32), rv_terms(C, DType::f32);
-  for (int64_t c = 0; c < C; ++c) {
-    const double g = std::abs(gamma[c]) * invstd[c], shift = std::abs(mean[c]) * invstd[c];
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < HW; ++j) {
-        const size_t k = index(i, c, j);
-        const double xhat = std::abs((x[k] - mean[c]) * invstd[c]);
-        y_terms.add(k, y[k]);
-        y_terms.add(k, g * (std::abs(x[k] - mean[c]) + abs_mean[c]));
-        y_terms.add(k, beta[c]);
-        dx_terms.add(k, dx[k]);
-        dx_terms.add(k, g * dy[k]);
-        dx_terms.add(k, g * sum_abs_dy[c] / M);
-        dx_terms.add(k, g * (xhat + shift) * sum_abs_dyxhat[c] / M);
-      }
-    dgamma_terms.add(c, dgamma[c]);
-    dgamma_terms.add(c, sum_abs_dyxhat[c]);
-    dbeta_terms.add(c, dbeta[c]);
-    dbeta_terms.add(c, sum_abs_dy[c]);
-    mean_terms.add(c, mean[c]);
-    mean_terms.add(c, abs_mean[c]);
-    invstd_terms.add(c, invstd[c]);
-    invstd_terms.add(c, sq_mean[c], 0.5 * invstd[c] * invstd[c] * invstd[c]);  // δvar ~ E[x²], ∂invstd/∂var
-    rm_terms.add(c, rm[c]);
-    rm_terms.add(c, momentum * abs_mean[c]);
-    rv_terms.add(c, rv[c]);
-    rv_terms.add(c, momentum * sq_mean[c] * M / (M - 1));
-  }
-  const int64_t k = M + 16;
-
-  const Tensor x_dev = to_device(b, x, kShape, dtype(), layout());
-  const Tensor dy_dev = to_device(b, dy, kShape, dtype(), layout());
-  const Tensor g_dev = to_device(b, gamma, Shape{C}, DType::f32, Layout::nchw);
-  const Tensor b_dev = to_device(b, beta, Shape{C}, DType::f32, Layout::nchw);
-  const Tensor rm_dev = to_device(b, rm0, Shape{C}, DType::f32, Layout::nchw);
-  const Tensor rv_dev = to_device(b, rv0, Shape{C}, DType::f32, Layout::nchw);
-  const Tensor y_dev = poisoned_device(b, kShape, dtype(), layout()),
-               dx_dev = poisoned_device(b, kShape, dtype(), layout());
-  const Tensor mean_dev = poisoned_device(b, Shape{C}, DType::f32),
-               invstd_dev = poisoned_device(b, Shape{C}, DType::f32);
-  const Tensor dg_dev = poisoned_device(b, Shape{C}, DType::f32), db_dev = poisoned_device(b, Shape{C}, DType::f32);
-  const size_t ws_bytes = ops::kernels::batchnorm_workspace_bytes(kShape, layout());
-  ASSERT_GT(ws_bytes, static_cast<size_t>(2 * C * 4)) << "the test shape should span several splits";
-  const Tensor ws = poisoned_device(b, Shape{int64_t(ws_bytes)}, DType::u8);
-
-  ops::kernels::launch_batchnorm_forward_training(stream, dtype(), layout(), kShape, x_dev.raw(), y_dev.raw(),
-                                                  f32(g_dev), f32(b_dev), f32(rm_dev), f32(rv_dev), f32(mean_dev),
-                                                  f32(invstd_dev), ws.raw(), momentum, eps);
-  EXPECT_TRUE(within_rounding(to_host_nchw(b, y_dev), y, y_terms, dtype(), k)) << "y";
-  EXPECT_TRUE(within_rounding(to_host_nchw(b, mean_dev), mean, mean_terms, DType::f32, k)) << "batch mean";
-  EXPECT_TRUE(within_rounding(to_host_nchw(b, invstd_dev), invstd, invstd_terms, DType::f32, k)) << "inverse std";
-  EXPECT_TRUE(within_rounding(to_host_nchw(b, rm_dev), rm, rm_terms, DType::f32, k)) << "running mean";
-  EXPECT_TRUE(within_rounding(to_host_nchw(b, rv_dev), rv, rv_terms, DType::f32, k)) << "running variance";
-
-  ops::kernels::launch_batchnorm_backward(stream, dtype(), layout(), kShape, x_dev.raw(), dy_dev.raw(), dx_dev.raw(),
-                                          f32(g_dev), f32(mean_dev), f32(invstd_dev), f32(dg_dev), f32(db_dev),
-                                          ws.raw());
-  EXPECT_TRUE(within_rounding(to_host_nchw(b, dx_dev), dx, dx_terms, dtype(), k)) << "dx";
-  EXPECT_TRUE(within_rounding(to_host_nchw(b, dg_dev), dgamma, dgamma_terms, DType::f32, k)) << "dγ";
-  EXPECT_TRUE(within_rounding(to_host_nchw(b, db_dev), dbeta, dbeta_terms, DType::f32, k)) << "dβ";
 }
 
 TEST_P(NormBiasKernels, BatchNormInference) {
-  auto backend = graph::cuda_backend();
-  auto& b = *backend;
-  const cudaStream_t stream = graph::CudaBackendContext::of(backend.get()).stream();
-  const int64_t C = kShape[1], HW = kShape[2] * kShape[3];
-  const size_t n = static_cast<size_t>(kShape.numel());
-  const float eps = 1e-3f;
-  const auto x = rounded(random_values(n, -2.0f, 3.0f), dtype());
-  const auto gamma = random_values(C, 0.5f, 1.5f), beta = random_values(C), rm = random_values(C),
-             rv = random_values(C, 0.2f, 2.0f);
-  std::vector<double> y(n);
-  RoundingTerms terms(n, dtype());
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t c = static_cast<int64_t>(i) / HW % C;
-    const double s = gamma[c] / std::sqrt(double(rv[c]) + eps);
-    y[i] = (x[i] - rm[c]) * s + beta[c];
-    terms.add(i, y[i]);
-    terms.add(i, std::abs(s) * (std::abs(x[i]) + std::abs(rm[c])));
-    terms.add(i, beta[c]);
+  for (const Shape& shape : kBatchNormShapes) {
+    SCOPED_TRACE(shape.str());
+    auto backend = graph::cuda_backend();
+    auto& b = *backend;
+    const cudaStream_t stream = graph::CudaBackendContext::of(backend.get()).stream();
+    const int64_t C = shape[1], HW = shape[2] * shape[3];
+    const size_t n = static_cast<size_t>(shape.numel());
+    const float eps = 1e-3f;
+    const auto x = rounded(random_values(n, -2.0f, 3.0f), dtype());
+    const auto gamma = random_values(C, 0.5f, 1.5f), beta = random_values(C), rm = random_values(C),
+               rv = random_values(C, 0.2f, 2.0f);
+    std::vector<double> y(n);
+    RoundingTerms terms(n, dtype());
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t c = static_cast<int64_t>(i) / HW % C;
+      const double s = gamma[c] / std::sqrt(double(rv[c]) + eps);
+      y[i] = (x[i] - rm[c]) * s + beta[c];
+      terms.add(i, y[i]);
+      terms.add(i, std::abs(s) * (std::abs(x[i]) + std::abs(rm[c])));
+      terms.add(i, beta[c]);
+    }
+    const Tensor x_dev = to_device(b, x, shape, dtype(), layout());
+    const Tensor y_dev = poisoned_device(b, shape, dtype(), layout());
+    const auto param = [&](const std::vector<float>& v) { return to_device(b, v, Shape{C}, DType::f32, Layout::nchw); };
+    const Tensor g = param(gamma), be = param(beta), m = param(rm), v = param(rv);
+    ops::kernels::launch_batchnorm_forward_inference(stream, dtype(), layout(), shape, x_dev.raw(), y_dev.raw(), f32(g),
+                                                     f32(be), f32(m), f32(v), eps);
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, y_dev), y, terms, dtype(), 16));
   }
-  const Tensor x_dev = to_device(b, x, kShape, dtype(), layout());
-  const Tensor y_dev = poisoned_device(b, kShape, dtype(), layout());
-  const auto param = [&](const std::vector<float>& v) { return to_device(b, v, Shape{C}, DType::f32, Layout::nchw); };
-  const Tensor g = param(gamma), be = param(beta), m = param(rm), v = param(rv);
-  ops::kernels::launch_batchnorm_forward_inference(stream, dtype(), layout(), kShape, x_dev.raw(), y_dev.raw(), f32(g),
-                                                   f32(be), f32(m), f32(v), eps);
-  EXPECT_TRUE(within_rounding(to_host_nchw(b, y_dev), y, terms, dtype(), 16));
 }
 
 TEST_P(NormBiasKernels, BiasEpilogueAndBiasGradient) {

@@ -43,14 +43,17 @@ const std::vector<std::string> kSnapshotIds = {
     "upsample_nearest2x_backward_nhwc__bf16",
     "maxpool2d_forward_nhwc__bf16__k5_s1_p2",
     "maxpool2d_backward_nhwc__f32__k2_s2_p0",
-    // Our BatchNorm (bf16; per-channel reductions over rows × channels tiles) and convolution-bias kernels.
-    "batchnorm_stats__bf16",
-    "batchnorm_stats_nhwc__bf16",
+    // Our BatchNorm (per-channel reductions over units × columns of vectors, scalar and 16-byte accesses) and
+    // convolution-bias kernels.
+    "batchnorm_stats__bf16__v8",
+    "batchnorm_stats_nhwc__bf16__v8",
+    "batchnorm_stats_nhwc__f32__v1",
     "batchnorm_stats_finalize__f32",
-    "batchnorm_apply_nhwc__bf16",
-    "batchnorm_backward_sums_nhwc__bf16",
+    "batchnorm_apply_nhwc__bf16__v8",
+    "batchnorm_apply__f32__v4",
+    "batchnorm_backward_sums_nhwc__bf16__v8",
     "batchnorm_backward_finalize__f32",
-    "batchnorm_backward_apply__bf16",
+    "batchnorm_backward_apply__bf16__v8",
     "bias_act_nhwc__f16__silu1",
     "bias_act__bf16__silu0",
     "channel_sum_partials_nhwc__bf16",

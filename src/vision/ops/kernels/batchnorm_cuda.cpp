@@ -1,35 +1,43 @@
 #include "vision/ops/kernels/batchnorm_cuda.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
 #include "vision/core/error.h"
-#include "vision/ops/kernels/channel_reduce.h"
 
 namespace vision::ops::kernels {
 namespace {
 
 constexpr const char* kBatchnormFile = "vision/ops/kernels/batchnorm.cuh";
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;         // per block, every BatchNorm kernel
+constexpr int64_t kBnTargetBlocks = 1024;  // enough to fill a large GPU (132 SMs × 8 resident blocks on the H200)
+constexpr int64_t kBnMinUnitsPerThread = 8;
 
-// "batchnorm_stats" or "batchnorm_stats_nhwc" for an activation dtype of the kernels (f32, f16, bf16).
-cuda::KernelSpec activation_spec(const char* name, DType dtype, Layout layout, const char* params) {
+int wide_width(DType dtype) { return 16 / static_cast<int>(core::dtype_size(dtype)); }
+
+// "batchnorm_stats" or "batchnorm_stats_nhwc" for an activation dtype (f32, f16, bf16) and access width.
+cuda::KernelSpec activation_spec(const char* name, DType dtype, Layout layout, int vec, const char* params) {
   VISION_CHECK(core::is_floating(dtype), "{}: no CUDA kernel for {} tensors (f32, f16 and bf16 only)", name,
                core::dtype_name(dtype));
-  return {std::string(name) + (layout == Layout::nhwc ? "_nhwc" : ""), kBatchnormFile, dtype, {}, params};
+  VISION_CHECK(vec == 1 || vec == wide_width(dtype), "{}: no {}-element access for {} (1 or {})", name, vec,
+               core::dtype_name(dtype), wide_width(dtype));
+  return {std::string(name) + (layout == Layout::nhwc ? "_nhwc" : ""), kBatchnormFile, dtype, {{"v", vec}}, params};
 }
 
 void register_batchnorm_kernels(cuda::KernelRegistry& r) {
   r.add<BatchNormFold>(DType::f32);
   r.add<IncrementCounter>();
-  // What a BatchNorm launches outside f32 NCHW (which goes through cuDNN).
   r.add<BatchNormStatsFinalize>();
   r.add<BatchNormBackwardFinalize>();
   for (DType t : {DType::f32, DType::f16, DType::bf16})
-    for (Layout layout : {Layout::nchw, Layout::nhwc}) {
-      if (t == DType::f32 && layout == Layout::nchw) continue;
-      r.add<BatchNormStats>(t, layout);
-      r.add<BatchNormApply>(t, layout);
-      r.add<BatchNormBackwardSums>(t, layout);
-      r.add<BatchNormBackwardApply>(t, layout);
-    }
+    for (Layout layout : {Layout::nchw, Layout::nhwc})
+      for (int vec : batchnorm_vector_widths(t)) {
+        r.add<BatchNormStats>(t, layout, vec);
+        r.add<BatchNormApply>(t, layout, vec);
+        r.add<BatchNormBackwardSums>(t, layout, vec);
+        r.add<BatchNormBackwardApply>(t, layout, vec);
+      }
 }
 VISION_REGISTER_KERNELS(register_batchnorm_kernels);
 
@@ -38,7 +46,64 @@ void check_shape(const core::Shape& x, const char* what) {
                what, x.str());
 }
 
+int64_t bn_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// How an activation is cut into the kernels' grid (batchnorm.cuh): units × cols vectors of `vec` elements, blocks of
+// tc columns × one split of the units.
+struct Tiling {
+  int vec = 1;
+  int64_t channels = 0, count = 0;  // C, and the values per channel N·H·W
+  int64_t units = 0, cols = 0, inner_v = 0;
+  int tc_shift = 0;
+  int64_t tiles = 0, units_per_split = 0, splits = 0;
+
+  dim3 grid() const { return dim3(static_cast<uint32_t>(tiles), static_cast<uint32_t>(splits)); }
+  // Floats of partial results in the workspace (2 per split and channel); the scales (C floats) follow.
+  size_t partial_floats() const { return static_cast<size_t>(splits * channels * 2); }
+};
+
+Tiling tiling(const core::Shape& x, Layout layout, int vec) {
+  Tiling t;
+  t.vec = vec;
+  t.channels = x[1];
+  const int64_t inner = x[2] * x[3];
+  t.count = x[0] * inner;
+  VISION_CHECK(x.numel() / vec < (int64_t{1} << 31),
+               "batchnorm2d: an input of {} elements is too large for the CUDA kernels (at most 2^31 accesses)",
+               x.numel());
+  if (layout == Layout::nhwc) {
+    t.units = t.count, t.cols = t.channels / vec, t.inner_v = 1;
+    while (t.tc_shift < 5 && (int64_t{2} << t.tc_shift) <= t.cols) ++t.tc_shift;
+  } else {
+    t.units = t.count / vec, t.cols = t.channels, t.inner_v = inner / vec;
+  }
+  t.tiles = bn_ceil_div(t.cols, int64_t{1} << t.tc_shift);
+  const int64_t lanes = kThreads >> t.tc_shift;
+  const int64_t wanted = std::max<int64_t>(1, bn_ceil_div(kBnTargetBlocks, t.tiles));
+  const int64_t most = std::max<int64_t>(1, t.units / (lanes * kBnMinUnitsPerThread));
+  t.units_per_split = bn_ceil_div(t.units, std::min(wanted, most));
+  t.splits = bn_ceil_div(t.units, t.units_per_split);  // no empty split
+  return t;
+}
+
+bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// The widest access the shape and every activation pointer allow.
+Tiling pick(DType dtype, Layout layout, const core::Shape& x, std::initializer_list<const void*> ptrs) {
+  const int wide = wide_width(dtype);
+  const int64_t along = layout == Layout::nhwc ? x[1] : x[2] * x[3];
+  return tiling(x, layout, along % wide == 0 && aligned16(ptrs) ? wide : 1);
+}
+
+int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
+
 }  // namespace
+
+std::vector<int> batchnorm_vector_widths(DType dtype) { return {1, wide_width(dtype)}; }
 
 BatchNormFold::BatchNormFold(DType t)
     : KernelDescriptor({"batchnorm_fold", kBatchnormFile, t, {},
@@ -46,27 +111,29 @@ BatchNormFold::BatchNormFold(DType t)
                         "int64_t, float"}) {}
 IncrementCounter::IncrementCounter() : KernelDescriptor({"increment_counter", kBatchnormFile, DType::i64, {}, "{T}*"}) {}
 
-BatchNormStats::BatchNormStats(DType t, Layout layout)
-    : KernelDescriptor(
-          activation_spec("batchnorm_stats", t, layout, "const {T}*, float*, int64_t, int64_t, int64_t, int64_t")) {}
+BatchNormStats::BatchNormStats(DType t, Layout layout, int vec)
+    : KernelDescriptor(activation_spec("batchnorm_stats", t, layout, vec,
+                                       "const {T}*, float*, int32_t, int32_t, int32_t, int32_t, int32_t")) {}
 BatchNormStatsFinalize::BatchNormStatsFinalize()
     : KernelDescriptor({"batchnorm_stats_finalize", kBatchnormFile, DType::f32, {},
-                        "const {T}*, {T}*, {T}*, {T}*, {T}*, int64_t, int64_t, int64_t, int64_t, float, float"}) {}
-BatchNormApply::BatchNormApply(DType t, Layout layout)
-    : KernelDescriptor(activation_spec("batchnorm_apply", t, layout,
+                        "const {T}*, const {T}*, {T}*, {T}*, {T}*, {T}*, {T}*, int32_t, int32_t, int64_t, int32_t, "
+                        "int32_t, float, float"}) {}
+BatchNormApply::BatchNormApply(DType t, Layout layout, int vec)
+    : KernelDescriptor(activation_spec("batchnorm_apply", t, layout, vec,
                                        "const {T}*, {T}*, const float*, const float*, const float*, const float*, "
-                                       "int64_t, int64_t, int64_t, float, int32_t")) {}
-BatchNormBackwardSums::BatchNormBackwardSums(DType t, Layout layout)
-    : KernelDescriptor(activation_spec("batchnorm_backward_sums", t, layout,
-                                       "const {T}*, const {T}*, const float*, float*, int64_t, int64_t, int64_t, "
-                                       "int64_t")) {}
+                                       "int32_t, int32_t, int32_t, int32_t, int32_t, float, int32_t")) {}
+BatchNormBackwardSums::BatchNormBackwardSums(DType t, Layout layout, int vec)
+    : KernelDescriptor(activation_spec("batchnorm_backward_sums", t, layout, vec,
+                                       "const {T}*, const {T}*, const float*, float*, int32_t, int32_t, int32_t, "
+                                       "int32_t, int32_t")) {}
 BatchNormBackwardFinalize::BatchNormBackwardFinalize()
     : KernelDescriptor({"batchnorm_backward_finalize", kBatchnormFile, DType::f32, {},
-                        "const {T}*, const {T}*, {T}*, {T}*, int64_t, int64_t"}) {}
-BatchNormBackwardApply::BatchNormBackwardApply(DType t, Layout layout)
-    : KernelDescriptor(activation_spec("batchnorm_backward_apply", t, layout,
+                        "const {T}*, const {T}*, {T}*, {T}*, int32_t, int32_t"}) {}
+BatchNormBackwardApply::BatchNormBackwardApply(DType t, Layout layout, int vec)
+    : KernelDescriptor(activation_spec("batchnorm_backward_apply", t, layout, vec,
                                        "const {T}*, const {T}*, {T}*, const float*, const float*, const float*, "
-                                       "const float*, const float*, int64_t, int64_t, int64_t, int64_t")) {}
+                                       "const float*, const float*, int32_t, int32_t, int32_t, int32_t, int32_t, "
+                                       "int64_t")) {}
 
 void launch_batchnorm_fold(cudaStream_t stream, const float* w, const float* bias, const float* gamma,
                            const float* beta, const float* mean, const float* var, float* w_out, float* b_out,
@@ -83,18 +150,35 @@ void launch_increment_counter(cudaStream_t stream, int64_t* counter) {
 }
 
 std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, bool training) {
-  if (!training) return {&cuda::kernel_instance<BatchNormApply>(dtype, layout)};
-  return {&cuda::kernel_instance<BatchNormStats>(dtype, layout),
-          &cuda::kernel_instance<BatchNormStatsFinalize>(),
-          &cuda::kernel_instance<BatchNormApply>(dtype, layout),
-          &cuda::kernel_instance<BatchNormBackwardSums>(dtype, layout),
-          &cuda::kernel_instance<BatchNormBackwardFinalize>(),
-          &cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout),
-          &cuda::kernel_instance<IncrementCounter>()};
+  std::vector<const cuda::Kernel*> out;
+  for (int vec : batchnorm_vector_widths(dtype)) {
+    if (!training) {
+      out.push_back(&cuda::kernel_instance<BatchNormApply>(dtype, layout, vec));
+      continue;
+    }
+    out.push_back(&cuda::kernel_instance<BatchNormStats>(dtype, layout, vec));
+    out.push_back(&cuda::kernel_instance<BatchNormApply>(dtype, layout, vec));
+    out.push_back(&cuda::kernel_instance<BatchNormBackwardSums>(dtype, layout, vec));
+    out.push_back(&cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout, vec));
+  }
+  if (training) {
+    out.push_back(&cuda::kernel_instance<BatchNormStatsFinalize>());
+    out.push_back(&cuda::kernel_instance<BatchNormBackwardFinalize>());
+    out.push_back(&cuda::kernel_instance<IncrementCounter>());
+  }
+  return out;
 }
 
 size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout) {
-  return channel_reduction(x, layout).workspace_bytes(2);
+  check_shape(x, "batchnorm2d workspace");
+  size_t floats = 0;
+  for (int vec : {1, 4, 8}) {
+    const int64_t along = layout == Layout::nhwc ? x[1] : x[2] * x[3];
+    if (along % vec != 0) continue;
+    const Tiling t = tiling(x, layout, vec);
+    floats = std::max(floats, t.partial_floats() + static_cast<size_t>(t.channels));  // + the scales
+  }
+  return floats * sizeof(float);
 }
 
 void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
@@ -102,31 +186,32 @@ void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout 
                                        float* running_mean, float* running_var, float* save_mean, float* save_invstd,
                                        void* workspace, float momentum, float eps) {
   check_shape(x, "batchnorm2d forward");
-  const ChannelReduction r = channel_reduction(x, layout);
-  VISION_CHECK(r.rows > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
+  const Tiling t = pick(dtype, layout, x, {x_data, y});
+  VISION_CHECK(t.count > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
   VISION_CHECK(workspace, "batchnorm2d forward (training): no workspace for the partial statistics");
-  cuda::kernel_instance<BatchNormStats>(dtype, layout)
-      .launch(stream, dim3(static_cast<uint32_t>(r.tiles), static_cast<uint32_t>(r.splits)), dim3(kChannelReduceThreads), 0,
-              x_data, workspace, r.rows, r.channels, r.inner, r.rows_per_split);
+  float* partial = static_cast<float*>(workspace);
+  float* scale = partial + t.partial_floats();  // γ·invstd
+  cuda::kernel_instance<BatchNormStats>(dtype, layout, t.vec)
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, partial, i32(t.units), i32(t.cols), i32(t.inner_v),
+              int32_t{t.tc_shift}, i32(t.units_per_split));
   cuda::kernel_instance<BatchNormStatsFinalize>().launch(
-      stream, dim3(cuda::grid_blocks(r.channels, kThreads)), dim3(kThreads), 0,
-      static_cast<const void*>(workspace), save_mean, save_invstd, running_mean, running_var, r.splits, r.rows,
-      r.rows_per_split, r.channels, momentum, eps);
-  const int64_t n = x.numel();
-  cuda::kernel_instance<BatchNormApply>(dtype, layout)
-      .launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, x_data, y,
-              static_cast<const float*>(save_mean), static_cast<const float*>(save_invstd), gamma, beta, n,
-              r.channels, r.inner, eps, int32_t{0});
+      stream, dim3(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0,
+      static_cast<const float*>(partial), gamma, scale, save_mean, save_invstd, running_mean, running_var,
+      i32(t.splits), i32(t.channels), t.count, i32(t.units), i32(t.units_per_split), momentum, eps);
+  cuda::kernel_instance<BatchNormApply>(dtype, layout, t.vec)
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, y, static_cast<const float*>(save_mean),
+              static_cast<const float*>(scale), gamma, beta, i32(t.units), i32(t.cols), i32(t.inner_v),
+              int32_t{t.tc_shift}, i32(t.units_per_split), eps, int32_t{0});
 }
 
 void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                         const void* x_data, void* y, const float* gamma, const float* beta,
                                         const float* running_mean, const float* running_var, float eps) {
   check_shape(x, "batchnorm2d forward");
-  const int64_t n = x.numel();
-  cuda::kernel_instance<BatchNormApply>(dtype, layout)
-      .launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, x_data, y, running_mean, running_var,
-              gamma, beta, n, x[1], x[2] * x[3], eps, int32_t{1});
+  const Tiling t = pick(dtype, layout, x, {x_data, y});
+  cuda::kernel_instance<BatchNormApply>(dtype, layout, t.vec)
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, y, running_mean, running_var, gamma, beta, i32(t.units),
+              i32(t.cols), i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split), eps, int32_t{1});
 }
 
 void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
@@ -134,19 +219,19 @@ void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, 
                                const float* save_mean, const float* save_invstd, float* dgamma, float* dbeta,
                                void* workspace) {
   check_shape(x, "batchnorm2d backward");
-  const ChannelReduction r = channel_reduction(x, layout);
+  const Tiling t = pick(dtype, layout, x, {x_data, dy, dx});
   VISION_CHECK(workspace, "batchnorm2d backward: no workspace for the partial sums");
-  cuda::kernel_instance<BatchNormBackwardSums>(dtype, layout)
-      .launch(stream, dim3(static_cast<uint32_t>(r.tiles), static_cast<uint32_t>(r.splits)), dim3(kChannelReduceThreads), 0,
-              x_data, dy, save_mean, workspace, r.rows, r.channels, r.inner, r.rows_per_split);
+  float* partial = static_cast<float*>(workspace);
+  cuda::kernel_instance<BatchNormBackwardSums>(dtype, layout, t.vec)
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, dy, save_mean, partial, i32(t.units), i32(t.cols),
+              i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split));
   cuda::kernel_instance<BatchNormBackwardFinalize>().launch(
-      stream, dim3(cuda::grid_blocks(r.channels, kThreads)), dim3(kThreads), 0, static_cast<const void*>(workspace),
-      save_invstd, dgamma, dbeta, r.splits, r.channels);
-  const int64_t n = x.numel();
-  cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout)
-      .launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, x_data, dy, dx, save_mean,
-              save_invstd, gamma, static_cast<const float*>(dgamma), static_cast<const float*>(dbeta), n, r.channels,
-              r.inner, r.rows);
+      stream, dim3(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0,
+      static_cast<const float*>(partial), save_invstd, dgamma, dbeta, i32(t.splits), i32(t.channels));
+  cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout, t.vec)
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, dy, dx, save_mean, save_invstd, gamma,
+              static_cast<const float*>(dgamma), static_cast<const float*>(dbeta), i32(t.units), i32(t.cols),
+              i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split), t.count);
 }
 
 }  // namespace vision::ops::kernels

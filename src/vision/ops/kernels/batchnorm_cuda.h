@@ -1,5 +1,5 @@
 // CUDA kernels of BatchNorm: folding into a convolution, the batch counter, and BatchNorm itself (training with batch
-// statistics, inference, backward) in either memory order for the dtypes cuDNN's legacy BatchNorm does not take.
+// statistics, inference, backward) in every dtype and either memory order.
 // Descriptors and launch helpers; kernel text: batchnorm.cuh.
 #pragma once
 
@@ -27,40 +27,51 @@ struct IncrementCounter : cuda::KernelDescriptor<void* /*counter*/> {
 };
 
 // Our BatchNorm kernels: the element type of x, y, dy and dx is dtype (f32, f16 or bf16), the statistics and
-// parameters are f32; NCHW kernels are named like "batchnorm_stats", NHWC ones "batchnorm_stats_nhwc".
-struct BatchNormStats : cuda::KernelDescriptor<const void* /*x*/, void* /*partial*/, int64_t /*rows*/,
-                                               int64_t /*channels*/, int64_t /*inner*/, int64_t /*rows_per_split*/> {
-  BatchNormStats(DType dtype, Layout layout);
+// parameters are f32; NCHW kernels are named like "batchnorm_stats", NHWC ones "batchnorm_stats_nhwc". `vec` is the
+// elements per access (batchnorm.cuh): 16 bytes of dtype, or 1 (batchnorm_vector_widths), in the id as "__v8".
+// The grid arguments (units, cols, inner_v, tc_shift, units_per_split) are those of batchnorm_cuda.cpp's tiling.
+struct BatchNormStats
+    : cuda::KernelDescriptor<const void* /*x*/, void* /*partial*/, int32_t /*units*/, int32_t /*cols*/,
+                             int32_t /*inner_v*/, int32_t /*tc_shift*/, int32_t /*units_per_split*/> {
+  BatchNormStats(DType dtype, Layout layout, int vec);
 };
 struct BatchNormStatsFinalize
-    : cuda::KernelDescriptor<const void* /*partial*/, void* /*save_mean*/, void* /*save_invstd*/,
-                             void* /*running_mean*/, void* /*running_var*/, int64_t /*splits*/, int64_t /*rows*/,
-                             int64_t /*rows_per_split*/, int64_t /*channels*/, float /*momentum*/, float /*eps*/> {
+    : cuda::KernelDescriptor<const void* /*partial*/, const void* /*gamma*/, void* /*scale*/, void* /*save_mean*/,
+                             void* /*save_invstd*/, void* /*running_mean*/, void* /*running_var*/,
+                             int32_t /*splits*/, int32_t /*channels*/, int64_t /*count*/, int32_t /*units*/,
+                             int32_t /*units_per_split*/, float /*momentum*/, float /*eps*/> {
   BatchNormStatsFinalize();
 };
 struct BatchNormApply
     : cuda::KernelDescriptor<const void* /*x*/, void* /*y*/, const void* /*mean*/, const void* /*scale_src*/,
-                             const void* /*gamma*/, const void* /*beta*/, int64_t /*n*/, int64_t /*channels*/,
-                             int64_t /*inner*/, float /*eps*/, int32_t /*from_var*/> {
-  BatchNormApply(DType dtype, Layout layout);
+                             const void* /*gamma*/, const void* /*beta*/, int32_t /*units*/, int32_t /*cols*/,
+                             int32_t /*inner_v*/, int32_t /*tc_shift*/, int32_t /*units_per_split*/, float /*eps*/,
+                             int32_t /*from_var*/> {
+  BatchNormApply(DType dtype, Layout layout, int vec);
 };
 struct BatchNormBackwardSums
     : cuda::KernelDescriptor<const void* /*x*/, const void* /*dy*/, const void* /*mean*/, void* /*partial*/,
-                             int64_t /*rows*/, int64_t /*channels*/, int64_t /*inner*/, int64_t /*rows_per_split*/> {
-  BatchNormBackwardSums(DType dtype, Layout layout);
+                             int32_t /*units*/, int32_t /*cols*/, int32_t /*inner_v*/, int32_t /*tc_shift*/,
+                             int32_t /*units_per_split*/> {
+  BatchNormBackwardSums(DType dtype, Layout layout, int vec);
 };
 struct BatchNormBackwardFinalize
     : cuda::KernelDescriptor<const void* /*partial*/, const void* /*invstd*/, void* /*dgamma*/, void* /*dbeta*/,
-                             int64_t /*splits*/, int64_t /*channels*/> {
+                             int32_t /*splits*/, int32_t /*channels*/> {
   BatchNormBackwardFinalize();
 };
 struct BatchNormBackwardApply
     : cuda::KernelDescriptor<const void* /*x*/, const void* /*dy*/, void* /*dx*/, const void* /*mean*/,
                              const void* /*invstd*/, const void* /*gamma*/, const void* /*dgamma*/,
-                             const void* /*dbeta*/, int64_t /*n*/, int64_t /*channels*/, int64_t /*inner*/,
-                             int64_t /*rows*/> {
-  BatchNormBackwardApply(DType dtype, Layout layout);
+                             const void* /*dbeta*/, int32_t /*units*/, int32_t /*cols*/, int32_t /*inner_v*/,
+                             int32_t /*tc_shift*/, int32_t /*units_per_split*/, int64_t /*count*/> {
+  BatchNormBackwardApply(DType dtype, Layout layout, int vec);
 };
+
+// The access widths our BatchNorm kernels come in for dtype: {1, 16 bytes of dtype} (f32: {1, 4}, f16/bf16: {1, 8}).
+// A launch takes the wide one when the channels (NHWC) or H·W (NCHW) divide by it and every activation pointer is
+// 16-byte aligned.
+std::vector<int> batchnorm_vector_widths(DType dtype);
 
 // w_out = w · γ/σ per output channel, b_out = β + (b − mean) · γ/σ, σ = sqrt(var + eps); f32 tensors.
 void launch_batchnorm_fold(cudaStream_t stream, const float* w, const float* bias, const float* gamma,
@@ -69,7 +80,8 @@ void launch_batchnorm_fold(cudaStream_t stream, const float* w, const float* bia
 // counter[0] += 1 for an i64 counter.
 void launch_increment_counter(cudaStream_t stream, int64_t* counter);
 
-// The kernels BatchNorm in dtype and layout launches: inference, or training (forward and backward).
+// The kernels BatchNorm in dtype and layout may launch (every access width): inference, or training (forward and
+// backward).
 std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, bool training);
 
 // Workspace bytes of the training forward and backward of an input of shape x (N, C, H, W) in layout.

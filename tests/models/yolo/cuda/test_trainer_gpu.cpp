@@ -124,10 +124,11 @@ TEST(Yolo26TrainerGpu, MixedPrecisionLowersTheLoss) {
     yolo::Yolo26Trainer t(cuda_backend(), info, yolo::initial_weights(info), o);
     const Batch b = make_batch(2, 1);
     std::vector<float> losses;
-    // Eight applied steps: f16's dynamic loss scale starts at 2^16 (as PyTorch's GradScaler) and halves on each
-    // overflow, skipping that step, until the gradients fit.
+    // Twelve applied steps (with eight, bf16 ended at 0.82 of its first loss on some random batches): f16's dynamic
+    // loss scale starts at 2^16 (as PyTorch's GradScaler) and halves on each overflow, skipping that step, until the
+    // gradients fit.
     int64_t applied = 0;
-    for (int i = 0; i < 24 && applied < 8; ++i) {
+    for (int i = 0; i < 28 && applied < 12; ++i) {
       const yolo::IterationResult r = t.train_batch(b.images, b.targets, b.count);
       ASSERT_TRUE(std::isfinite(r.loss)) << core::dtype_name(dtype);
       ASSERT_TRUE(r.stepped);
@@ -136,9 +137,9 @@ TEST(Yolo26TrainerGpu, MixedPrecisionLowersTheLoss) {
     }
     std::printf("  %s: first %.4f last %.4f after %zu iterations, loss scale %g\n", core::dtype_name(dtype).data(),
                 losses.front(), losses.back(), losses.size(), t.loss_scale());
-    EXPECT_EQ(applied, 8) << core::dtype_name(dtype);
+    EXPECT_EQ(applied, 12) << core::dtype_name(dtype);
     EXPECT_LT(losses.back(), 0.8f * losses.front()) << core::dtype_name(dtype);
-    if (dtype == core::DType::bf16) EXPECT_EQ(losses.size(), 8u) << "bf16 skipped a step";
+    if (dtype == core::DType::bf16) EXPECT_EQ(losses.size(), 12u) << "bf16 skipped a step";
     if (dtype == core::DType::f16) EXPECT_GT(t.loss_scale(), 1.0f);
   }
 }
