@@ -18,21 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[8] = {'V', 'C', 'A', 'C', 'H', 'E', '1', '\n'};
-constexpr size_t kHeaderBytes = 40;
-
-void put_u32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-uint64_t get_le(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
 // The source file's size and modification time, or nothing when it cannot be read.
 std::optional<CacheFileSource> source_of(const fs::path& image) {
   std::error_code ec;
@@ -118,43 +103,6 @@ fs::path cache_file_path(const fs::path& image, int64_t imgsz) {
   fs::path p = image;
   p += fmt::format(".{}.vcache", imgsz);
   return p;
-}
-
-std::vector<uint8_t> encode_cache_file(const Image& image, int64_t imgsz, const CacheFileSource& source) {
-  VISION_CHECK(image.channels == 3 && !image.empty(), "image cache: only 3-channel images are cached");
-  std::vector<uint8_t> out(std::begin(kMagic), std::end(kMagic));
-  out.reserve(kHeaderBytes + image.pixels.size());
-  put_u32(out, static_cast<uint32_t>(image.width));
-  put_u32(out, static_cast<uint32_t>(image.height));
-  put_u32(out, static_cast<uint32_t>(imgsz));
-  put_u32(out, 0);
-  put_u64(out, source.bytes);
-  put_u64(out, static_cast<uint64_t>(source.mtime));
-  out.insert(out.end(), image.pixels.begin(), image.pixels.end());
-  return out;
-}
-
-std::optional<Image> parse_cache_file(std::span<const uint8_t> bytes, const std::string& name, int64_t imgsz,
-                                      const CacheFileSource& source) {
-  VISION_CHECK(bytes.size() >= kHeaderBytes && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0,
-               "{}: not an image cache file ({} bytes; a cache file starts with a {}-byte header)", name, bytes.size(),
-               kHeaderBytes);
-  const uint8_t* h = bytes.data();
-  const int64_t w = static_cast<int64_t>(get_le(h + 8, 4)), ht = static_cast<int64_t>(get_le(h + 12, 4));
-  const int64_t size = static_cast<int64_t>(get_le(h + 16, 4));
-  const uint64_t reserved = get_le(h + 20, 4), src_bytes = get_le(h + 24, 8);
-  const int64_t src_mtime = static_cast<int64_t>(get_le(h + 32, 8));
-  VISION_CHECK(reserved == 0 && size > 0 && w > 0 && ht > 0 && w <= size && ht <= size && std::max(w, ht) == size,
-               "{}: a damaged image cache header ({}×{} pixels at imgsz {})", name, w, ht, size);
-  if (size != imgsz || src_bytes != source.bytes || src_mtime != source.mtime) return std::nullopt;  // stale
-  const uint64_t pixels = static_cast<uint64_t>(w) * static_cast<uint64_t>(ht) * 3;
-  VISION_CHECK(bytes.size() - kHeaderBytes == pixels,
-               "{}: a damaged image cache file: {} bytes of pixels where its {}×{} header needs {}", name,
-               bytes.size() - kHeaderBytes, w, ht, pixels);
-  Image out;
-  out.width = w, out.height = ht, out.channels = 3;
-  out.pixels.assign(bytes.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes), bytes.end());
-  return out;
 }
 
 ImageCache::ImageCache(const Dataset& dataset, int64_t imgsz, CacheMode mode, double reserve, double available)
