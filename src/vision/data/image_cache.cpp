@@ -118,6 +118,7 @@ ImageCache::ImageCache(const Dataset& dataset, int64_t imgsz, CacheMode mode, do
               "GB available; use --cache disk or --cache none",
               n, dataset_.split, dataset_.config.file.string(), imgsz_, need / 1e9, std::max(have, 0.0) / 1e9);
     ram_.resize(n);
+    decoding_.assign(n, 0);
   }
   if (mode_ == CacheMode::disk) writing_.assign(n, 0);
 }
@@ -182,16 +183,34 @@ Image ImageCache::get(size_t i) {
   switch (mode_) {
     case CacheMode::ram: {
       {
-        std::lock_guard lk(mu_);
+        // One decode per image: a second worker asking for an image being decoded waits for it.
+        std::unique_lock lk(mu_);
+        ram_ready_.wait(lk, [&] { return ram_[i] != nullptr || !decoding_[i]; });
         if (const std::shared_ptr<const Image>& kept = ram_[i]) {
           ++stats_.from_cache;
           return *kept;
         }
+        decoding_[i] = 1;
       }
-      auto made = std::make_shared<const Image>(decode(i));
-      std::lock_guard lk(mu_);
-      ++stats_.decoded;
-      if (!ram_[i]) ram_[i] = made, stats_.ram_bytes += static_cast<double>(made->pixels.size());
+      std::shared_ptr<const Image> made;
+      try {
+        made = std::make_shared<const Image>(decode(i));
+      } catch (...) {
+        {
+          std::lock_guard lk(mu_);
+          decoding_[i] = 0;  // a waiter tries again (and meets the same error)
+        }
+        ram_ready_.notify_all();
+        throw;
+      }
+      {
+        std::lock_guard lk(mu_);
+        ++stats_.decoded;
+        ram_[i] = made;
+        decoding_[i] = 0;
+        stats_.ram_bytes += static_cast<double>(made->pixels.size());
+      }
+      ram_ready_.notify_all();
       return *made;
     }
     case CacheMode::disk: return from_disk(i);

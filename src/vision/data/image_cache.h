@@ -15,6 +15,7 @@
 // Each mode gives the same pixels: get(i) equals load_for_training(read_image(file), {}, imgsz).image. Thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -97,6 +98,8 @@ class ImageCache {
   CacheMode mode_;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<const Image>> ram_;
+  std::vector<char> decoding_;  // per sample: a worker is decoding it for the ram cache
+  std::condition_variable ram_ready_;
   ImageCacheStats stats_;
   std::vector<std::string> warnings_;
   std::vector<char> writing_;              // per sample: its cache file is being written (disk)
