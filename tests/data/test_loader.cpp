@@ -297,3 +297,59 @@ TEST(Loader, FillTargetsLayout) {
 
 }  // namespace
 }  // namespace vision::data
+
+namespace vision::data {
+namespace {
+
+// A rank's shard (LoaderOptions::rank / world, PyTorch's DistributedSampler): the ranks' shards together are the
+// single-rank epoch — the same samples in the same global positions, each image byte for byte the single-rank one
+// (sample seeds follow the global position) — with the permutation's start repeated to pad the last positions; the
+// shards differ from epoch to epoch and from rank to rank; a bad rank is an error.
+TEST(LoaderShards, RanksTogetherAreTheSingleRankEpoch) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir, 10);
+  LoaderOptions one = small(2);
+  one.batch = 1;
+  TrainLoader single(d, one);
+  for (int64_t e : {0, 1}) {
+    const std::vector<TrainBatch> all = epoch(single, e);
+    ASSERT_EQ(all.size(), 10u);
+    for (int world : {2, 3, 4}) {
+      const size_t shard = (10 + static_cast<size_t>(world) - 1) / static_cast<size_t>(world);
+      std::vector<int> seen(10, 0);
+      for (int rank = 0; rank < world; ++rank) {
+        LoaderOptions o = small(2);
+        o.batch = 2;
+        o.rank = rank;
+        o.world = world;
+        TrainLoader loader(d, o);
+        EXPECT_EQ(loader.batches_per_epoch(), static_cast<int64_t>((shard + 1) / 2));
+        const std::vector<TrainBatch> mine = epoch(loader, e);
+        size_t i = 0;
+        for (const TrainBatch& b : mine)
+          for (int64_t slot = 0; slot < b.images.dim(0); ++slot, ++i) {
+            const size_t p = static_cast<size_t>(rank) + static_cast<size_t>(world) * i;  // the global position
+            const TrainBatch& want = all[p % 10];
+            EXPECT_EQ(b.samples[static_cast<size_t>(slot)], want.samples[0]) << "world " << world << " rank " << rank;
+            if (p < 10) {
+              ++seen[p];
+              const size_t bytes = static_cast<size_t>(b.images.numel() / b.images.dim(0)) * sizeof(float);
+              EXPECT_EQ(std::memcmp(static_cast<const std::byte*>(b.images.raw()) + slot * static_cast<int64_t>(bytes),
+                                    want.images.raw(), bytes),
+                        0)
+                  << "world " << world << " rank " << rank << " position " << p;
+            }
+          }
+        EXPECT_EQ(i, shard) << "world " << world << " rank " << rank;
+      }
+      EXPECT_EQ(seen, std::vector<int>(10, 1)) << "world " << world;
+    }
+  }
+  LoaderOptions bad = small(1);
+  bad.rank = 2;
+  bad.world = 2;
+  EXPECT_NE(test::error_of([&] { TrainLoader l(d, bad); }).find("rank 2 of a world of 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vision::data

@@ -35,6 +35,8 @@ const LoaderOptions& checked(const Dataset& dataset, const LoaderOptions& o) {
                dataset.config.file.string());
   VISION_CHECK(o.imgsz > 0 && o.batch > 0, "TrainLoader: imgsz ({}) and batch ({}) must be positive", o.imgsz,
                o.batch);
+  VISION_CHECK(o.world >= 1 && o.rank >= 0 && o.rank < o.world, "TrainLoader: rank {} of a world of {}", o.rank,
+               o.world);
   return o;
 }
 
@@ -70,7 +72,8 @@ TrainLoader::~TrainLoader() { stop(); }
 
 int64_t TrainLoader::batches_per_epoch() const {
   const int64_t n = static_cast<int64_t>(dataset_.samples.size());
-  return (n + o_.batch - 1) / o_.batch;
+  const int64_t shard = (n + o_.world - 1) / o_.world;
+  return (shard + o_.batch - 1) / o_.batch;
 }
 
 void TrainLoader::stop() {
@@ -92,12 +95,21 @@ void TrainLoader::stop() {
 void TrainLoader::start_epoch(int64_t epoch, bool mosaic) {
   stop();
   const size_t n = dataset_.samples.size();
-  order_.resize(n);
-  for (size_t i = 0; i < n; ++i) order_[i] = i;
+  std::vector<size_t> perm(n);
+  for (size_t i = 0; i < n; ++i) perm[i] = i;
   if (o_.shuffle) {  // Fisher–Yates
     Random rng(derive_seed(o_.seed, static_cast<uint64_t>(epoch), kPermutationStream));
     for (size_t i = n - 1; i > 0; --i)
-      std::swap(order_[i], order_[static_cast<size_t>(rng.integer(0, static_cast<int64_t>(i)))]);
+      std::swap(perm[i], perm[static_cast<size_t>(rng.integer(0, static_cast<int64_t>(i)))]);
+  }
+  // This rank's shard of the permutation padded to a multiple of the world (by repeating its start).
+  const size_t world = static_cast<size_t>(o_.world), shard = (n + world - 1) / world;
+  order_.resize(shard);
+  position_.resize(shard);
+  for (size_t i = 0; i < shard; ++i) {
+    const size_t p = static_cast<size_t>(o_.rank) + world * i;
+    order_[i] = perm[p % n];
+    position_[i] = p;
   }
   {
     std::lock_guard lk(mu_);
@@ -213,8 +225,8 @@ LabeledImage TrainLoader::load(size_t index, size_t& used) {
 void TrainLoader::make_item(int64_t b, int64_t slot, Slot& s) {
   const int64_t k = b * o_.batch + slot;
   const size_t sample = order_[static_cast<size_t>(k)];
-  const size_t n = order_.size();
-  Random rng(derive_seed(o_.seed, static_cast<uint64_t>(epoch_), static_cast<uint64_t>(k)));
+  const size_t n = dataset_.samples.size();  // mosaic partners come from the whole dataset
+  Random rng(derive_seed(o_.seed, static_cast<uint64_t>(epoch_), position_[static_cast<size_t>(k)]));
   size_t used = sample;
   bool first = true;
   const SampleLoader loader = [&](size_t index) {

@@ -45,6 +45,11 @@ struct LoaderOptions {
   bool shuffle = true;  // false: dataset order
   AugmentOptions aug;
   int prefetch = 4;  // batches ahead
+  // Data-parallel training: this rank's shard of every epoch, as PyTorch's DistributedSampler (drop_last off) makes
+  // it — the epoch's permutation (the same on every rank) padded to a multiple of `world` by repeating its start,
+  // then positions rank, rank + world, … — and `batch` is this rank's share of the global batch. Sample seeds follow
+  // the global position, so a sample's image is the same whatever the world size.
+  int rank = 0, world = 1;
   BatchPixels pixels = BatchPixels::f32_nchw;
   CacheMode cache = CacheMode::none;  // decoded, resized images kept in memory or on disk (image_cache.h)
   // Host memory for a new batch buffer of `bytes` (e.g. pinned memory, for uploads without staging); default:
@@ -77,7 +82,7 @@ class TrainLoader {
   TrainLoader(const TrainLoader&) = delete;
   TrainLoader& operator=(const TrainLoader&) = delete;
 
-  int64_t batches_per_epoch() const;  // ceil(n / batch); the last batch may be smaller
+  int64_t batches_per_epoch() const;  // ceil(shard / batch), shard = ceil(n / world); the last batch may be smaller
   int workers() const { return workers_; }
 
   // Starts (or restarts: an epoch in progress is abandoned) epoch `epoch`; `mosaic` false turns the mosaic off
@@ -119,7 +124,8 @@ class TrainLoader {
   int64_t epoch_ = 0;
   bool mosaic_ = true;
   bool started_ = false;
-  std::vector<size_t> order_;
+  std::vector<size_t> order_;      // the epoch's samples of this rank, in order
+  std::vector<uint64_t> position_;  // their positions in the (padded) global epoch: the sample seeds' index
   int64_t next_item_ = 0;     // next (batch · batch size + slot) to hand out
   int64_t next_deliver_ = 0;  // next batch next() returns
   std::map<int64_t, Slot> slots_;
