@@ -120,7 +120,7 @@ ImageCache::ImageCache(const Dataset& dataset, int64_t imgsz, CacheMode mode, do
     ram_.resize(n);
     decoding_.assign(n, 0);
   }
-  if (mode_ == CacheMode::disk) writing_.assign(n, 0);
+  if (mode_ == CacheMode::disk) file_state_.assign(n, kFileNone);
 }
 
 Image ImageCache::decode(size_t i) const {
@@ -148,6 +148,8 @@ Image ImageCache::from_disk(size_t i) {
       } catch (const Error& e) {
         warn(fmt::format("{} (rewritten)", e.what()));
       }
+      std::lock_guard lk(mu_);
+      if (file_state_[i] == kFileWritten) file_state_[i] = kFileNone;  // stale or damaged: to be written again
     }
   }
   Image out = decode(i);  // throws for an unreadable image
@@ -155,9 +157,10 @@ Image ImageCache::from_disk(size_t i) {
   {
     std::lock_guard lk(mu_);
     ++stats_.decoded;
-    // One writer per file at a time (the temporary's name is per process), none in a folder that refused one.
-    if (source && !writing_[i] && !unwritable_dirs_.contains(file.parent_path()))
-      writing_[i] = 1, write = true;
+    // One writer per file at a time (the temporary's name is per process), once (a worker that missed the file while
+    // another wrote it does not write it again), none in a folder that refused one.
+    if (source && file_state_[i] == kFileNone && !unwritable_dirs_.contains(file.parent_path()))
+      file_state_[i] = kFileWriting, write = true;
   }
   if (write) {
     bool written = false;
@@ -172,7 +175,7 @@ Image ImageCache::from_disk(size_t i) {
                                         file.parent_path().string(), e.what()));
     }
     std::lock_guard lk(mu_);
-    writing_[i] = 0;
+    file_state_[i] = written ? kFileWritten : kFileNone;
     if (written) ++stats_.files_written;
   }
   return out;

@@ -102,7 +102,9 @@ class ImageCache {
   std::condition_variable ram_ready_;
   ImageCacheStats stats_;
   std::vector<std::string> warnings_;
-  std::vector<char> writing_;              // per sample: its cache file is being written (disk)
+  // Per sample (disk): its cache file is not known to be current, is being written, or was written by this cache.
+  enum FileState : char { kFileNone, kFileWriting, kFileWritten };
+  std::vector<FileState> file_state_;
   std::set<std::filesystem::path> unwritable_dirs_;  // folders where a cache file could not be written
 };
 
