@@ -679,15 +679,15 @@ void Plan::train_step(const std::vector<Tensor>& inputs, bool accumulate, float 
   const bool capturable = graph_replay_ && !has_derived_ && !backward_profile_ && train_capture_error_.empty() &&
                           backend_->supports_graph_capture();
   const size_t variant = accumulate ? 1 : 0;
-  if (!capturable || eager_steps_[variant] == 0) {
-    // Eager; the first call of each variant warms up what its capture needs (kernels compiled and loaded, library
-    // algorithms chosen, lazy buffers made: none of that may happen while a stream is captured).
+  auto eager = [&] {
     forward(inputs);
     if (after_forward) after_forward(outputs());
     backward({}, accumulate, seed);
     ++eager_steps_[variant];
-    return;
-  }
+  };
+  // Eager; the first call of each variant warms up what its capture needs (kernels compiled and loaded, library
+  // algorithms chosen, lazy buffers made: none of that may happen while a stream is captured).
+  if (!capturable || eager_steps_[variant] == 0) return eager();
   load_inputs(inputs);
   upload_seed(seed);
   std::shared_ptr<void>& captured = captured_steps_[variant];
@@ -702,12 +702,9 @@ void Plan::train_step(const std::vector<Tensor>& inputs, bool accumulate, float 
     } catch (const Error& e) {
       // Nothing ran (a capture only records): the step runs eagerly, now and from now on.
       train_capture_error_ = e.what();
-      state_->refresh_compute_copies();
-      forward_done_ = false;
-      forward(inputs);
-      if (after_forward) after_forward(outputs());
-      backward({}, accumulate, seed);
-      return;
+      // The aborted capture counted the compute copies converted, but a capture only records: convert them now.
+      state_->convert_compute_copies();
+      return eager();
     }
   }
   backend_->replay(captured.get());
