@@ -2,11 +2,14 @@
 // (f32 accumulation), against float64 references computed from the same rounded inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
 
 #include "error_bounds.h"
 #include "test_util.h"
+#include "vision/cuda/check.h"
 #include "vision/cuda/device.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/ops/cuda/cudnn_conv.h"
@@ -209,6 +212,64 @@ TEST(CudnnConvDeterministic, RepeatedRunsAreBitIdentical) {
     for (int i = 0; i < 3; ++i) {
       const Tensor first = backend->download(results[i]), second = backend->download(results[i + 3]);
       EXPECT_EQ(std::memcmp(first.raw(), second.raw(), first.nbytes()), 0) << what << " " << names[i] << " differs";
+    }
+  }
+}
+
+// cuDNN writes every element of each output it is given: the three directions run into fresh device memory (never
+// written by anyone) give exactly the bytes of a run into poisoned memory, and no poison is left there. This is also
+// the reproduction for compute-sanitizer's initcheck, which does not see the stores of cuDNN's Hopper kernels: with
+// VISION_SANITIZER_MARKS=0 it reports the reads of the fresh buffers below as uninitialised; with the engine's marks
+// (cuda/sanitizer.h) it reports nothing (tools/compute-sanitizer.sh, docs/reliability.md).
+TEST(CudnnConvOutputs, EveryElementIsWrittenIntoFreshMemory) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  auto backend = graph::cuda_backend();
+  auto& cb = graph::CudaBackendContext::of(backend.get());
+  for (const auto [dtype, layout] :
+       {Case{DType::f16, Layout::nhwc}, Case{DType::bf16, Layout::nhwc}, Case{DType::f32, Layout::nchw}}) {
+    ops::Conv2dAttrs a;
+    a.in_channels = 32;
+    a.out_channels = 64;
+    a.kernel = 3;
+    const Shape xs{2, 32, 20, 20};
+    const Shape ws = a.weight_shape();
+    // Deterministic algorithms: two runs give the same bits (the fastest f32 backward-data accumulates with atomics).
+    ops::cuda_impl::CudnnConv conv(cb.cudnn(), a, xs, dtype, layout, /*deterministic=*/true);
+    const Shape ys = conv.output_shape();
+    const Tensor x = to_device(*backend, test::rounded(test::random_values(size_t(xs.numel())), dtype), xs, dtype, layout);
+    const Tensor w = to_device(*backend, test::rounded(test::random_values(size_t(ws.numel())), dtype), ws, dtype, layout);
+    const Tensor dy = to_device(*backend, test::rounded(test::random_values(size_t(ys.numel())), dtype), ys, dtype, layout);
+    auto workspace = backend->allocate(std::max<size_t>(conv.workspace_bytes(), 1));
+    const size_t elem = core::dtype_size(dtype);
+    const size_t bytes[3] = {size_t(ys.numel()) * elem, size_t(xs.numel()) * elem, size_t(ws.numel()) * elem};
+    std::vector<std::vector<uint8_t>> results[2];  // [fresh, poisoned][y, dx, dw]
+    for (int poisoned = 0; poisoned < 2; ++poisoned) {
+      std::shared_ptr<void> out[3];
+      for (int i = 0; i < 3; ++i) {
+        out[i] = backend->allocate(bytes[i]);
+        if (poisoned) VISION_CUDA_CHECK(cudaMemset(out[i].get(), 0xff, bytes[i]));
+      }
+      VISION_CUDA_CHECK(cudaDeviceSynchronize());
+      conv.forward(x.raw(), w.raw(), out[0].get(), workspace.get());
+      conv.backward_data(w.raw(), dy.raw(), out[1].get(), workspace.get());
+      conv.backward_filter(x.raw(), dy.raw(), out[2].get(), workspace.get());
+      VISION_CUDA_CHECK(cudaDeviceSynchronize());
+      for (int i = 0; i < 3; ++i) {
+        std::vector<uint8_t> host(bytes[i]);
+        VISION_CUDA_CHECK(cudaMemcpy(host.data(), out[i].get(), bytes[i], cudaMemcpyDeviceToHost));
+        results[poisoned].push_back(std::move(host));
+      }
+    }
+    const char* names[] = {"forward", "backward-data", "backward-filter"};
+    for (int i = 0; i < 3; ++i) {
+      const std::string what = fmt::format("{} {} {}", core::dtype_name(dtype), core::layout_name(layout), names[i]);
+      EXPECT_EQ(results[0][i], results[1][i]) << what << ": fresh and poisoned outputs differ";
+      // No element still holds the poison (all bits set: NaN in every float type).
+      size_t left = 0;
+      for (size_t e = 0; e < bytes[i]; e += elem)
+        left += std::all_of(results[1][i].begin() + e, results[1][i].begin() + e + elem,
+                            [](uint8_t b) { return b == 0xff; });
+      EXPECT_EQ(left, 0u) << what << ": elements cuDNN did not write";
     }
   }
 }

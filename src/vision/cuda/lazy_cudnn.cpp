@@ -19,6 +19,9 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) { return CUDNN(cudnnDestroy, ha
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
   return CUDNN(cudnnSetStream, handle, stream);
 }
+cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* stream) {
+  return CUDNN(cudnnGetStream, handle, stream);
+}
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* desc) {
   return CUDNN(cudnnCreateTensorDescriptor, desc);
 }

@@ -7,6 +7,7 @@
 #include "vision/core/error.h"
 #include "vision/cuda/check.h"
 #include "vision/cuda/libraries.h"
+#include "vision/cuda/sanitizer.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/train/optim_kernels.h"
 
@@ -141,16 +142,19 @@ uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_
     VISION_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, M, M, N, &one, x, CUDA_R_16BF, N,
                                                    sx, x, CUDA_R_16BF, N, sx, &zero, a, CUDA_R_16BF, M, sa, count,
                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cuda::mark_written_by_library(stream, a, a_bytes);
     // B = c·(A·A) + b·A: B preset to A; column-major (A·A)ᵀ = Aᵀ·Aᵀ.
     VISION_CUDA_CHECK(cudaMemcpyAsync(b, a, a_bytes, cudaMemcpyDeviceToDevice, stream));
     VISION_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, M, M, M, &fc, a, CUDA_R_16BF, M,
                                                    sa, a, CUDA_R_16BF, M, sa, &fb, b, CUDA_R_16BF, M, sa, count,
                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cuda::mark_written_by_library(stream, b, a_bytes);
     // Y = B·X + a·X: Y preset to X; column-major (B·X)ᵀ = Xᵀ·Bᵀ (n × m, k = m).
     VISION_CUDA_CHECK(cudaMemcpyAsync(y, x, x_bytes, cudaMemcpyDeviceToDevice, stream));
     VISION_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, M, M, &one, x, CUDA_R_16BF, N,
                                                    sx, b, CUDA_R_16BF, M, sa, &fa, y, CUDA_R_16BF, N, sx, count,
                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cuda::mark_written_by_library(stream, y, x_bytes);
     std::swap(x, y);
   }
   return x;

@@ -14,6 +14,7 @@
 #include "vision/cuda/check.h"
 #include "vision/cuda/libraries.h"
 #include "vision/cuda/memory.h"
+#include "vision/cuda/sanitizer.h"
 
 namespace vision::ops::cuda_impl {
 
@@ -164,6 +165,11 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
                      core::Layout layout, bool deterministic, size_t max_workspace)
     : handle_(handle), y_shape_(a.output_shape(x)), deterministic_(deterministic) {
   VISION_CHECK(x.is_concrete(), "CudnnConv needs a concrete input shape, got {}", x.str());
+  const size_t elem = core::dtype_size(dtype);
+  x_bytes_ = static_cast<size_t>(x.numel()) * elem;
+  w_bytes_ = static_cast<size_t>(a.weight_shape().numel()) * elem;
+  y_bytes_ = static_cast<size_t>(y_shape_.numel()) * elem;
+  bias_bytes_ = static_cast<size_t>(a.out_channels) * elem;
   const cudnnDataType_t dt = cudnn_dtype(dtype);
   const cudnnTensorFormat_t fmt = layout == core::Layout::nchw ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
   VISION_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_desc_));
@@ -246,11 +252,13 @@ void CudnnConv::forward(const void* x, const void* w, void* y, void* workspace, 
   use_math(fwd_math_);
   VISION_CUDNN_CHECK(cudnnConvolutionForward(handle_, &alpha, x_desc_, x, w_desc_, w, conv_desc_, fwd_algo_, workspace,
                                              workspace_, &beta, y_desc_, y));
+  mark_written(y, y_bytes_);
 }
 
 void CudnnConv::add_bias(const void* bias, void* y) const {
   const float one = 1.0f;
   VISION_CUDNN_CHECK(cudnnAddTensor(handle_, &one, bias_desc_, bias, &one, y_desc_, y));
+  mark_written(y, y_bytes_);
 }
 
 void CudnnConv::backward_data(const void* w, const void* dy, void* dx, void* workspace) const {
@@ -258,6 +266,7 @@ void CudnnConv::backward_data(const void* w, const void* dy, void* dx, void* wor
   use_math(bwd_data_math_);
   VISION_CUDNN_CHECK(cudnnConvolutionBackwardData(handle_, &alpha, w_desc_, w, y_desc_, dy, conv_desc_, bwd_data_algo_,
                                                   workspace, workspace_, &beta, x_desc_, dx));
+  mark_written(dx, x_bytes_);
 }
 
 void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, void* workspace) const {
@@ -265,11 +274,19 @@ void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, void* w
   use_math(bwd_filter_math_);
   VISION_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle_, &alpha, x_desc_, x, y_desc_, dy, conv_desc_,
                                                     bwd_filter_algo_, workspace, workspace_, &beta, w_desc_, dw));
+  mark_written(dw, w_bytes_);
 }
 
 void CudnnConv::backward_bias(const void* dy, void* db) const {
   const float alpha = 1.0f, beta = 0.0f;
   VISION_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle_, &alpha, y_desc_, dy, &beta, bias_desc_, db));
+  mark_written(db, bias_bytes_);
+}
+
+void CudnnConv::mark_written(const void* p, size_t bytes) const {
+  cudaStream_t stream = nullptr;
+  VISION_CUDNN_CHECK(cudnnGetStream(handle_, &stream));
+  cuda::mark_written_by_library(stream, p, bytes);
 }
 
 }  // namespace vision::ops::cuda_impl

@@ -47,6 +47,8 @@ class CudnnConv {
   void heuristic_algorithms(size_t max_workspace);
   void use_math(cudnnMathType_t m) const;
   void benchmark_algorithms(core::DType dtype, size_t max_workspace);
+  // Tells compute-sanitizer that cuDNN wrote [p, p + bytes) (cuda/sanitizer.h).
+  void mark_written(const void* p, size_t bytes) const;
 
   cudnnHandle_t handle_;
   core::Shape y_shape_;
@@ -60,6 +62,7 @@ class CudnnConv {
   cudnnMathType_t fwd_math_{}, bwd_data_math_{}, bwd_filter_math_{};
   mutable cudnnMathType_t math_{};  // what conv_desc_ is set to
   size_t workspace_ = 0;
+  size_t x_bytes_ = 0, w_bytes_ = 0, y_bytes_ = 0, bias_bytes_ = 0;
 };
 
 cudnnDataType_t cudnn_dtype(core::DType dtype);

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "vision/cuda/libraries.h"
+#include "vision/cuda/sanitizer.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/kernel_info_cuda.h"
 #include "vision/ops/cuda/cudnn_conv.h"
@@ -137,7 +138,9 @@ void pointwise_conv_gemm(cublasHandle_t handle, DType dtype, const Tensor& x, co
   const float alpha = 1.0f, beta = 0.0f;
   const int M = static_cast<int>(m), C = static_cast<int>(c), K = static_cast<int>(k);
   VISION_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, K, M, C, &alpha, w, t, C, x.raw(), t, C, &beta,
-                                   y.raw(), t, K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                   y.raw(), t, K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));  cudaStream_t stream = nullptr;
+  VISION_CUBLAS_CHECK(cublasGetStream(handle, &stream));
+  cuda::mark_written_by_library(stream, y.raw(), y.nbytes());
 }
 
 // After the convolution: y = act(y + bias) (either optional). In f32 cuDNN adds the bias (c: the convolution) and the
@@ -401,12 +404,15 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
       VISION_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
           cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x.raw(), x_desc_, ctx.output.raw(),
           c_desc_, p[0].raw(), p[1].raw(), p[2].raw(), p[3].raw(), eps_));
+      cuda::mark_written_by_library(stream_of(ctx.backend), ctx.output.raw(), ctx.output.nbytes());
       return;
     }
     VISION_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_, x.raw(), x_desc_, ctx.output.raw(),
         c_desc_, p[0].raw(), p[1].raw(), momentum_, p[2].raw(), p[3].raw(), eps_, ctx.saved[0].raw(),
         ctx.saved[1].raw()));
+    for (const Tensor* t : {&ctx.output, &ctx.saved[0], &ctx.saved[1]})
+      cuda::mark_written_by_library(stream_of(ctx.backend), t->raw(), t->nbytes());
     kernels::launch_increment_counter(stream_of(ctx.backend), static_cast<int64_t*>(p[4].raw()));
   }
   void backward(BackwardCtx& ctx) override {
@@ -429,6 +435,8 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
         cudnn_of(ctx.backend), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_desc_, x.raw(), x_desc_,
         ctx.grad_output.raw(), x_desc_, ctx.grad_inputs[0].raw(), c_desc_, ctx.params[0].raw(),
         ctx.grad_params[0].raw(), ctx.grad_params[1].raw(), eps_, ctx.saved[0].raw(), ctx.saved[1].raw()));
+    for (const Tensor* t : {&ctx.grad_inputs[0], &ctx.grad_params[0], &ctx.grad_params[1]})
+      cuda::mark_written_by_library(stream_of(ctx.backend), t->raw(), t->nbytes());
   }
 
  private:
