@@ -21,29 +21,11 @@
 
 #include "vision/core/safetensors.h"
 #include "vision/graph/state.h"
+#include "vision/models/yolo/model_info.h"
 #include "vision/models/yolo/yolo26.h"
 #include "vision/train/checkpoint.h"
 
 namespace vision::models::yolo {
-
-// What a weights file holds.
-struct ModelInfo {
-  Yolo26Spec spec;                          // scale, nc; norm folded for an exported model
-  std::vector<std::string> names;           // nc class names
-  std::array<int64_t, 2> imgsz = {640, 640};  // height, width it was trained at
-  std::vector<int64_t> stride = {8, 16, 32};
-
-  bool fused() const { return spec.norm == ConvNorm::folded; }
-};
-
-// ModelInfo for a spec: names "class0", "class1", …, imgsz 640.
-ModelInfo default_model_info(const Yolo26Spec& spec);
-std::map<std::string, std::string> weights_metadata(const ModelInfo& info);
-
-// The model a file holds, from its metadata. Without "scale" or "nc", they are read from its tensors (the width of
-// model.0, the depth of model.2, the one-to-one head's class convolution); without "names", default names. Throws
-// vision::Error naming the file and the field for anything malformed or inconsistent.
-ModelInfo read_model_info(const core::SafetensorsFile& file);
 
 // Loads the file into the state of a YOLO26 graph recorded with `spec` (any heads). First the file's model must be
 // that one (its scale, nc and format: clear errors otherwise); then every state tensor must be in the file with its

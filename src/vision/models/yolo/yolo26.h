@@ -19,51 +19,11 @@
 #include "vision/models/yolo/blocks/conv.h"
 #include "vision/models/yolo/blocks/detect.h"
 #include "vision/models/yolo/kernels/postprocess.h"
+#include "vision/models/yolo/yolo26_spec.h"
 
 namespace vision::models::yolo {
 
-using blocks::ConvNorm;
 using blocks::HeadOutputs;
-
-enum class Scale : uint8_t { n, s, m, l, x };
-
-struct ScaleInfo {
-  Scale scale;
-  std::string_view name;  // "n"
-  double depth;           // repeats multiple
-  double width;           // channels multiple
-  int64_t max_channels;
-  int64_t parameters;     // trainable parameters at nc = 80, both heads, BatchNorm unfused (ultralytics' count)
-};
-const ScaleInfo& scale_info(Scale scale);
-std::string_view scale_name(Scale scale);
-// "n", "s", "m", "l" or "x" (also "yolo26n", …); throws vision::Error naming the scales otherwise.
-Scale parse_scale(std::string_view name);
-
-// What a YOLO26 is: its scale, its number of classes and how its convolutions store BatchNorm.
-struct Yolo26Spec {
-  Scale scale = Scale::n;
-  int64_t nc = 80;
-  ConvNorm norm = ConvNorm::batchnorm;  // folded: an exported model (conv weight + bias, no BatchNorm)
-
-  // make_divisible(min(c, max_channels) · width, 8): a layer's channels at this scale.
-  int64_t channels(int64_t c) const;
-  // max(round(n · depth), 1) for n > 1, else n: a layer's repeats at this scale.
-  int64_t repeats(int64_t n) const;
-  // Throws vision::Error unless nc ≥ 1.
-  void validate() const;
-};
-
-// The strides of the Detect levels P3, P4, P5, and the multiple every input side must be.
-inline constexpr std::array<int64_t, 3> kStrides = {8, 16, 32};
-inline constexpr int64_t kSizeMultiple = 32;
-// The largest input side: a plan's activations grow with its area (YOLO26n at 8192² needs tens of GB), and no
-// detection model is trained or run above it.
-inline constexpr int64_t kMaxImageSize = 8192;
-// The most classes a model may have (the largest detection label sets have a few thousand).
-inline constexpr int64_t kMaxClasses = 65536;
-// Throws vision::Error naming the size unless height and width are positive multiples of 32 up to kMaxImageSize.
-void check_image_size(int64_t height, int64_t width);
 
 enum class Heads : uint8_t { one_to_one, one_to_many, both };
 

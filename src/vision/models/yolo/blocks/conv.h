@@ -7,15 +7,12 @@
 #include <string>
 
 #include "vision/graph/graph.h"
+#include "vision/models/yolo/yolo26_spec.h"
 
 namespace vision::models::yolo::blocks {
 
 inline constexpr float kBatchNormEps = 1e-3f;
 inline constexpr float kBatchNormMomentum = 0.03f;
-
-// How a Conv block stores its normalisation: a BatchNorm after a bias-free convolution (a checkpoint, trainable), or
-// folded into the convolution's weight and a bias (an exported model: keys "<name>.conv.weight", "<name>.conv.bias").
-enum class ConvNorm : uint8_t { batchnorm, folded };
 
 struct ConvArgs {
   int64_t c2 = 0;      // output channels

@@ -9,11 +9,6 @@
 
 namespace vision::models::yolo::blocks {
 
-std::array<std::string, 2> detect_head_prefixes(DetectHead head) {
-  if (head == DetectHead::one_to_one) return {"one2one_cv2.", "one2one_cv3."};
-  return {"cv2.", "cv3."};
-}
-
 HeadOutputs detect_head(const std::array<graph::SymTensor, 3>& features, int64_t nc, DetectHead head, ConvNorm norm) {
   VISION_CHECK(nc >= 1, "Detect: nc must be at least 1, got {}", nc);
   for (const auto& f : features)

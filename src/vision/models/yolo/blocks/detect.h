@@ -13,8 +13,6 @@
 
 namespace vision::models::yolo::blocks {
 
-enum class DetectHead : uint8_t { one_to_many, one_to_one };
-
 // A head's raw outputs over all anchors (P3, then P4, then P5, each row-major).
 struct HeadOutputs {
   graph::SymTensor ltrb;    // [B, 4, A] distances to the box sides, in grid units of the anchor's level
@@ -24,10 +22,6 @@ struct HeadOutputs {
 // Records one head on the features P3, P4, P5 [B, ch_i, H/8·2^-i, W/8·2^-i] in the current scope (the Detect
 // layer's, "model.23").
 HeadOutputs detect_head(const std::array<graph::SymTensor, 3>& features, int64_t nc, DetectHead head, ConvNorm norm);
-
-// The state key prefixes of a head's branches below the Detect layer ("cv2.", "cv3." or "one2one_cv2.",
-// "one2one_cv3.").
-std::array<std::string, 2> detect_head_prefixes(DetectHead head);
 
 // YOLO26's initial biases of the last convolutions of a head's branches at a level of this stride: box 2.0, class
 // log(5 / nc / (640 / stride)²).
