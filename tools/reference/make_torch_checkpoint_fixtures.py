@@ -31,6 +31,10 @@ Writes four files:
   ultralytics_fused_tiny.pt     a small model saved after ultralytics' fuse(): its Conv has no bn, a conv with a bias,
                                 and forward = the bound method forward_fuse (pickled as getattr(conv, "forward_fuse")).
 
+tests/fixtures/torch2/ holds the three tiny files as PyTorch 2.11 with NumPy 2.5 writes them (this script run on the GPU
+host: its archives add .format_version, .storage_alignment, byteorder and .data/serialization_id, and NumPy 2 names its
+rebuilder numpy._core); the fuzz corpus has the two of protocol 2 as *_torch2.pt.
+
 With a second argument, also the seed corpus of the fuzz target fuzz_torch_checkpoint: the two tiny archives, and
 data.pkl-only seeds (the tiny checkpoints pickled again with every storage renamed "s<Type>Storage" of 4096 bytes, the
 storages the target gives a bare pickle, so that mutations reach past the first tensor without a zip CRC in the way).

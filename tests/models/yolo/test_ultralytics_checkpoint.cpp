@@ -120,7 +120,9 @@ const PyValue* module_at(const PyValue* m, const std::string& path) {
 }
 
 TEST(UltralyticsCheckpoint, TrainingCheckpointIsReadFromItsEma) {
-  for (const char* name : {"ultralytics_train_tiny.pt", "ultralytics_train_tiny_p5.pt"}) {
+  // Written by PyTorch 1.13 and (torch2/) by PyTorch 2.11.
+  for (const char* name : {"ultralytics_train_tiny.pt", "ultralytics_train_tiny_p5.pt",
+                           "torch2/ultralytics_train_tiny.pt", "torch2/ultralytics_train_tiny_p5.pt"}) {
     SCOPED_TRACE(name);
     const core::SafetensorsFile f = yolo::read_model_file(fixture(name));
     std::vector<std::string> names;
@@ -156,20 +158,23 @@ TEST(UltralyticsCheckpoint, TrainingCheckpointIsReadFromItsEma) {
 }
 
 TEST(UltralyticsCheckpoint, ModelSavedAfterFuseIsTheFusedFormat) {
-  const core::SafetensorsFile f = yolo::read_model_file(fixture("ultralytics_fused_tiny.pt"));
-  EXPECT_EQ(f.metadata.at("format"), "fused");
-  EXPECT_NE(f.find("model.0.conv.bias"), nullptr);
-  EXPECT_EQ(f.find("model.0.bn.weight"), nullptr);
-  EXPECT_EQ(f.metadata.at("imgsz"), "[256, 320]");
-  const yolo::ModelInfo info = yolo::read_model_info(f);
-  EXPECT_TRUE(info.fused());
-  EXPECT_EQ(info.imgsz, (std::array<int64_t, 2>{256, 320}));
-  // Its Conv holds forward = getattr(conv, "forward_fuse"): an inert placeholder.
-  const core::TorchCheckpoint ck = core::TorchCheckpoint::read(fixture("ultralytics_fused_tiny.pt"));
-  const PyValue* conv = module_at(ck.root().get("model"), "model.0");
-  ASSERT_NE(conv, nullptr);
-  ASSERT_NE(conv->get("forward"), nullptr);
-  EXPECT_EQ(conv->get("forward")->text, "bound method ultralytics.nn.modules.conv.Conv.forward_fuse");
+  for (const char* name : {"ultralytics_fused_tiny.pt", "torch2/ultralytics_fused_tiny.pt"}) {
+    SCOPED_TRACE(name);
+    const core::SafetensorsFile f = yolo::read_model_file(fixture(name));
+    EXPECT_EQ(f.metadata.at("format"), "fused");
+    EXPECT_NE(f.find("model.0.conv.bias"), nullptr);
+    EXPECT_EQ(f.find("model.0.bn.weight"), nullptr);
+    EXPECT_EQ(f.metadata.at("imgsz"), "[256, 320]");
+    const yolo::ModelInfo info = yolo::read_model_info(f);
+    EXPECT_TRUE(info.fused());
+    EXPECT_EQ(info.imgsz, (std::array<int64_t, 2>{256, 320}));
+    // Its Conv holds forward = getattr(conv, "forward_fuse"): an inert placeholder.
+    const core::TorchCheckpoint ck = core::TorchCheckpoint::read(fixture(name));
+    const PyValue* conv = module_at(ck.root().get("model"), "model.0");
+    ASSERT_NE(conv, nullptr);
+    ASSERT_NE(conv->get("forward"), nullptr);
+    EXPECT_EQ(conv->get("forward")->text, "bound method ultralytics.nn.modules.conv.Conv.forward_fuse");
+  }
 }
 
 // ---- Hostile module trees ---------------------------------------------------------------------------------------
