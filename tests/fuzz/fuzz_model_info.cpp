@@ -2,27 +2,20 @@
 // metadata "format", "scale", "nc", "names", "imgsz", "stride", and the tensors they are checked against). An accepted
 // file describes a model the engine could build: a scale, 1–kMaxClasses classes with as many names, an image size it
 // takes, YOLO26's strides.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <filesystem>
 #include <string>
+#include <vector>
 
+#include "fuzz_util.h"
 #include "vision/core/error.h"
 #include "vision/core/safetensors.h"
 #include "vision/models/yolo/model_info.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace yolo = vision::models::yolo;
-  static const std::string path =
-      (std::filesystem::temp_directory_path() / ("vision-fuzz-model-" + std::to_string(::getpid()) + ".safetensors"))
-          .string();
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return 0;
-  std::fwrite(data, 1, size, f);
-  std::fclose(f);
+  const std::string path = vision::fuzz::input_file(data, size, "-model.safetensors");
+  if (path.empty()) return 0;
   try {
     const vision::core::SafetensorsFile file = vision::core::read_safetensors(path);
     const yolo::ModelInfo info = yolo::read_model_info(file);

@@ -3,16 +3,13 @@
 // input starting "PK" is a zip archive on disk (TorchCheckpoint::read); any other input is a bare data.pkl given one
 // 4096-byte storage per storage type, named "s<Type>Storage" (TorchCheckpoint::from_pickle), so that mutations reach
 // the unpickler without a zip CRC in their way. Every tensor the walk returns must lie within the input's bytes.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "fuzz_util.h"
 #include "vision/core/error.h"
 #include "vision/core/torch_checkpoint.h"
 #include "vision/models/yolo/ultralytics_checkpoint.h"
@@ -57,12 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   try {
     if (size >= 2 && data[0] == 'P' && data[1] == 'K') {
-      static const std::string path =
-          (std::filesystem::temp_directory_path() / ("vision-fuzz-" + std::to_string(::getpid()) + ".pt")).string();
-      FILE* f = std::fopen(path.c_str(), "wb");
-      if (!f) return 0;
-      std::fwrite(data, 1, size, f);
-      std::fclose(f);
+      const std::string path = vision::fuzz::input_file(data, size, ".pt");
+      if (path.empty()) return 0;
       // A stored storage is at most the file; a deflated one at most 1032 times its compressed bytes.
       check(vision::core::TorchCheckpoint::read(path), 1032 * size + 64);
     } else {

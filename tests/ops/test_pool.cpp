@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <random>
 
 #include "ops/op_harness.h"
 #include "vision/graph/graph.h"
@@ -87,6 +89,27 @@ TEST(MaxPool2d, InferenceSavesNothing) {
   OpHarness h(op, {random_tensor({1, 2, 6, 6})});
   EXPECT_TRUE(h.saved.empty());
   EXPECT_LT(rel_error(h.forward().to_vector(), maxpool_ref(h.inputs[0], 5, 1, 2).y), 1e-7);
+}
+
+// Inference takes the separable path (each row's maximum, then the maximum over the rows): the values of the
+// windowed loop that training runs, bit for bit, with ties, −0 beside +0, NaN and ±inf in the windows.
+TEST(MaxPool2d, InferenceEqualsTheTrainingForwardBitForBit) {
+  for (const auto& c : kCases) {
+    SCOPED_TRACE(testing::Message() << "k " << c.k << " s " << c.s << " p " << c.p);
+    std::vector<float> v(static_cast<size_t>(c.x.numel()));
+    std::uniform_int_distribution<int> pick(0, 9);
+    const float specials[] = {0.0f, -0.0f, 1.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN, 2.5f, -2.5f};
+    for (float& x : v) x = specials[pick(rng())];
+    ops::MaxPool2dOp op(c.k, c.s, c.p);
+    OpHarness train(op, {Tensor::from_vector(c.x, v)}, Mode::train);
+    OpHarness infer(op, {Tensor::from_vector(c.x, v)});
+    const Tensor a = train.forward(), b = infer.forward();
+    ASSERT_EQ(a.numel(), b.numel());
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+    size_t nans = 0;
+    for (float y : b.to_vector()) nans += std::isnan(y);
+    EXPECT_GT(nans, 0u) << "the case has NaN windows";
+  }
 }
 
 TEST(MaxPool2d, BuilderAndErrors) {

@@ -1,5 +1,7 @@
 #include "vision/ops/upsample.h"
 
+#include <algorithm>
+
 #include "vision/cpu/parallel.h"
 #include "vision/ops/op_util.h"
 
@@ -11,19 +13,21 @@ class UpsampleNearestRuntime final : public CpuRuntimeOp {
  public:
   explicit UpsampleNearestRuntime(int64_t scale) : CpuRuntimeOp("ops.upsample_nearest", 1), s_(scale) {}
 
-  // One output row per iteration.
+  // One input row per iteration: its first output row element by element (no division per element), the other
+  // scale − 1 rows copied from it.
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
-    const int64_t h = x.dim(2), w = x.dim(3), ow = w * s_;
+    const int64_t w = x.dim(3), ow = w * s_;
     const float* src = x.data<float>();
     float* dst = ctx.output.data<float>();
     cpu::parallel_for(
-        x.dim(0) * x.dim(1) * h * s_,
+        x.dim(0) * x.dim(1) * x.dim(2),
         [&](int64_t row) {
-          const int64_t plane = row / (h * s_), iy = (row % (h * s_)) / s_;
-          const float* in = src + (plane * h + iy) * w;
-          float* out = dst + row * ow;
-          for (int64_t ox = 0; ox < ow; ++ox) out[ox] = in[ox / s_];
+          const float* in = src + row * w;
+          float* out = dst + row * s_ * ow;
+          for (int64_t ix = 0; ix < w; ++ix)
+            for (int64_t a = 0; a < s_; ++a) out[ix * s_ + a] = in[ix];
+          for (int64_t a = 1; a < s_; ++a) std::copy(out, out + ow, out + a * ow);
         },
         ctx.output.numel());
   }
