@@ -314,14 +314,20 @@ PYBIND11_MODULE(_vision, m) {
       .def_property_readonly("frame", &track::ByteTracker::frame);
   // Video through FFmpeg: frames as (index, timestamp in s, H×W×3 RGB array); an annotated video out.
   m.def("is_video_source", &data::is_video_source, py::arg("source"),
-        "Whether a source names a video file or a stream URL");
+        "Whether a source names a video file, a stream URL or a camera");
   py::class_<data::VideoReader>(m, "VideoReader")
-      .def(py::init([](const std::string& source, int64_t stride, int64_t max_pixels) {
+      .def(py::init([](const std::string& source, int64_t stride, int64_t max_pixels, int reconnect,
+                       double reconnect_delay) {
              py::gil_scoped_release release;
-             return std::make_unique<data::VideoReader>(source,
-                                                        data::VideoReaderOptions{.max_pixels = max_pixels, .stride = stride});
+             return std::make_unique<data::VideoReader>(
+                 source, data::VideoReaderOptions{.max_pixels = max_pixels,
+                                                  .stride = stride,
+                                                  .reconnect = reconnect,
+                                                  .reconnect_delay = reconnect_delay});
            }),
-           py::arg("source"), py::arg("stride") = 1, py::arg("max_pixels") = data::kDefaultMaxPixels)
+           py::arg("source"), py::arg("stride") = 1, py::arg("max_pixels") = data::kDefaultMaxPixels,
+           py::arg("reconnect") = 5, py::arg("reconnect_delay") = 1.0)
+      .def_property_readonly("reconnects", &data::VideoReader::reconnects)
       .def_property_readonly("info",
                              [](const data::VideoReader& r) {
                                py::dict d;

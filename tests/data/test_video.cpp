@@ -2,13 +2,23 @@
 // to the originals, with timestamps and a frame stride; the file appears only when closed (and a writer destroyed
 // unclosed still finishes it); hostile and broken files — random bytes, a truncated mp4, a damaged middle, a missing
 // file, frames over the pixel limit — give clear errors naming the source, never a crash.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli_util.h"
 #include "test_util.h"
@@ -144,9 +154,156 @@ TEST(Video, BadSourcesAreClearErrors) {
 }
 
 TEST(Video, SourcesThatAreVideos) {
-  for (const char* s : {"a.mp4", "b.MKV", "dir/c.avi", "d.mov", "e.webm", "rtsp://cam/stream", "https://x/y.m3u8"})
+  for (const char* s : {"a.mp4", "b.MKV", "dir/c.avi", "d.mov", "e.webm", "rtsp://cam/stream", "https://x/y.m3u8", "0",
+                        "12", "/dev/video2"})
     EXPECT_TRUE(is_video_source(s)) << s;
-  for (const char* s : {"a.jpg", "images/", "*.png", "list.txt"}) EXPECT_FALSE(is_video_source(s)) << s;
+  for (const char* s : {"a.jpg", "images/", "*.png", "list.txt", "1234"}) EXPECT_FALSE(is_video_source(s)) << s;
+  EXPECT_TRUE(is_camera_source("0") && is_camera_source("/dev/video0") && !is_camera_source("rtsp://cam/0"));
+  EXPECT_TRUE(is_stream_url("rtmp://x/live") && !is_stream_url("/dev/video0"));
+  // A folder named "0" is that folder, not the first camera.
+  test::TempDir dir;
+  fs::create_directory(dir.path() / "0");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir.path());
+  const bool camera = is_camera_source("0");
+  fs::current_path(cwd);
+  EXPECT_FALSE(camera);
+}
+
+// A camera that is not there is a clear error naming it and its device, before anything is opened.
+TEST(Video, AbsentCameraIsAClearError) {
+  for (const auto& [source, device] : {std::pair{"57", "/dev/video57"}, std::pair{"/dev/video63", "/dev/video63"}}) {
+    const std::string e = test::error_of([&] { VideoReader r(source); });
+    EXPECT_NE(e.find(fmt::format("camera {}: there is no {} (is a camera connected?)", source, device)),
+              std::string::npos)
+        << e;
+  }
+}
+
+// An HTTP server on 127.0.0.1 serving one body to one client after another (HTTP/1.1, its full Content-Length): the
+// first `drops` connections get only the first half of the body before the server closes them (a stream that drops);
+// after `serve` connections it stops listening (a stream that is gone).
+class HttpTestServer {
+ public:
+  HttpTestServer(std::string body, int drops, int serve) : body_(std::move(body)), drops_(drops), serve_(serve) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t n = sizeof a;
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listener_, 4) != 0 || ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &n) != 0)
+      throw std::runtime_error("test HTTP server: no socket");
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~HttpTestServer() {
+    stop_ = true;
+    thread_.join();
+    if (listener_ >= 0) ::close(listener_);
+  }
+  std::string url() const { return fmt::format("http://127.0.0.1:{}/live.ts", port_); }
+  int connections() const { return connections_; }
+
+ private:
+  void run() {
+    while (!stop_ && connections_ < serve_) {
+      pollfd p{listener_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int c = ::accept(listener_, nullptr, nullptr);
+      if (c < 0) continue;
+      std::string request;
+      char buf[1024];
+      while (request.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t got = ::recv(c, buf, sizeof buf, 0);
+        if (got <= 0) break;
+        request.append(buf, static_cast<size_t>(got));
+      }
+      const bool drop = connections_ < drops_;
+      const std::string head = fmt::format(
+          "HTTP/1.1 200 OK\r\nContent-Type: video/mp2t\r\nContent-Length: {}\r\n\r\n", body_.size());
+      const size_t n = drop ? body_.size() / 2 : body_.size();
+      send_all(c, head.data(), head.size());
+      send_all(c, body_.data(), n);
+      ::shutdown(c, SHUT_RDWR);
+      ::close(c);
+      ++connections_;
+    }
+    ::close(listener_);  // gone: later connections are refused
+    listener_ = -1;
+  }
+  static void send_all(int c, const char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t sent = ::send(c, p, n, MSG_NOSIGNAL);
+      if (sent <= 0) return;
+      p += sent;
+      n -= static_cast<size_t>(sent);
+    }
+  }
+
+  std::string body_;
+  int drops_, serve_;
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// A live stream that drops mid-way is opened again (a warning says so) and its frames go on: every frame of the first
+// half-connection, then every frame of the second, indices and timestamps increasing.
+TEST(VideoStream, ADroppedStreamIsReconnected) {
+  test::TempDir dir;
+  const fs::path ts = write_test_video(dir.path() / "live.ts", 40);
+  const int64_t all = [&] {
+    VideoReader r(ts.string());
+    VideoFrame f;
+    int64_t n = 0;
+    while (r.read(f)) ++n;
+    return n;
+  }();
+  ASSERT_EQ(all, 40);
+  HttpTestServer server(file_bytes(ts), /*drops=*/1, /*serve=*/2);
+  VideoReader r(server.url(), {.reconnect = 3, .reconnect_delay = 0.05});
+  VideoFrame f;
+  int64_t frames = 0, last_index = -1;
+  double last_time = -1;
+  while (r.read(f)) {
+    EXPECT_GT(f.index, last_index);
+    EXPECT_GT(f.timestamp, last_time);
+    last_index = f.index;
+    last_time = f.timestamp;
+    ++frames;
+  }
+  EXPECT_EQ(r.reconnects(), 1);
+  EXPECT_EQ(server.connections(), 2);
+  EXPECT_GT(frames, all) << "the frames before the drop, then the whole stream again";
+  EXPECT_LT(frames, 2 * all);
+  bool reported = false;
+  for (const auto& w : r.warnings()) reported |= w.find("reconnecting in 0.05 s (attempt 1 of 3)") != std::string::npos;
+  EXPECT_TRUE(reported) << fmt::format("{}", fmt::join(r.warnings(), "\n"));
+}
+
+// A live stream that drops and does not come back ends with an error naming it, after the attempts (never a hang).
+TEST(VideoStream, AStreamThatIsGoneIsAClearErrorAfterTheAttempts) {
+  test::TempDir dir;
+  const fs::path ts = write_test_video(dir.path() / "live.ts", 40);
+  HttpTestServer server(file_bytes(ts), /*drops=*/1, /*serve=*/1);
+  VideoReader r(server.url(), {.reconnect = 2, .reconnect_delay = 0.05});
+  VideoFrame f;
+  const std::string e = test::error_of([&] {
+    while (r.read(f)) {
+    }
+  });
+  EXPECT_NE(e.find("the stream dropped"), std::string::npos) << e;
+  EXPECT_NE(e.find("did not come back after 2 reconnection attempts"), std::string::npos) << e;
+  EXPECT_EQ(r.reconnects(), 0);
 }
 
 // `vision synth --sequences --video` writes an mp4 per sequence; `vision track` follows its shapes (the frames decoded

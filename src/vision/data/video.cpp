@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cstdarg>
 #include <mutex>
+#include <thread>
 
 #include "vision/core/error.h"
 
 #ifdef VISION_HAS_VIDEO
 extern "C" {
 #include <libavcodec/avcodec.h>
+#include <libavdevice/avdevice.h>
 #include <libavformat/avformat.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/opt.h>
@@ -23,9 +25,27 @@ extern "C" {
 
 namespace vision::data {
 
-bool is_video_source(const std::string& source) {
+bool is_camera_source(const std::string& source) {
+  if (source.rfind("/dev/video", 0) == 0) return true;
+  // "0" … "999", unless a file or folder of that name is there (ultralytics' source=0 is the first camera).
+  std::error_code ec;
+  return !source.empty() && source.size() <= 3 &&
+         std::all_of(source.begin(), source.end(), [](unsigned char c) { return std::isdigit(c); }) &&
+         !std::filesystem::exists(source, ec);
+}
+
+bool is_stream_url(const std::string& source) {
   for (const char* scheme : {"rtsp://", "rtmp://", "http://", "https://"})
     if (source.rfind(scheme, 0) == 0) return true;
+  return false;
+}
+
+std::string camera_device(const std::string& source) {
+  return source.rfind("/dev/", 0) == 0 ? source : "/dev/video" + std::to_string(std::stoi(source));
+}
+
+bool is_video_source(const std::string& source) {
+  if (is_stream_url(source) || is_camera_source(source)) return true;
   std::string ext = std::filesystem::path(source).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   static constexpr std::array<const char*, 11> kExtensions = {".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v",
@@ -88,6 +108,7 @@ constexpr size_t kMaxWarnings = 16;
 struct VideoReader::Impl {
   std::string source;
   VideoReaderOptions options;
+  bool live = false;  // a stream URL or a camera: reconnected when it drops
   VideoInfo info;
   AVFormatContext* format = nullptr;
   AVCodecContext* decoder = nullptr;
@@ -97,8 +118,10 @@ struct VideoReader::Impl {
   int stream = -1;
   AVRational time_base = {0, 1};
   int64_t start_pts = 0;
-  int64_t decoded = 0;  // frames decoded (kept or skipped by the stride)
+  int64_t decoded = 0;  // frames decoded (kept or skipped by the stride), over every connection
   int64_t failed_packets = 0;
+  int64_t reconnects = 0;
+  double time_offset = 0, last_timestamp = 0;  // a reconnected stream's timestamps go on from the last frame's
   bool draining = false;
   std::vector<std::string> warnings;
   std::chrono::steady_clock::time_point deadline;
@@ -108,8 +131,11 @@ struct VideoReader::Impl {
   }
   void arm() { deadline = std::chrono::steady_clock::now() + kIoTimeout; }
 
-  ~Impl() {
+  ~Impl() { close_input(); }
+
+  void close_input() {
     sws_freeContext(scaler);
+    scaler = nullptr;
     av_frame_free(&frame);
     av_packet_free(&packet);
     avcodec_free_context(&decoder);
@@ -118,6 +144,87 @@ struct VideoReader::Impl {
 
   void warn(const std::string& w) {
     if (warnings.size() < kMaxWarnings) warnings.push_back(w);
+  }
+
+  // Opens the source and its best video stream's decoder (the first time, and again on each reconnection).
+  void open() {
+    const AVInputFormat* input_format = nullptr;
+    std::string url = source;
+    if (is_camera_source(source)) {
+      url = camera_device(source);
+      static std::once_flag devices;
+      std::call_once(devices, [] { avdevice_register_all(); });
+      input_format = av_find_input_format("video4linux2");
+      VISION_CHECK_INPUT(input_format, "camera {}: this FFmpeg has no video4linux2 input", source);
+      std::error_code ec;
+      VISION_CHECK_INPUT(std::filesystem::exists(url, ec), "camera {}: there is no {} (is a camera connected?)",
+                         source, url);
+    }
+    format = avformat_alloc_context();
+    VISION_CHECK(format, "video {}: out of memory opening it", source);
+    format->interrupt_callback = {&Impl::interrupted, this};
+    arm();
+    AVDictionary* open_options = nullptr;
+    av_dict_set(&open_options, "rw_timeout", "15000000", 0);  // microseconds, for the protocols that take it
+    int ret = avformat_open_input(&format, url.c_str(), input_format, &open_options);
+    av_dict_free(&open_options);
+    if (ret < 0) {
+      format = nullptr;  // freed by avformat_open_input
+      fail_input("{} {}: cannot be opened: {}", is_camera_source(source) ? "camera" : "video", source,
+                 av_error_logged(ret));
+    }
+    arm();
+    ret = avformat_find_stream_info(format, nullptr);
+    VISION_CHECK_INPUT(ret >= 0, "video {}: its streams cannot be read: {}", source, av_error_logged(ret));
+    const AVCodec* codec = nullptr;
+    stream = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
+    VISION_CHECK_INPUT(stream != AVERROR_STREAM_NOT_FOUND, "video {}: it holds no video stream", source);
+    VISION_CHECK_INPUT(stream >= 0 && codec, "video {}: no decoder for its video codec ({})", source,
+                       stream >= 0 ? avcodec_get_name(format->streams[stream]->codecpar->codec_id) : "unknown");
+    AVStream* st = format->streams[stream];
+    const AVCodecParameters* par = st->codecpar;
+    VISION_CHECK_INPUT(par->width > 0 && par->height > 0, "video {}: the video stream has no frame size", source);
+    VISION_CHECK_INPUT(static_cast<int64_t>(par->width) * par->height <= options.max_pixels,
+                       "video {}: frames of {}×{} are larger than the limit of {} pixels", source, par->width,
+                       par->height, options.max_pixels);
+    decoder = avcodec_alloc_context3(codec);
+    VISION_CHECK(decoder, "video {}: out of memory for the decoder", source);
+    ret = avcodec_parameters_to_context(decoder, par);
+    VISION_CHECK_INPUT(ret >= 0, "video {}: bad codec parameters: {}", source, av_error(ret));
+    decoder->thread_count = 0;  // as many as libavcodec picks
+    ret = avcodec_open2(decoder, codec, nullptr);
+    VISION_CHECK_INPUT(ret >= 0, "video {}: the {} decoder does not open: {}", source, codec->name, av_error(ret));
+    packet = av_packet_alloc();
+    frame = av_frame_alloc();
+    VISION_CHECK(packet && frame, "video {}: out of memory", source);
+    time_base = st->time_base;
+    start_pts = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
+    const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
+    info = {.width = par->width, .height = par->height, .fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0,
+            .frames = st->nb_frames, .codec = avcodec_get_name(par->codec_id)};
+    draining = false;
+  }
+
+  // A live source dropped (why): closed and opened again after 1, 2, 4, … × options.reconnect_delay seconds (at most
+  // 30 s), up to options.reconnect times in a row; each attempt is a warning. False when the attempts are spent.
+  bool reconnect(const std::string& why) {
+    close_input();
+    double delay = options.reconnect_delay;
+    for (int attempt = 1; attempt <= options.reconnect; ++attempt, delay = std::min(2 * delay, 30.0)) {
+      warn(fmt::format("video {}: {}; reconnecting in {:g} s (attempt {} of {})", source, why, delay, attempt,
+                       options.reconnect));
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+      try {
+        open();
+        ++reconnects;
+        time_offset = last_timestamp + (info.fps > 0 ? 1.0 / info.fps : 0.0);
+        return true;
+      } catch (const Error& e) {
+        close_input();
+        warn(fmt::format("video {}: reconnecting failed: {}", source, e.what()));
+      }
+    }
+    return false;
   }
 
   void to_image(VideoFrame& out) {
@@ -137,8 +244,9 @@ struct VideoReader::Impl {
     VISION_CHECK(rows == h, "video {}: converting a frame to RGB gave {} of {} rows", source, rows, h);
     const int64_t pts = frame->best_effort_timestamp;
     out.timestamp = pts != AV_NOPTS_VALUE && time_base.num > 0
-                        ? static_cast<double>(pts - start_pts) * av_q2d(time_base)
+                        ? time_offset + static_cast<double>(pts - start_pts) * av_q2d(time_base)
                         : (info.fps > 0 ? static_cast<double>(decoded - 1) / info.fps : 0.0);
+    last_timestamp = out.timestamp;
     out.index = decoded - 1;
   }
 };
@@ -148,54 +256,19 @@ VideoReader::VideoReader(const std::string& source, const VideoReaderOptions& op
   Impl& d = *impl_;
   d.source = source;
   d.options = options;
+  d.live = is_stream_url(source) || is_camera_source(source);
   VISION_CHECK(options.stride >= 1, "video: the frame stride must be at least 1, got {}", options.stride);
-  d.format = avformat_alloc_context();
-  VISION_CHECK(d.format, "video {}: out of memory opening it", source);
-  d.format->interrupt_callback = {&Impl::interrupted, &d};
-  d.arm();
-  AVDictionary* open_options = nullptr;
-  av_dict_set(&open_options, "rw_timeout", "15000000", 0);  // microseconds, for the protocols that take it
-  int ret = avformat_open_input(&d.format, source.c_str(), nullptr, &open_options);
-  av_dict_free(&open_options);
-  if (ret < 0) {
-    d.format = nullptr;  // freed by avformat_open_input
-    fail_input("video {}: cannot be opened: {}", source, av_error_logged(ret));
-  }
-  d.arm();
-  ret = avformat_find_stream_info(d.format, nullptr);
-  VISION_CHECK_INPUT(ret >= 0, "video {}: its streams cannot be read: {}", source, av_error_logged(ret));
-  const AVCodec* codec = nullptr;
-  d.stream = av_find_best_stream(d.format, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
-  VISION_CHECK_INPUT(d.stream != AVERROR_STREAM_NOT_FOUND, "video {}: it holds no video stream", source);
-  VISION_CHECK_INPUT(d.stream >= 0 && codec, "video {}: no decoder for its video codec ({})", source,
-                     d.stream >= 0 ? avcodec_get_name(d.format->streams[d.stream]->codecpar->codec_id) : "unknown");
-  AVStream* st = d.format->streams[d.stream];
-  const AVCodecParameters* par = st->codecpar;
-  VISION_CHECK_INPUT(par->width > 0 && par->height > 0, "video {}: the video stream has no frame size", source);
-  VISION_CHECK_INPUT(static_cast<int64_t>(par->width) * par->height <= options.max_pixels,
-                     "video {}: frames of {}×{} are larger than the limit of {} pixels", source, par->width,
-                     par->height, options.max_pixels);
-  d.decoder = avcodec_alloc_context3(codec);
-  VISION_CHECK(d.decoder, "video {}: out of memory for the decoder", source);
-  ret = avcodec_parameters_to_context(d.decoder, par);
-  VISION_CHECK_INPUT(ret >= 0, "video {}: bad codec parameters: {}", source, av_error(ret));
-  d.decoder->thread_count = 0;  // as many as libavcodec picks
-  ret = avcodec_open2(d.decoder, codec, nullptr);
-  VISION_CHECK_INPUT(ret >= 0, "video {}: the {} decoder does not open: {}", source, codec->name, av_error(ret));
-  d.packet = av_packet_alloc();
-  d.frame = av_frame_alloc();
-  VISION_CHECK(d.packet && d.frame, "video {}: out of memory", source);
-  d.time_base = st->time_base;
-  d.start_pts = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
-  const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
-  d.info = {.width = par->width, .height = par->height, .fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0,
-            .frames = st->nb_frames, .codec = avcodec_get_name(par->codec_id)};
+  VISION_CHECK(options.reconnect >= 0 && options.reconnect_delay >= 0 && options.reconnect_delay <= 60,
+               "video: reconnect needs at least 0 attempts and a delay of 0–60 s, got {} and {}", options.reconnect,
+               options.reconnect_delay);
+  d.open();
 }
 
 VideoReader::~VideoReader() = default;
 
 const VideoInfo& VideoReader::info() const { return impl_->info; }
 const std::vector<std::string>& VideoReader::warnings() const { return impl_->warnings; }
+int64_t VideoReader::reconnects() const { return impl_->reconnects; }
 
 bool VideoReader::read(VideoFrame& out) {
   Impl& d = *impl_;
@@ -223,6 +296,15 @@ bool VideoReader::read(VideoFrame& out) {
     d.arm();
     ret = av_read_frame(d.format, d.packet);
     if (ret < 0) {
+      // A live source that stalls or fails (not one that ends) is opened again, with back-off.
+      if (d.live && ret != AVERROR_EOF && !d.draining) {
+        const std::string why = ret == AVERROR_EXIT
+                                    ? fmt::format("no data for {} s", static_cast<long long>(kIoTimeout.count()))
+                                    : "the stream dropped: " + av_error_logged(ret);
+        if (d.reconnect(why)) continue;
+        fail_input("video {}: {}, and it did not come back after {} reconnection attempt{}", d.source, why,
+                   d.options.reconnect, d.options.reconnect == 1 ? "" : "s");
+      }
       VISION_CHECK_INPUT(ret != AVERROR_EXIT, "video {}: no data for {} s: the stream stalled", d.source,
                          static_cast<long long>(kIoTimeout.count()));
       if (ret != AVERROR_EOF) d.warn(fmt::format("video {}: reading stopped: {}", d.source, av_error(ret)));
@@ -402,6 +484,7 @@ VideoReader::VideoReader(const std::string& source, const VideoReaderOptions&) {
 VideoReader::~VideoReader() = default;
 const VideoInfo& VideoReader::info() const { fail("video: no video support in this build"); }
 const std::vector<std::string>& VideoReader::warnings() const { fail("video: no video support in this build"); }
+int64_t VideoReader::reconnects() const { return 0; }
 bool VideoReader::read(VideoFrame&) { fail("video: no video support in this build"); }
 VideoWriter::VideoWriter(const std::filesystem::path& path, int64_t, int64_t, double) {
   fail("video {}: this build of vision-cpp writes no video (configured with -DVISION_VIDEO=OFF)", path.string());

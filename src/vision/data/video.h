@@ -1,7 +1,8 @@
 // Video — frames in and out through FFmpeg's libraries (Debian's libavformat, libavcodec, libswscale, libavutil).
 //
-// VideoReader opens a file or a stream URL (whatever libavformat opens: mp4, mkv, avi, mov, webm, …; rtsp://, http://)
-// and decodes its best video stream to upright RGB frames. Frames larger than max_pixels are refused before anything
+// VideoReader opens a file, a stream URL (whatever libavformat opens: mp4, mkv, avi, mov, webm, …; rtsp://, http://) or
+// a camera (video4linux2) and decodes its best video stream to upright RGB frames; a live source that drops is opened
+// again with back-off. Frames larger than max_pixels are refused before anything
 // is allocated for them; packets that do not decode are skipped and counted (a warning each, at most 16 kept); a
 // source with no decodable frame is an error naming it. Every libav* status is checked.
 // VideoWriter encodes RGB frames as H.264 (libx264, yuv420p, crf 23) in an mp4 — MPEG-4 part 2 when the build of
@@ -20,9 +21,13 @@
 
 namespace vision::data {
 
-// Whether a --source names a video: a URL (rtsp://, rtmp://, http://, https://) or a file with a video extension
-// (mp4, mkv, avi, mov, webm, m4v, mpg, mpeg, wmv, flv, ts; any case).
+// Whether a --source names a video: a URL (rtsp://, rtmp://, http://, https://), a camera, or a file with a video
+// extension (mp4, mkv, avi, mov, webm, m4v, mpg, mpeg, wmv, flv, ts; any case).
 bool is_video_source(const std::string& source);
+// A camera: "0", "1", … (/dev/video0, …) or a /dev/video* path, read through video4linux2 (libavdevice).
+bool is_camera_source(const std::string& source);
+// A stream URL: rtsp://, rtmp://, http:// or https:// (an HLS playlist too).
+bool is_stream_url(const std::string& source);
 
 // The image without an odd last column or row: the even size an H.264 (yuv420p) frame needs. Unchanged when even.
 Image even_sized(Image image);
@@ -37,6 +42,11 @@ struct VideoInfo {
 struct VideoReaderOptions {
   int64_t max_pixels = kDefaultMaxPixels;
   int64_t stride = 1;  // keep every stride-th frame (--vid-stride)
+  // A live source (a stream URL or a camera) that fails or stalls (no data for 15 s) mid-stream is opened again, up to
+  // `reconnect` times in a row, after reconnect_delay seconds, doubled at each attempt (at most 30 s); each attempt is
+  // a warning. Frame indices go on counting; timestamps go on from the last frame's. A file is never reopened.
+  int reconnect = 5;
+  double reconnect_delay = 1.0;
 };
 
 struct VideoFrame {
@@ -56,8 +66,11 @@ class VideoReader {
   // The next frame, or false at the end of the source. Throws vision::Error (input) naming the source when it ends
   // without a single decodable frame.
   bool read(VideoFrame& frame);
-  // Problems met so far that did not stop decoding (packets that did not decode), each naming the source.
+  // Problems met so far that did not stop decoding (packets that did not decode, reconnections), each naming the
+  // source; at most 16 kept.
   const std::vector<std::string>& warnings() const;
+  // How many times a live source was opened again after dropping.
+  int64_t reconnects() const;
 
  private:
   struct Impl;
