@@ -23,6 +23,7 @@
 #include "vision/data/dataset.h"
 #include "vision/data/image.h"
 #include "vision/data/video.h"
+#include "vision/data/video_streams.h"
 #include "vision/detector.h"
 
 namespace vision::cli {
@@ -72,88 +73,112 @@ DetectorOptions detector_options(const PredictOptions& o) {
   return d;
 }
 
-// A video file or stream: its frames in batches through the detector; lines (or JSON) per frame with its index and
-// time; --save an annotated mp4 (SAVE/<stem>.mp4, at the kept frames' rate), --save-txt SAVE/labels/<stem>_<frame>.txt.
+// Video sources — one file, stream or camera, or the sources a .streams file lists — decoded on a thread each ahead
+// of the model (data/video_streams.h); their frames in batches through the detector; lines (or JSON) per frame with
+// its source, index and time; --save an annotated mp4 per source (SAVE/<stem>.mp4 at the kept frames' rate; a stem
+// taken twice gets _<n>), --save-txt SAVE/labels/<stem>_<frame>.txt.
 int run_predict_video(const PredictOptions& o) {
+  const std::vector<std::string> sources =
+      data::is_stream_list(o.source) ? data::read_stream_list(o.source) : std::vector<std::string>{o.source};
   Detector detector(o.model, detector_options(o));
   const std::vector<std::string>& names = detector.names();
-  data::VideoReader reader(o.source, {.max_pixels = o.max_pixels, .stride = o.vid_stride});
-  const data::VideoInfo& info = reader.info();
-  const std::string stem = fs::path(o.source).stem().string().empty() ? "stream" : fs::path(o.source).stem().string();
+  data::VideoStreams streams(sources, {.max_pixels = o.max_pixels, .stride = o.vid_stride},
+                             std::max<size_t>(4, static_cast<size_t>(o.batch)));
+  std::vector<std::string> stems;
+  for (const std::string& source : sources) {
+    std::string stem = data::is_camera_source(source) ? "camera_" + fs::path(source).filename().string()
+                                                      : fs::path(source).stem().string();
+    if (stem.empty()) stem = "stream";
+    std::string unique = stem;
+    for (int n = 2; std::find(stems.begin(), stems.end(), unique) != stems.end(); ++n) unique = fmt::format("{}_{}", stem, n);
+    stems.push_back(unique);
+  }
   if (!o.save.empty()) {
     std::error_code ec;
     fs::create_directories(o.save_txt ? fs::path(o.save) / "labels" : fs::path(o.save), ec);
     VISION_CHECK(!ec, "--save {}: cannot create the folder: {}", o.save, ec.message());
   }
-  if (!o.quiet)
-    fmt::print(stderr, "vision predict: YOLO26{} on {} in {}, {} ({}×{}, {:.2f} frames/s, {}{})\n", detector.scale(),
-               detector.device(), core::dtype_name(detector.dtype()), o.source, info.width, info.height, info.fps,
-               info.codec, info.frames > 0 ? fmt::format(", {} frames", info.frames) : "");
-  const double fps = (info.fps > 0 ? info.fps : 30) / static_cast<double>(o.vid_stride);
-  std::unique_ptr<data::VideoWriter> writer;
-  Progress progress("predict", info.frames > 0 ? static_cast<size_t>((info.frames + o.vid_stride - 1) / o.vid_stride) : 0,
-                    !o.quiet && !o.json);
+  int64_t total_frames = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const data::VideoInfo& info = streams.info(i);
+    if (!o.quiet)
+      fmt::print(stderr, "vision predict: YOLO26{} on {} in {}, {} ({}×{}, {:.2f} frames/s, {}{})\n", detector.scale(),
+                 detector.device(), core::dtype_name(detector.dtype()), sources[i], info.width, info.height, info.fps,
+                 info.codec, info.frames > 0 ? fmt::format(", {} frames", info.frames) : "");
+    total_frames = info.frames > 0 && total_frames >= 0 ? total_frames + (info.frames + o.vid_stride - 1) / o.vid_stride
+                                                        : -1;
+  }
+  std::vector<std::unique_ptr<data::VideoWriter>> writers(sources.size());
+  Progress progress("predict", total_frames > 0 ? static_cast<size_t>(total_frames) : 0, !o.quiet && !o.json);
   nlohmann::json json = nlohmann::json::array();
   size_t frames = 0, detections = 0;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<data::VideoFrame> batch;
+  std::vector<data::StreamFrame> batch;
   auto flush = [&] {
     if (batch.empty()) return;
     std::vector<data::Image> pixels;
-    for (data::VideoFrame& f : batch) pixels.push_back(std::move(f.image));
+    for (data::StreamFrame& f : batch) pixels.push_back(std::move(f.frame.image));
     const std::vector<std::vector<data::Detection>> found = detector.detect(pixels);
     for (size_t i = 0; i < batch.size(); ++i) {
-      const int64_t frame = batch[i].index;
+      const size_t src = batch[i].source;
+      const std::string& source = sources[src];
+      const int64_t frame = batch[i].frame.index;
       const std::vector<data::Detection>& dets = found[i];
       data::Image& image = pixels[i];
       ++frames, detections += dets.size();
       if (o.json) {
-        json.push_back({{"source", o.source}, {"frame", frame}, {"timestamp", batch[i].timestamp},
+        json.push_back({{"source", source}, {"frame", frame}, {"timestamp", batch[i].frame.timestamp},
                         {"width", image.width}, {"height", image.height},
                         {"detections", data::detections_json(dets, names)}});
       } else {
-        if (dets.empty()) fmt::print("{} frame {}: no detections\n", o.source, frame);
+        if (dets.empty()) fmt::print("{} frame {}: no detections\n", source, frame);
         for (const data::Detection& d : dets)
-          fmt::print("{} frame {}: {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", o.source, frame, names.at(d.cls), d.score,
+          fmt::print("{} frame {}: {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", source, frame, names.at(d.cls), d.score,
                      d.box[0], d.box[1], d.box[2], d.box[3]);
       }
       if (!o.save.empty()) {
         if (o.save_txt) {
           const std::string text = data::yolo_label_lines(dets, image.width, image.height, o.save_conf);
-          data::write_file(fs::path(o.save) / "labels" / fmt::format("{}_{}.txt", stem, frame),
+          data::write_file(fs::path(o.save) / "labels" / fmt::format("{}_{}.txt", stems[src], frame),
                            std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
         }
         data::draw_detections(image, dets, names);
         image = data::even_sized(std::move(image));
-        if (!writer)
-          writer = std::make_unique<data::VideoWriter>(fs::path(o.save) / (stem + ".mp4"), image.width, image.height, fps);
-        writer->write(image);
+        if (!writers[src]) {
+          const double rate = streams.info(src).fps > 0 ? streams.info(src).fps : 30;
+          writers[src] = std::make_unique<data::VideoWriter>(fs::path(o.save) / (stems[src] + ".mp4"), image.width,
+                                                             image.height, rate / static_cast<double>(o.vid_stride));
+        }
+        writers[src]->write(image);
       }
     }
     progress.update(frames);
     batch.clear();
   };
-  data::VideoFrame f;
-  while (reader.read(f)) {
-    batch.push_back(std::move(f));
-    if (batch.size() == static_cast<size_t>(o.batch)) flush();
+  std::vector<data::StreamFrame> got;
+  while (streams.read(got)) {
+    for (data::StreamFrame& f : got) batch.push_back(std::move(f));
+    if (batch.size() >= static_cast<size_t>(o.batch)) flush();
   }
   flush();
-  if (writer) writer->close();
-  for (const std::string& w : reader.warnings()) progress.message(fmt::format("vision predict: warning: {}", w));
+  for (auto& w : writers)
+    if (w) w->close();
+  for (const std::string& w : streams.warnings()) progress.message(fmt::format("vision predict: warning: {}", w));
   if (o.json) fmt::print("{}\n", json.dump(2));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!o.quiet)
     fmt::print(stderr, "vision predict: {} frames, {} detections, {:.1f} frames/s end to end{}\n", frames, detections,
                static_cast<double>(frames) / std::max(seconds, 1e-9),
-               o.save.empty() ? "" : fmt::format("; saved to {}", (fs::path(o.save) / (stem + ".mp4")).string()));
+               o.save.empty() ? "" : fmt::format("; saved to {}", sources.size() == 1
+                                                                     ? (fs::path(o.save) / (stems[0] + ".mp4")).string()
+                                                                     : o.save));
   return 0;
 }
 
 int run_predict(const PredictOptions& o) {
   VISION_CHECK(!o.save_txt || !o.save.empty(), "--save-txt writes DIR/labels: give the folder with --save DIR");
   VISION_CHECK(!o.save_conf || o.save_txt, "--save-conf adds the score to the --save-txt label files");
-  if (data::is_video_source(o.source)) return run_predict_video(o);
+  if (data::is_video_source(o.source) || data::is_stream_list(o.source)) return run_predict_video(o);
   VISION_CHECK(o.vid_stride == 1, "--vid-stride applies to a video source");
   const std::vector<fs::path> paths = data::expand_image_source(o.source);
   Detector detector(o.model, detector_options(o));

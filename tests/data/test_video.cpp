@@ -1,7 +1,8 @@
 // Video through FFmpeg (data/video.h): frames written as H.264 mp4 read back at the written size, rate and count, close
 // to the originals, with timestamps and a frame stride; the file appears only when closed (and a writer destroyed
 // unclosed still finishes it); hostile and broken files — random bytes, a truncated mp4, a damaged middle, a missing
-// file, frames over the pixel limit — give clear errors naming the source, never a crash.
+// file, frames over the pixel limit — give clear errors naming the source, never a crash; cameras that are absent; live
+// streams that drop (reconnected) or go away; several sources read at once (.streams lists).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -23,6 +25,7 @@
 #include "cli_util.h"
 #include "test_util.h"
 #include "vision/data/video.h"
+#include "vision/data/video_streams.h"
 #include "vision/track/mot_metrics.h"
 
 namespace vision::data {
@@ -258,7 +261,7 @@ std::string file_bytes(const fs::path& p) {
 
 // A live stream that drops mid-way is opened again (a warning says so) and its frames go on: every frame of the first
 // half-connection, then every frame of the second, indices and timestamps increasing.
-TEST(VideoStream, ADroppedStreamIsReconnected) {
+TEST(LiveStream, ADroppedStreamIsReconnected) {
   test::TempDir dir;
   const fs::path ts = write_test_video(dir.path() / "live.ts", 40);
   const int64_t all = [&] {
@@ -291,7 +294,7 @@ TEST(VideoStream, ADroppedStreamIsReconnected) {
 }
 
 // A live stream that drops and does not come back ends with an error naming it, after the attempts (never a hang).
-TEST(VideoStream, AStreamThatIsGoneIsAClearErrorAfterTheAttempts) {
+TEST(LiveStream, AStreamThatIsGoneIsAClearErrorAfterTheAttempts) {
   test::TempDir dir;
   const fs::path ts = write_test_video(dir.path() / "live.ts", 40);
   HttpTestServer server(file_bytes(ts), /*drops=*/1, /*serve=*/1);
@@ -368,6 +371,91 @@ TEST(VideoCli, PredictOnAVideo) {
                                                      (dir.path() / "missing.mp4").string()));
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("cannot be opened"), std::string::npos) << bad.out;
+}
+
+
+// Several files read at once: every frame of each, in its order, each call giving the next frame of every source still
+// running (in source order); the pixels those of a plain VideoReader.
+TEST(VideoStreams, FilesGiveEveryFrameOfEachInOrder) {
+  test::TempDir dir;
+  const fs::path a = write_test_video(dir.path() / "a.mp4", 12), b = write_test_video(dir.path() / "b.mp4", 7);
+  VideoStreams streams({a.string(), b.string()}, {}, /*queue=*/2);
+  ASSERT_EQ(streams.size(), 2u);
+  EXPECT_EQ(streams.info(1).width, 160);
+  VideoReader plain_a(a.string()), plain_b(b.string());
+  std::vector<StreamFrame> got;
+  int64_t calls = 0, next[2] = {0, 0};
+  while (streams.read(got)) {
+    ++calls;
+    EXPECT_EQ(got.size(), calls <= 7 ? 2u : 1u);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const size_t src = got[i].source;
+      EXPECT_EQ(src, i) << "source order";
+      EXPECT_EQ(got[i].frame.index, next[src]++);
+      VideoFrame want;
+      ASSERT_TRUE((src == 0 ? plain_a : plain_b).read(want));
+      EXPECT_EQ(got[i].frame.image.pixels, want.image.pixels);
+    }
+  }
+  EXPECT_EQ(calls, 12);
+  EXPECT_EQ(next[0], 12);
+  EXPECT_EQ(next[1], 7);
+  EXPECT_EQ(streams.dropped(0), 0) << "a file drops nothing";
+  EXPECT_FALSE(streams.read(got)) << "ended stays ended";
+}
+
+// A .streams file: one source per line, blanks and comments skipped; what it cannot be is a clear error naming it.
+TEST(VideoStreams, ListFilesAndTheirErrors) {
+  test::TempDir dir;
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.path() / name) << text;
+    return dir.path() / name;
+  };
+  EXPECT_TRUE(is_stream_list("cams.streams") && !is_stream_list("a.mp4") && !is_stream_list(".streams"));
+  EXPECT_EQ(read_stream_list(write("a.streams", "# cameras\n  rtsp://a/1  \n\n0\r\nclip.mp4\n")),
+            (std::vector<std::string>{"rtsp://a/1", "0", "clip.mp4"}));
+  EXPECT_NE(test::error_of([&] { read_stream_list(write("e.streams", "# nothing\n\n")); }).find("lists no source"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { read_stream_list(dir.path() / "missing.streams"); }).find("cannot be read"),
+            std::string::npos);
+  std::string many;
+  for (int i = 0; i < 65; ++i) many += fmt::format("v{}.mp4\n", i);
+  EXPECT_NE(test::error_of([&] { read_stream_list(write("m.streams", many)); }).find("more than 64 sources"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { read_stream_list(write("l.streams", std::string(5000, 'x'))); }).find("a line of 5000"),
+            std::string::npos);
+  // A source that does not open is an error naming it; the ones before it are closed again.
+  const fs::path good = write_test_video(dir.path() / "good.mp4", 3);
+  const std::string e = test::error_of([&] { VideoStreams s({good.string(), (dir.path() / "gone.mp4").string()}); });
+  EXPECT_NE(e.find("gone.mp4: cannot be opened"), std::string::npos) << e;
+}
+
+// `vision predict --source list.streams`: every frame of every source, each line naming its source, an annotated mp4 per
+// source (a stem taken twice gets _2).
+TEST(VideoCli, PredictOnAStreamsList) {
+  test::TempDir dir;
+  fs::create_directories(dir.path() / "x");
+  const fs::path a = write_test_video(dir.path() / "a.mp4", 5), b = write_test_video(dir.path() / "x" / "a.mp4", 3);
+  std::ofstream(dir.path() / "two.streams") << a.string() << "\n" << b.string() << "\n";
+  int status = 0;
+  const std::string out = test::run_command(
+      fmt::format("'{}' predict --model '{}/assets/yolo26n_synth.safetensors' --source '{}' --device cpu --imgsz 160 "
+                  "--conf 0.01 --batch 4 --json --quiet --save '{}' 2>/dev/null",
+                  VISION_CLI, VISION_SOURCE_DIR, (dir.path() / "two.streams").string(), (dir.path() / "out").string()),
+      &status);
+  ASSERT_EQ(test::exit_code(status), 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  std::map<std::string, std::vector<int64_t>> frames;
+  for (const auto& e : j) frames[e["source"].get<std::string>()].push_back(e["frame"].get<int64_t>());
+  EXPECT_EQ(frames[a.string()], (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(frames[b.string()], (std::vector<int64_t>{0, 1, 2}));
+  for (const auto& [name, count] : {std::pair{"a.mp4", 5}, std::pair{"a_2.mp4", 3}}) {
+    VideoReader annotated((dir.path() / "out" / name).string());
+    VideoFrame f;
+    int64_t n = 0;
+    while (annotated.read(f)) ++n;
+    EXPECT_EQ(n, count) << name;
+  }
 }
 
 }  // namespace

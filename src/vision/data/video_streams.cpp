@@ -1,0 +1,159 @@
+#include "vision/data/video_streams.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "vision/core/error.h"
+
+namespace vision::data {
+
+bool is_stream_list(const std::string& source) {
+  return source.size() > 8 && source.compare(source.size() - 8, 8, ".streams") == 0;
+}
+
+std::vector<std::string> read_stream_list(const std::filesystem::path& file) {
+  constexpr size_t kMaxSources = 64, kMaxLine = 4096;
+  std::ifstream in(file);
+  VISION_CHECK_INPUT(in.good(), "{}: the list of streams cannot be read", file.string());
+  std::vector<std::string> sources;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    VISION_CHECK_INPUT(line.size() <= kMaxLine, "{}:{}: a line of {} characters (at most {})", file.string(), number,
+                       line.size(), kMaxLine);
+    const size_t first = line.find_first_not_of(" \t\r"), last = line.find_last_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    sources.push_back(line.substr(first, last - first + 1));
+    VISION_CHECK_INPUT(sources.size() <= kMaxSources, "{}: more than {} sources", file.string(), kMaxSources);
+  }
+  VISION_CHECK_INPUT(!sources.empty(), "{}: lists no source (one per line)", file.string());
+  return sources;
+}
+
+namespace {
+
+// One source: its reader, its thread, and the frames decoded ahead.
+struct StreamSlot {
+  std::string source;
+  std::unique_ptr<VideoReader> reader;
+  bool live = false;
+  std::deque<VideoFrame> queue;
+  bool ended = false;
+  std::exception_ptr error;
+  int64_t dropped = 0;
+  std::thread thread;
+};
+
+}  // namespace
+
+struct VideoStreams::Impl {
+  std::vector<std::unique_ptr<StreamSlot>> slots;
+  size_t capacity = 4;
+  mutable std::mutex mutex;
+  std::condition_variable changed;
+  bool stopping = false;
+
+  void decode(StreamSlot& s) {
+    for (;;) {
+      VideoFrame f;
+      bool more = false;
+      std::exception_ptr error;
+      try {
+        more = s.reader->read(f);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::unique_lock lock(mutex);
+      if (error || !more) {
+        s.error = error;
+        s.ended = true;
+        changed.notify_all();
+        return;
+      }
+      if (s.live) {
+        if (s.queue.size() >= capacity) s.queue.pop_front(), ++s.dropped;
+      } else {
+        changed.wait(lock, [&] { return stopping || s.queue.size() < capacity; });
+      }
+      if (stopping) return;
+      s.queue.push_back(std::move(f));
+      changed.notify_all();
+    }
+  }
+};
+
+VideoStreams::VideoStreams(const std::vector<std::string>& sources, const VideoReaderOptions& options, size_t queue)
+    : impl_(new Impl) {
+  VISION_CHECK(!sources.empty() && queue >= 1, "VideoStreams: needs at least one source and a queue of 1 or more");
+  impl_->capacity = queue;
+  for (const std::string& source : sources) {
+    auto s = std::make_unique<StreamSlot>();
+    s->source = source;
+    s->reader = std::make_unique<VideoReader>(source, options);
+    s->live = is_stream_url(source) || is_camera_source(source);
+    impl_->slots.push_back(std::move(s));
+  }
+  for (auto& s : impl_->slots) s->thread = std::thread([this, slot = s.get()] { impl_->decode(*slot); });
+}
+
+VideoStreams::~VideoStreams() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->changed.notify_all();
+  // A thread inside VideoReader::read returns within the reader's own I/O limit (15 s without data).
+  for (auto& s : impl_->slots)
+    if (s->thread.joinable()) s->thread.join();
+}
+
+size_t VideoStreams::size() const { return impl_->slots.size(); }
+const std::string& VideoStreams::source(size_t i) const { return impl_->slots.at(i)->source; }
+const VideoInfo& VideoStreams::info(size_t i) const { return impl_->slots.at(i)->reader->info(); }
+
+bool VideoStreams::read(std::vector<StreamFrame>& frames) {
+  frames.clear();
+  Impl& d = *impl_;
+  std::unique_lock lock(d.mutex);
+  for (size_t i = 0; i < d.slots.size(); ++i) {
+    StreamSlot& s = *d.slots[i];
+    d.changed.wait(lock, [&] { return !s.queue.empty() || s.ended; });
+    if (!s.queue.empty()) {
+      frames.push_back({i, std::move(s.queue.front())});
+      s.queue.pop_front();
+      d.changed.notify_all();
+    } else if (s.error) {
+      std::exception_ptr e = s.error;
+      s.error = nullptr;  // reported once
+      std::rethrow_exception(e);
+    }
+  }
+  return !frames.empty();
+}
+
+std::vector<std::string> VideoStreams::warnings() const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<std::string> all;
+  for (const auto& s : impl_->slots) {
+    // The reader's own warnings: read only once its thread has ended (they are its thread's while it runs).
+    if (s->ended)
+      for (const std::string& w : s->reader->warnings()) all.push_back(w);
+    if (s->dropped > 0)
+      all.push_back(fmt::format("video {}: {} frame{} dropped while the model was behind", s->source, s->dropped,
+                                s->dropped == 1 ? "" : "s"));
+  }
+  return all;
+}
+
+int64_t VideoStreams::dropped(size_t i) const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->slots.at(i)->dropped;
+}
+
+}  // namespace vision::data
