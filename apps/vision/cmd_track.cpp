@@ -18,6 +18,7 @@
 #include "vision/data/image.h"
 #include "vision/data/prefetch.h"
 #include "vision/data/video.h"
+#include "vision/data/video_streams.h"
 #include "vision/detector.h"
 #include "vision/track/byte_tracker.h"
 #include "vision/track/mot_metrics.h"
@@ -47,8 +48,9 @@ struct TrackOptions {
 class FrameSource {
  public:
   explicit FrameSource(const TrackOptions& o) : stride_(o.vid_stride) {
-    if (data::is_video_source(o.source)) {
-      video_ = std::make_unique<data::VideoReader>(o.source, data::VideoReaderOptions{.stride = o.vid_stride});
+    if (data::is_video_source(o.source)) {  // decoded on a thread of its own, ahead of the model
+      video_ = std::make_unique<data::VideoStreams>(std::vector<std::string>{o.source},
+                                                    data::VideoReaderOptions{.stride = o.vid_stride});
       return;
     }
     VISION_CHECK(o.vid_stride == 1, "--vid-stride applies to a video source");
@@ -56,18 +58,21 @@ class FrameSource {
     const size_t workers = o.workers > 0 ? static_cast<size_t>(o.workers) : data::default_decode_workers();
     prefetch_ = std::make_unique<data::Prefetcher>(frames_, workers, std::max<size_t>(4, workers), data::DecodeOptions{});
   }
-  const data::VideoReader* video() const { return video_.get(); }
+  const data::VideoInfo* video() const { return video_ ? &video_->info(0) : nullptr; }
+  // The video's warnings (packets that did not decode, reconnections), once it has ended.
+  std::vector<std::string> warnings() const { return video_ ? video_->warnings() : std::vector<std::string>{}; }
   const std::vector<fs::path>& files() const { return frames_; }
   // Frames to come (a video's from its container, 0 when unknown).
   size_t count() const {
-    return video_ ? static_cast<size_t>((video_->info().frames + stride_ - 1) / stride_) : frames_.size();
+    return video_ ? static_cast<size_t>((video_->info(0).frames + stride_ - 1) / stride_) : frames_.size();
   }
   // The next frame: false at the end; `error` set (and the image empty) for a frame file that cannot be read.
   bool next(data::Image& image, int64_t& number, std::string& name, std::string& error) {
     error.clear();
     if (video_) {
-      data::VideoFrame f;
-      if (!video_->read(f)) return false;
+      std::vector<data::StreamFrame> got;
+      if (!video_->read(got)) return false;
+      data::VideoFrame& f = got.front().frame;
       image = std::move(f.image), number = f.index + 1, name = fmt::format("frame {}", number);
       return true;
     }
@@ -78,7 +83,7 @@ class FrameSource {
   }
 
  private:
-  std::unique_ptr<data::VideoReader> video_;
+  std::unique_ptr<data::VideoStreams> video_;
   std::vector<fs::path> frames_;
   std::unique_ptr<data::Prefetcher> prefetch_;
   int64_t stride_ = 1;
@@ -97,7 +102,7 @@ int run_track(const TrackOptions& o) {
   }
   Detector detector(o.model, d);
   const std::vector<std::string>& names = detector.names();
-  const double fps = o.fps > 0 ? o.fps : source.video() && source.video()->info().fps > 0 ? source.video()->info().fps : 30;
+  const double fps = o.fps > 0 ? o.fps : source.video() && source.video()->fps > 0 ? source.video()->fps : 30;
   std::unique_ptr<data::VideoWriter> writer;
   if (!o.save.empty()) {
     std::error_code ec;
@@ -110,9 +115,8 @@ int run_track(const TrackOptions& o) {
   }
   if (!o.quiet)
     fmt::print(stderr, "vision track: YOLO26{} on {}, ByteTrack, {}\n", detector.scale(), detector.device(),
-               source.video() ? fmt::format("{} ({}×{}, {:.2f} frames/s, {})", o.source, source.video()->info().width,
-                                            source.video()->info().height, source.video()->info().fps,
-                                            source.video()->info().codec)
+               source.video() ? fmt::format("{} ({}×{}, {:.2f} frames/s, {})", o.source, source.video()->width,
+                                            source.video()->height, source.video()->fps, source.video()->codec)
                               : fmt::format("{} frames", source.count()));
 
   track::ByteTracker tracker(config, fps);
@@ -160,8 +164,7 @@ int run_track(const TrackOptions& o) {
     progress.update(static_cast<size_t>(frames));
   }
   if (writer) writer->close();
-  if (source.video())
-    for (const std::string& w : source.video()->warnings()) fmt::print(stderr, "vision track: warning: {}\n", w);
+  for (const std::string& w : source.warnings()) fmt::print(stderr, "vision track: warning: {}\n", w);
   if (!o.save_txt.empty()) {
     std::string text;
     for (const track::MotBox& b : results)
