@@ -114,12 +114,12 @@ struct PyDetector {
 
 DetectorOptions detector_options(const std::string& device, const std::optional<std::string>& dtype,
                                  const std::optional<std::array<int64_t, 2>>& imgsz, float conf, int64_t max_det,
-                                 const std::vector<int64_t>& classes, bool nms, float iou) {
+                                 const std::vector<int64_t>& classes, bool nms, float iou, int threads) {
   DetectorOptions o;
   o.device = device;
   if (dtype) o.dtype = core::parse_dtype(*dtype);
   o.imgsz = imgsz;
-  o.conf = conf, o.max_det = max_det, o.classes = classes, o.nms = nms, o.iou = iou;
+  o.conf = conf, o.max_det = max_det, o.classes = classes, o.nms = nms, o.iou = iou, o.threads = threads;
   return o;
 }
 
@@ -213,8 +213,9 @@ PYBIND11_MODULE(_vision, m) {
   py::class_<PyDetector>(m, "Detector")
       .def(py::init([](const std::filesystem::path& model, const std::string& device,
                        const std::optional<std::string>& dtype, const std::optional<std::array<int64_t, 2>>& imgsz,
-                       float conf, int64_t max_det, const std::vector<int64_t>& classes, bool nms, float iou) {
-             const DetectorOptions o = detector_options(device, dtype, imgsz, conf, max_det, classes, nms, iou);
+                       float conf, int64_t max_det, const std::vector<int64_t>& classes, bool nms, float iou,
+                       int threads) {
+             const DetectorOptions o = detector_options(device, dtype, imgsz, conf, max_det, classes, nms, iou, threads);
              auto d = std::make_unique<PyDetector>();
              py::gil_scoped_release release;
              d->detector = std::make_unique<Detector>(model, o);
@@ -222,7 +223,7 @@ PYBIND11_MODULE(_vision, m) {
            }),
            py::arg("model"), py::arg("device") = "auto", py::arg("dtype") = py::none(), py::arg("imgsz") = py::none(),
            py::arg("conf") = 0.25f, py::arg("max_det") = 300, py::arg("classes") = std::vector<int64_t>{},
-           py::arg("nms") = false, py::arg("iou") = 0.7f)
+           py::arg("nms") = false, py::arg("iou") = 0.7f, py::arg("threads") = 0)
       .def_property_readonly("names", [](const PyDetector& d) { return d.detector->names(); })
       .def_property_readonly("device", [](const PyDetector& d) { return d.detector->device(); })
       .def_property_readonly("dtype", [](const PyDetector& d) { return std::string(core::dtype_name(d.detector->dtype())); })
@@ -493,11 +494,11 @@ PYBIND11_MODULE(_vision, m) {
       "val",
       [](const std::string& model, const std::string& data, const std::string& split, int64_t imgsz, int64_t batch,
          float conf, float iou, int64_t max_det, bool nms, const std::string& device, const std::string& dtype,
-         const std::string& save_json, const std::string& plots, int64_t workers, bool verbose) {
+         const std::string& save_json, const std::string& plots, int64_t workers, bool verbose, int threads) {
         ValConfig c;
         c.model = model, c.data = data, c.split = split, c.imgsz = imgsz, c.batch = batch, c.conf = conf, c.iou = iou;
         c.max_det = max_det, c.nms = nms, c.device = device, c.dtype = dtype, c.save_json = save_json;
-        c.plots = plots, c.workers = workers, c.verbose = verbose, c.progress = verbose;
+        c.plots = plots, c.workers = workers, c.verbose = verbose, c.progress = verbose, c.threads = threads;
         ValResult r;
         {
           py::gil_scoped_release release;
@@ -511,7 +512,7 @@ PYBIND11_MODULE(_vision, m) {
       py::arg("model"), py::arg("data"), py::arg("split") = "val", py::arg("imgsz") = 0, py::arg("batch") = 16,
       py::arg("conf") = 0.001f, py::arg("iou") = 0.7f, py::arg("max_det") = 300, py::arg("nms") = false,
       py::arg("device") = "auto", py::arg("dtype") = "", py::arg("save_json") = "", py::arg("plots") = "",
-      py::arg("workers") = 0, py::arg("verbose") = true);
+      py::arg("workers") = 0, py::arg("verbose") = true, py::arg("threads") = 0);
 
   m.def(
       "export",

@@ -41,6 +41,8 @@ struct BenchOptions {
   std::string imgsz = "640";
   std::string device = "auto";
   std::string dtype;  // default: the backend's (f16 on CUDA, f32 on the CPU)
+  std::string layout;  // default: the backend's (NHWC but for f32 on CUDA)
+  int threads = 0;     // the CPU: OpenMP / oneDNN threads; 0: every core
   int warmup = 10;
   int iters = 0;         // 0: time each batch for about `seconds`
   double seconds = 3.0;
@@ -101,7 +103,8 @@ std::string device_description(const graph::BackendContext& backend) {
 #ifdef VISION_HAS_CUDA
   if (backend.backend() == graph::Backend::cuda) return cuda::current_device_name();
 #endif
-  return fmt::format("CPU, {} threads", cpu::max_threads());
+  const int n = cpu::max_threads();
+  return fmt::format("CPU, {} thread{}", n, n == 1 ? "" : "s");
 }
 
 // A random normalised image batch (uniform in [0, 1)) in the given format, on the backend.
@@ -125,6 +128,7 @@ void run_bench(const BenchOptions& o) {
 
   auto backend = graph::make_backend(graph::parse_device_choice(o.device));
   const bool on_cpu = backend->backend() == graph::Backend::cpu;
+  const cpu::ThreadLimit threads(on_cpu ? o.threads : 0);
   graph::PlanOptions plan = yolo::default_plan_options(backend->backend());
   if (!o.dtype.empty()) {
     const core::DType asked = core::parse_dtype(o.dtype);
@@ -133,6 +137,10 @@ void run_bench(const BenchOptions& o) {
                  "(or leave it out), or --device cuda on a machine with a GPU",
                  o.dtype);
     plan.compute_dtype = asked;
+  }
+  if (!o.layout.empty()) {
+    VISION_CHECK(o.layout == "nchw" || o.layout == "nhwc", "bench: --layout takes nchw or nhwc, got '{}'", o.layout);
+    plan.layout = o.layout == "nhwc" ? core::Layout::nhwc : core::Layout::nchw;
   }
   const graph::Format format{plan.compute_dtype, plan.layout};
 
@@ -243,6 +251,10 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--dtype", opts->dtype, "compute dtype: f16, bf16 or f32 (default f16 on CUDA; the CPU: f32 only)")
       ->check(CLI::IsMember({"f16", "bf16", "f32"}));
+  cmd->add_option("--layout", opts->layout, "memory order of the activations: nchw or nhwc (default: the backend's)")
+      ->check(CLI::IsMember({"nchw", "nhwc"}));
+  cmd->add_option("--threads", opts->threads, "CPU threads for the model (OpenMP and oneDNN; default 0: every core)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--warmup", opts->warmup, "untimed calls per batch (at least 2: plan build, graph capture)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--iters", opts->iters, "timed calls per batch (default: as many as fit in --seconds)")

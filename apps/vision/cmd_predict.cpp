@@ -47,6 +47,7 @@ struct PredictOptions {
   int64_t batch = 1;
   std::string device = "auto";
   std::string dtype;
+  int threads = 0;
   std::string save;
   bool save_txt = false;
   bool save_conf = false;
@@ -70,6 +71,7 @@ DetectorOptions detector_options(const PredictOptions& o) {
   d.classes = o.classes;
   d.nms = o.nms;
   d.iou = o.iou;
+  d.threads = o.threads;
   return d;
 }
 
@@ -321,6 +323,7 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--dtype", opts->dtype, "compute dtype: f16 (CUDA default), bf16 or f32 (the CPU's)")
       ->check(CLI::IsMember({"f16", "bf16", "f32"}));
+  cmd->add_option("--threads", opts->threads, "CPU threads for the model (OpenMP and oneDNN; default 0: every core)")->check(CLI::Range(0, 1024));
   cmd->add_option("--save", opts->save, "write annotated images to this folder");
   cmd->add_flag("--save-txt", opts->save_txt, "also write YOLO-format labels (class cx cy w h) to SAVE/labels");
   cmd->add_flag("--save-conf", opts->save_conf, "add the score to each --save-txt line");

@@ -35,6 +35,7 @@ struct TrackOptions {
   std::vector<int64_t> imgsz;
   float conf = 0.1f;
   std::string device = "auto";
+  int threads = 0;  // the CPU: threads for the model; 0: every core
   double fps = 0;  // 0: the video's rate, else 30
   int64_t vid_stride = 1;
   std::string save;
@@ -95,7 +96,7 @@ int run_track(const TrackOptions& o) {
       o.tracker == "bytetrack" ? track::ByteTrackConfig{} : track::read_tracker_config(o.tracker);
   FrameSource source(o);
   DetectorOptions d;
-  d.device = o.device, d.conf = o.conf;
+  d.device = o.device, d.conf = o.conf, d.threads = o.threads;
   if (!o.imgsz.empty()) {
     VISION_CHECK(o.imgsz.size() <= 2, "--imgsz takes one size or height,width, got {} values", o.imgsz.size());
     d.imgsz = std::array<int64_t, 2>{o.imgsz[0], o.imgsz.back()};
@@ -204,6 +205,7 @@ void add_track_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--device", opts->device, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("--threads", opts->threads, "CPU threads for the model (OpenMP and oneDNN; default 0: every core)")->check(CLI::Range(0, 1024));
   cmd->add_option("--fps", opts->fps,
                   "the frame rate (a lost track is kept for track_buffer · fps / 30 frames; default: the video's, or 30)")
       ->check(CLI::Range(0.1, 1000.0));

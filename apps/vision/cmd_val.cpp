@@ -38,6 +38,7 @@ void add_val_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--dtype", opts->dtype, "compute dtype: f16 (CUDA default), bf16 or f32 (the CPU's)")
       ->check(CLI::IsMember({"f16", "bf16", "f32"}));
+  cmd->add_option("--threads", opts->threads, "CPU threads for the model (OpenMP and oneDNN; default 0: every core)")->check(CLI::Range(0, 1024));
   cmd->add_option("--save-json", opts->save_json, "write the detections to this file in COCO's results format");
   cmd->add_option("--workers", opts->workers, "image decoding threads, a fixed pool (default: the cores, at most 8)")
       ->check(CLI::NonNegativeNumber);

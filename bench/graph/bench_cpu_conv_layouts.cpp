@@ -58,8 +58,8 @@ memory filled(const memory::desc& md, std::mt19937& rng) {
 }
 
 struct Row {
-  double plain = 0, blocked = 0, blocked_reorders = 0;
-  std::string src_tag;
+  double plain = 0, blocked = 0, blocked_reorders = 0, nhwc = 0;
+  std::string src_tag, nhwc_impl;
 };
 
 Row run(const ConvShape& c, int64_t batch, int64_t side, int repeats, std::mt19937& rng) {
@@ -111,6 +111,20 @@ Row run(const ConvShape& c, int64_t batch, int64_t side, int repeats, std::mt199
     to_plain.execute(strm, yb, y);
     strm.wait();
   }, repeats);
+
+  // Plain NHWC activations (weights in oneDNN's choice, reordered once): what a plan keeping every activation
+  // channels-last would run, with no reorder anywhere.
+  const auto nhwc_pd = pd_for(tag::nhwc, tag::any, tag::nhwc);
+  dnnl::convolution_forward nhwc(nhwc_pd);
+  memory xn = filled({src, memory::data_type::f32, tag::nhwc}, rng), yn({dst, memory::data_type::f32, tag::nhwc}, eng),
+         wn(nhwc_pd.weights_desc(), eng);
+  dnnl::reorder(w, wn).execute(strm, w, wn);
+  strm.wait();
+  row.nhwc = median_ms([&] {
+    nhwc.execute(strm, {{DNNL_ARG_SRC, xn}, {DNNL_ARG_WEIGHTS, wn}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, yn}});
+    strm.wait();
+  }, repeats);
+  row.nhwc_impl = nhwc_pd.impl_info_str();
   const bool same = any_pd.src_desc() == memory::desc(src, memory::data_type::f32, tag::nchw);
   row.src_tag = same ? "nchw" : "blocked";
   return row;
@@ -131,20 +145,21 @@ int main(int argc, char** argv) {
     std::printf("oneDNN %d.%d f32 convolution + SiLU, batch %lld, stack at %lldx%lld, median of %d runs (ms)\n",
                 dnnl_version()->major, dnnl_version()->minor, static_cast<long long>(batch),
                 static_cast<long long>(size), static_cast<long long>(size), repeats);
-    std::printf("%-14s %4s %4s %2s %2s %5s | %9s %9s %14s | %8s %8s  %s\n", "conv", "cin", "cout", "k", "s", "side",
-                "nchw", "blocked", "blocked+reord", "blk/nchw", "b+r/nchw", "any picked");
-    double t_plain = 0, t_blocked = 0, t_reorders = 0;
+    std::printf("%-14s %4s %4s %2s %2s %5s | %9s %9s %14s %9s | %8s %8s  %s\n", "conv", "cin", "cout", "k", "s",
+                "side", "nchw", "blocked", "blocked+reord", "nhwc", "blk/nchw", "b+r/nchw", "any picked / nhwc impl");
+    double t_plain = 0, t_blocked = 0, t_reorders = 0, t_nhwc = 0;
     for (const ConvShape& c : kShapes) {
       const int64_t side = std::max<int64_t>(1, c.side * size / 640);
       const Row r = run(c, batch, side, repeats, rng);
-      t_plain += r.plain, t_blocked += r.blocked, t_reorders += r.blocked_reorders;
-      std::printf("%-14s %4lld %4lld %2lld %2lld %5lld | %9.3f %9.3f %14.3f | %7.2fx %7.2fx  %s\n", c.where,
-                  static_cast<long long>(c.cin), static_cast<long long>(c.cout), static_cast<long long>(c.k),
-                  static_cast<long long>(c.s), static_cast<long long>(side), r.plain, r.blocked, r.blocked_reorders,
-                  r.plain / r.blocked, r.plain / r.blocked_reorders, r.src_tag.c_str());
+      t_plain += r.plain, t_blocked += r.blocked, t_reorders += r.blocked_reorders, t_nhwc += r.nhwc;
+      std::printf("%-14s %4lld %4lld %2lld %2lld %5lld | %9.3f %9.3f %14.3f %9.3f | %7.2fx %7.2fx  %s / %s\n",
+                  c.where, static_cast<long long>(c.cin), static_cast<long long>(c.cout),
+                  static_cast<long long>(c.k), static_cast<long long>(c.s), static_cast<long long>(side), r.plain,
+                  r.blocked, r.blocked_reorders, r.nhwc, r.plain / r.blocked, r.plain / r.blocked_reorders,
+                  r.src_tag.c_str(), r.nhwc_impl.c_str());
     }
-    std::printf("%-14s %27s | %9.3f %9.3f %14.3f | %7.2fx %7.2fx\n", "sum", "", t_plain, t_blocked, t_reorders,
-                t_plain / t_blocked, t_plain / t_reorders);
+    std::printf("%-14s %27s | %9.3f %9.3f %14.3f %9.3f | %7.2fx %7.2fx\n", "sum", "", t_plain, t_blocked, t_reorders,
+                t_nhwc, t_plain / t_blocked, t_plain / t_reorders);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cpu_conv_layouts: %s\n", e.what());
     return 1;

@@ -92,6 +92,16 @@ def test_threads_may_share_a_model(model):
     assert len(found) == 9 and all(np.array_equal(f, expected) for f in found)
 
 
+def test_threads_option_gives_the_same_detections(model):
+    image = vision.read_image(sorted(SAMPLES.iterdir())[0])
+    everywhere = model.predict(image, device="cpu")[0].boxes.data
+    one = model.predict(image, device="cpu", threads=1)[0].boxes.data
+    assert one.shape == everywhere.shape and len(one) > 0
+    np.testing.assert_allclose(one, everywhere, rtol=1e-5, atol=1e-3)
+    with pytest.raises(vision.Error, match="threads"):
+        model.predict(image, device="cpu", threads=-1)
+
+
 def test_errors_carry_the_engines_message(model, tmp_path):
     with pytest.raises(vision.Error, match="float32 array of shape 10×10×3"):
         model.predict(np.zeros((10, 10, 3), np.float32), device="cpu")

@@ -207,31 +207,33 @@ class YOLO:
     def names(self) -> dict[int, str]:
         return dict(enumerate(self.info["names"])) if self.info else {}
 
-    def _get_detector(self, device, dtype, imgsz, conf, iou, max_det, classes, nms):
+    def _get_detector(self, device, dtype, imgsz, conf, iou, max_det, classes, nms, threads=0):
         if self.info is None:
             raise ArgumentError(f"{self.model} has no weights yet: train it, or load a weights file")
         if isinstance(imgsz, int):
             imgsz = (imgsz, imgsz)
-        key = (device, dtype, tuple(imgsz) if imgsz else None, conf, iou, max_det, tuple(classes or ()), nms)
+        key = (device, dtype, tuple(imgsz) if imgsz else None, conf, iou, max_det, tuple(classes or ()), nms, threads)
         if self._detector is None or self._detector_key != key:
             self._detector = None
             self._detector = _vision.Detector(self.model, device=device, dtype=dtype, imgsz=imgsz, conf=conf,
-                                              max_det=max_det, classes=list(classes or []), nms=nms, iou=iou)
+                                              max_det=max_det, classes=list(classes or []), nms=nms, iou=iou,
+                                              threads=int(threads))
             self._detector_key = key
         return self._detector
 
     def predict(self, source=None, *, stream: bool = False, conf: float = 0.25, iou: float = 0.7, imgsz=None,
                 device: str = "auto", half: bool | None = None, max_det: int = 300, classes=None,
                 nms: bool = False, batch: int = 16, bgr: bool = False, save: bool = False,
-                project: str = "runs/detect", name: str = "predict", verbose: bool = False, vid_stride: int = 1):
+                project: str = "runs/detect", name: str = "predict", verbose: bool = False, vid_stride: int = 1,
+                threads: int = 0):
         """Detections of each image of `source` (a file, a folder, a glob, an H×W×3 uint8 array, or a list of them)
         as a list of Results (a generator with stream=True); a video file or stream URL gives a Results per frame
         (every vid_stride-th; Results.frame its index; save=True writes the annotated video). half: True f16, False f32, None the engine's default
-        (f16 on CUDA, f32 on the CPU)."""
+        (f16 on CUDA, f32 on the CPU). threads: the CPU threads per call (0: every core)."""
         if source is None:
             raise ArgumentError("predict: give a source (an image file, a folder, a glob or an array)")
         dtype = None if half is None else ("f16" if half else "f32")
-        detector = self._get_detector(device, dtype, imgsz, conf, iou, max_det, classes, nms)
+        detector = self._get_detector(device, dtype, imgsz, conf, iou, max_det, classes, nms, threads)
         if isinstance(source, (str, os.PathLike)) and _vision.is_video_source(str(source)):
             out_dir = None
             if save:
@@ -378,14 +380,14 @@ class YOLO:
     def val(self, data: str, *, split: str = "val", imgsz: int | None = None, batch: int = 16, conf: float = 0.001,
             iou: float = 0.7, max_det: int = 300, nms: bool = False, device: str = "auto", half: bool | None = None,
             save_json: str | None = None, plots: str | None = None, workers: int = 0,
-            verbose: bool = True) -> DetMetrics:
+            verbose: bool = True, threads: int = 0) -> DetMetrics:
         """mAP50, mAP50-95, P and R of the model on a dataset split (vision::run_validation)."""
         if self.info is None:
             raise ArgumentError(f"{self.model} has no weights yet: train it, or load a weights file")
         dtype = "" if half is None else ("f16" if half else "f32")
         d = _vision.val(self.model, str(data), split=split, imgsz=imgsz or 0, batch=batch, conf=conf, iou=iou,
                         max_det=max_det, nms=nms, device=device, dtype=dtype, save_json=str(save_json or ""),
-                        plots=str(plots or ""), workers=workers, verbose=verbose)
+                        plots=str(plots or ""), workers=workers, verbose=verbose, threads=threads)
         self.metrics = DetMetrics(d, d["names"])
         return self.metrics
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "vision/core/error.h"
+#include "vision/cpu/parallel.h"
 #include "vision/data/image_tensor.h"
 #include "vision/data/letterbox.h"
 #include "vision/graph/backend.h"
@@ -112,6 +113,7 @@ Detector::Detector(const core::SafetensorsFile& weights, const DetectorOptions& 
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.options = options;
+  VISION_CHECK(options.threads >= 0, "threads must be 0 (every core) or more, got {}", options.threads);
   m.backend = graph::make_backend(graph::parse_device_choice(options.device));
   const bool cuda = m.on_cuda();
   const core::DType dtype = options.dtype.value_or(cuda ? core::DType::f16 : core::DType::f32);
@@ -120,9 +122,9 @@ Detector::Detector(const core::SafetensorsFile& weights, const DetectorOptions& 
                "the CPU backend computes in f32: {} needs the CUDA device (--device cuda)", core::dtype_name(dtype));
   if (options.imgsz) models::yolo::check_image_size((*options.imgsz)[0], (*options.imgsz)[1]);
 
-  // CUDA: f16 and bf16 plans run NHWC (their fast path), f32 NCHW; the input comes in the plan's own format, so the
-  // plan converts nothing. The CPU: f32 NCHW.
-  const core::Layout layout = cuda && dtype != core::DType::f32 ? core::Layout::nhwc : core::Layout::nchw;
+  // CUDA: f16 and bf16 plans run NHWC (their fast path), f32 NCHW. The CPU: f32 NHWC (oneDNN's convolutions with no
+  // reorder between steps). The input comes in the plan's own format, so the plan converts nothing.
+  const core::Layout layout = !cuda || dtype != core::DType::f32 ? core::Layout::nhwc : core::Layout::nchw;
   m.input_format = {.dtype = cuda ? dtype : core::DType::f32, .layout = layout};
   models::yolo::Yolo26Model::Options o;
   o.inference.nms = options.nms;
@@ -196,6 +198,7 @@ std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data:
   Impl& m = impl();
   std::vector<std::vector<data::Detection>> result(images.size());
   if (images.empty()) return result;
+  const cpu::ThreadLimit threads(m.on_cuda() ? 0 : m.options.threads);
   auto t0 = Clock::now();
   std::vector<std::pair<int64_t, int64_t>> sizes;
   for (size_t i = 0; i < images.size(); ++i) {

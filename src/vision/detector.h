@@ -47,6 +47,7 @@ struct DetectorOptions {
   std::vector<int64_t> classes = {};        // keep only these classes; empty: all
   bool nms = false;                         // the one-to-many head and NMS instead of the end-to-end head
   float iou = 0.7f;                         // NMS IoU threshold
+  int threads = 0;  // the CPU: threads per call (OpenMP and oneDNN); 0: every core (or OMP_NUM_THREADS)
 };
 
 // Where the time of the last detect() went, in milliseconds (wall clock, the whole batch).

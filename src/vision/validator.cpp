@@ -71,6 +71,7 @@ ValResult run_validation(const ValConfig& o) {
   options.max_det = o.max_det;
   options.nms = o.nms;
   options.iou = o.iou;
+  options.threads = o.threads;
   Detector detector(o.model, options);
   VISION_CHECK(detector.nc() == dataset.config.nc(),
                "model {} has {} classes but the dataset {} has {}: validate a model trained on this dataset",

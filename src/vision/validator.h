@@ -25,6 +25,7 @@ struct ValConfig {
   bool nms = false;            // the one-to-many head and NMS instead of the end-to-end head
   std::string device = "auto";
   std::string dtype;           // "": f16 on CUDA, f32 on the CPU
+  int threads = 0;             // the CPU: threads for the model (OpenMP, oneDNN); 0: every core
   std::string save_json;       // write the detections here in COCO's results format ("": not)
   std::string plots;           // write PR_curve.png and val_pred.jpg into this folder ("": not)
   int64_t workers = 0;         // decoding threads; 0: the cores, at most 8

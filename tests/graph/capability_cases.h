@@ -83,6 +83,7 @@ inline void check_split_concat(std::shared_ptr<graph::BackendContext> backend, i
     cpu.state().mark_updated();
     const double up = cpu.forward({x})[0].data<float>()[0];
     *p = saved - h;
+    cpu.state().mark_updated();  // a direct write: plans refresh what they keep from the state (packed weights)
     const double down = cpu.forward({x})[0].data<float>()[0];
     *p = saved;
     const double fd = (up - down) / (2 * h);

@@ -14,6 +14,23 @@ inline constexpr int64_t kParallelGrain = 4096;
 
 inline int max_threads() { return omp_get_max_threads(); }
 
+// While alive, the OpenMP loops and oneDNN primitives this thread starts use `threads` threads (0: as before, which
+// is every core unless OMP_NUM_THREADS says otherwise); the calling thread's setting comes back at destruction.
+class ThreadLimit {
+ public:
+  explicit ThreadLimit(int threads) : saved_(threads > 0 ? omp_get_max_threads() : 0) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  ~ThreadLimit() {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+  }
+  ThreadLimit(const ThreadLimit&) = delete;
+  ThreadLimit& operator=(const ThreadLimit&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Calls f(i) for i in [0, n), split statically over the OpenMP threads when work (an estimate of the
 // total element count, default n) is large enough to pay for it. f must be safe to run concurrently.
 template <typename F>

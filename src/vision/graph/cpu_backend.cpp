@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "vision/cpu/dnnl_context.h"
 #include "vision/cpu/parallel.h"
 #include "vision/graph/backend.h"
 
@@ -32,6 +33,17 @@ struct ConvertIndex {
   bool relayout = false, to_nhwc = false;
   int64_t n = 1, c = 1, h = 1, w = 1;
 };
+
+// An f32 NCHW ↔ NHWC copy through oneDNN's reorder (a blocked transpose; the element loop below divides per element).
+void relayout_f32(const Tensor& dst, const Tensor& src) {
+  using tag = dnnl::memory::format_tag;
+  const auto dims = cpu::dims_of(src.shape());
+  auto md = [&](core::Layout l) {
+    return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, l == core::Layout::nhwc ? tag::nhwc : tag::nchw);
+  };
+  const dnnl::memory from = cpu::as_memory(md(src.layout()), src), to = cpu::as_memory(md(dst.layout()), dst);
+  cpu::execute(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}, "NCHW/NHWC reorder");
+}
 
 class CpuBackendContext final : public BackendContext {
  public:
@@ -63,6 +75,9 @@ class CpuBackendContext final : public BackendContext {
   }
   void convert(const Tensor& dst, const Tensor& src, bool accumulate) override {
     check_convertible(dst, src);
+    if (!accumulate && dst.dtype() == DType::f32 && src.dtype() == DType::f32 && dst.rank() == 4 &&
+        dst.layout() != src.layout())
+      return dst.numel() ? relayout_f32(dst, src) : void();
     const ConvertIndex index(dst, src);
     cpu::parallel_for(dst.numel(), [&](int64_t i) {
       const int64_t j = index.source(i);

@@ -164,6 +164,11 @@ class RuntimeOp {
     return {};
   }
   virtual void refresh(ForwardCtx& ctx) { (void)ctx; }
+  // The op keeps private copies computed from its state (a convolution's weights in oneDNN's blocked layout): the
+  // plan then calls refresh() whenever the state changed, as it does for derived tensors, and the op recomputes
+  // them from the state its next forward reads. An op run outside a plan is never refreshed and must not rely on
+  // refresh() to see new state.
+  virtual bool caches_state() const { return false; }
 
   virtual void forward(ForwardCtx& ctx) = 0;
   virtual bool has_backward() const { return false; }

@@ -355,6 +355,7 @@ void Plan::bind_state(StateStore& state) {
     const std::vector<Shape> in = input_shapes_of(s);
     const Shape& out = shapes_[static_cast<size_t>(s.outputs.front())];
     s.specs = s.runtime->param_specs(in, out);
+    if (s.runtime->caches_state()) has_derived_ = true;
     s.params.resize(s.specs.size());
     s.grad_params.resize(s.specs.size());
     s.param_copy.assign(s.specs.size(), false);
@@ -639,7 +640,7 @@ void Plan::layout_memory() {
 void Plan::refresh_derived() {
   if (!has_derived_ || refreshed_version_ == state_->version()) return;
   for (PlanStep& s : steps_) {
-    if (s.derived.empty()) continue;
+    if (s.derived.empty() && !s.runtime->caches_state()) continue;
     ForwardCtx ctx;
     ctx.backend = backend_.get();
     ctx.params = s.params;

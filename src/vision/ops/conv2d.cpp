@@ -58,25 +58,27 @@ std::vector<ParamSpec> prefixed(std::vector<ParamSpec> specs, const std::string&
   return specs;
 }
 
-// The oneDNN primitives of one convolution, created for the first input shape seen and re-created when it
-// changes. Weights are [Cout, Cin/g, k, k] row-major (oneDNN oihw, or goihw with groups: the same bytes).
+// The oneDNN primitives of one convolution, created for the first input shape and layout seen and re-created when
+// either changes. Weights are [Cout, Cin/g, k, k] row-major (oneDNN oihw, or goihw with groups: the same bytes).
 class ConvPrimitives {
  public:
   ConvPrimitives(const Conv2dAttrs& a, bool with_bias, bool silu, bool training)
       : a_(a), with_bias_(with_bias), silu_(silu), training_(training) {}
 
-  // y = conv(x, w) (+ b) (then swish when silu); w and b point at f32 host memory. Inference runs in the layouts
-  // oneDNN picks (format_tag::any: nChw8c/nChw16c activations, blocked weights) with reorders from and back to NCHW
-  // around it: 1.5-5x faster than its plain-NCHW kernels at YOLO widths (bench/graph/bench_cpu_conv_layouts,
-  // bench/graph/NOTES.md). Training keeps plain NCHW, which its backward primitives share.
-  void forward(const Tensor& x, const Tensor& y, const float* w, const float* b) {
-    prepare(x.shape(), y.shape());
+  // y = conv(x, w) (+ b) (then swish when silu); w and b point at f32 host memory, x and y lie in `layout`.
+  // Inference in NHWC reads and writes NHWC as it is, with the weights in the layout oneDNN picks (its brgemm
+  // convolutions: as fast as its blocked layouts, bench/graph/NOTES.md), so a plan in NHWC reorders no activation.
+  // Inference in NCHW runs in the layouts oneDNN picks (format_tag::any: nChw8c/nChw16c activations, blocked weights)
+  // with reorders from and back to NCHW around it: 1.5-5x faster than its plain-NCHW kernels at YOLO widths
+  // (bench/graph/bench_cpu_conv_layouts). Training keeps plain NCHW, which its backward primitives share.
+  void forward(const Tensor& x, const Tensor& y, const float* w, const float* b, core::Layout layout) {
+    prepare(x.shape(), y.shape(), layout);
     memory src = cpu::as_memory(src_, x), wei = cpu::as_memory(wei_, const_cast<float*>(w)),
            dst = cpu::as_memory(dst_, y), out = dst;
     if (blocked_) {
-      src = in_layout(src, blocked_->src);
-      wei = in_layout(wei, blocked_->wei);
-      if (blocked_->dst.get_desc() != dst_) out = blocked_->dst;
+      if (blocked_->src) src = in_layout(src, blocked_->src);
+      wei = packed_weights(wei, w);
+      if (blocked_->dst) out = blocked_->dst;
     }
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, out}};
     if (with_bias_) args.emplace(DNNL_ARG_BIAS, cpu::as_memory(bias_, const_cast<float*>(b)));
@@ -84,9 +86,16 @@ class ConvPrimitives {
     if (out != dst) cpu::execute(dnnl::reorder(out, dst), {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, dst}}, "reorder");
   }
 
+  // The weights changed (a plan's refresh): the next forward packs them again. Until the first call, every forward
+  // packs them (a runtime used outside a plan is never refreshed).
+  void weights_changed() {
+    refreshed_ = true;
+    packed_from_ = nullptr;
+  }
+
   // dx = conv_transpose(dy, w).
   void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) {
-    prepare(dx.shape(), dy.shape());
+    prepare(dx.shape(), dy.shape(), core::Layout::nchw);
     if (!bwd_data_) {
       using Bwd = dnnl::convolution_backward_data;
       bwd_data_ = cpu::dnnl_guard(describe("a convolution backward (data)"), [&] {
@@ -103,7 +112,7 @@ class ConvPrimitives {
 
   // dw (and db when the convolution has a bias) from x and dy.
   void backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw, float* db) {
-    prepare(x.shape(), dy.shape());
+    prepare(x.shape(), dy.shape(), core::Layout::nchw);
     if (!bwd_weights_) {
       using Bwd = dnnl::convolution_backward_weights;
       bwd_weights_ = cpu::dnnl_guard(describe("a convolution backward (weights)"), [&] {
@@ -133,9 +142,21 @@ class ConvPrimitives {
     return blocked;
   }
 
+  // The weights in the primitive's layout: packed from w once per state version when a plan refreshes this op,
+  // else on every call.
+  memory packed_weights(const memory& plain, const float* w) {
+    if (!blocked_->wei) return plain;
+    if (!refreshed_ || packed_from_ != w) {
+      cpu::execute(dnnl::reorder(plain, blocked_->wei), {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, blocked_->wei}},
+                   "weight reorder");
+      packed_from_ = w;
+    }
+    return blocked_->wei;
+  }
+
   std::string describe(std::string_view what) const {
-    return fmt::format("{} for input {} (k {}, s {}, p {}, d {}, g {})", what, x_shape_.str(), a_.kernel, a_.stride,
-                       a_.pad(), a_.dilation, a_.groups);
+    return fmt::format("{} for input {} {} (k {}, s {}, p {}, d {}, g {})", what, core::layout_name(layout_),
+                       x_shape_.str(), a_.kernel, a_.stride, a_.pad(), a_.dilation, a_.groups);
   }
 
   dnnl::convolution_forward::desc forward_desc(dnnl::prop_kind prop) const {
@@ -156,16 +177,23 @@ class ConvPrimitives {
     return *train_pd_;
   }
 
-  void prepare(const Shape& x, const Shape& y) {
-    if (x == x_shape_ && fwd_) return;
+  void prepare(const Shape& x, const Shape& y, core::Layout layout) {
+    if (x == x_shape_ && layout == layout_ && fwd_) return;
+    VISION_CHECK(!training_ || layout == core::Layout::nchw, "conv2d trains in NCHW only, asked for {}",
+                 core::layout_name(layout));
     fwd_ = {};  // stays empty if creation fails, so the next call tries again
     train_pd_.reset();
     bwd_data_.reset();
     bwd_weights_.reset();
+    packed_from_ = nullptr;
     x_shape_ = x;
+    layout_ = layout;
     const int64_t g = a_.groups;
-    src_ = cpu::f32_desc(cpu::dims_of(x));
-    dst_ = cpu::f32_desc(cpu::dims_of(y));
+    const bool nhwc = layout == core::Layout::nhwc;
+    src_ = nhwc ? memory::desc(cpu::dims_of(x), memory::data_type::f32, memory::format_tag::nhwc)
+                : cpu::f32_desc(cpu::dims_of(x));
+    dst_ = nhwc ? memory::desc(cpu::dims_of(y), memory::data_type::f32, memory::format_tag::nhwc)
+                : cpu::f32_desc(cpu::dims_of(y));
     bias_ = cpu::f32_desc({a_.out_channels});
     wei_ = g == 1 ? cpu::f32_desc(cpu::dims_of(a_.weight_shape()))
                   : cpu::f32_desc({g, a_.out_channels / g, a_.in_channels / g, a_.kernel, a_.kernel});
@@ -184,9 +212,10 @@ class ConvPrimitives {
       return;
     }
     fwd_ = cpu::dnnl_guard(describe("a convolution forward"), [&] {
-      const memory::desc any_src(src_.dims(), memory::data_type::f32, memory::format_tag::any),
-          any_wei(wei_.dims(), memory::data_type::f32, memory::format_tag::any),
-          any_dst(dst_.dims(), memory::data_type::f32, memory::format_tag::any);
+      // NHWC activations stay as they are; NCHW ones go to oneDNN's choice (see forward).
+      const memory::desc any_src = nhwc ? src_ : memory::desc(src_.dims(), memory::data_type::f32, memory::format_tag::any),
+                         any_wei(wei_.dims(), memory::data_type::f32, memory::format_tag::any),
+                         any_dst = nhwc ? dst_ : memory::desc(dst_.dims(), memory::data_type::f32, memory::format_tag::any);
       const auto d = with_bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                                   algorithm::convolution_direct, any_src, any_wei,
                                                                   bias_, any_dst, strides(), dilates(), padding(),
@@ -197,21 +226,27 @@ class ConvPrimitives {
       const dnnl::convolution_forward::primitive_desc pd(d, attr, cpu::dnnl_engine());
       if (pd.src_desc() != src_ || pd.weights_desc() != wei_ || pd.dst_desc() != dst_) {
         auto& eng = cpu::dnnl_engine();
-        blocked_ = Blocked{memory(pd.src_desc(), eng), memory(pd.weights_desc(), eng), memory(pd.dst_desc(), eng)};
+        auto own = [&](const memory::desc& picked, const memory::desc& plain) {
+          return picked == plain ? memory() : memory(picked, eng);
+        };
+        blocked_ = Blocked{own(pd.src_desc(), src_), own(pd.weights_desc(), wei_), own(pd.dst_desc(), dst_)};
       }
       return dnnl::convolution_forward(pd);
     });
   }
 
-  // Inference in oneDNN's chosen layouts: the operands in those layouts (when any differs from plain NCHW).
+  // Inference in oneDNN's chosen layouts: the operands in those layouts, each empty when it is the tensor's own.
   struct Blocked {
     memory src, wei, dst;
   };
   std::optional<Blocked> blocked_;
+  const float* packed_from_ = nullptr;  // the weights blocked_->wei holds (refreshed_: until weights_changed())
+  bool refreshed_ = false;
 
   Conv2dAttrs a_;
   bool with_bias_, silu_, training_;
   Shape x_shape_;
+  core::Layout layout_ = core::Layout::nchw;
   memory::desc src_, wei_, bias_, dst_;
   dnnl::convolution_forward fwd_;
   std::optional<dnnl::convolution_forward::primitive_desc> train_pd_;
@@ -222,7 +257,14 @@ class ConvPrimitives {
 class Conv2dRuntime final : public CpuRuntimeOp {
  public:
   Conv2dRuntime(const Conv2dAttrs& a, Mode mode)
-      : CpuRuntimeOp("ops.conv2d", 1), a_(a), prims_(a, a.bias, false, mode == Mode::train) {}
+      : CpuRuntimeOp("ops.conv2d", 1), a_(a), mode_(mode), prims_(a, a.bias, false, mode == Mode::train) {}
+
+  // f32; NHWC for inference (oneDNN's NHWC kernels have no backward here).
+  bool supports(const Format& f) const override {
+    return f == Format{} || (mode_ == Mode::inference && f == Format{DType::f32, core::Layout::nhwc});
+  }
+  bool caches_state() const override { return mode_ == Mode::inference; }
+  void refresh(ForwardCtx&) override { prims_.weights_changed(); }
 
   std::vector<ParamSpec> param_specs(const std::vector<Shape>&, const Shape&) const override {
     return conv2d_state_specs(a_);
@@ -234,7 +276,7 @@ class Conv2dRuntime final : public CpuRuntimeOp {
 
   void forward(ForwardCtx& ctx) override {
     prims_.forward(ctx.inputs[0], ctx.output, ctx.params[0].data<float>(),
-                   a_.bias ? ctx.params[1].data<float>() : nullptr);
+                   a_.bias ? ctx.params[1].data<float>() : nullptr, format().layout);
   }
 
   void backward(BackwardCtx& ctx) override {
@@ -249,6 +291,7 @@ class Conv2dRuntime final : public CpuRuntimeOp {
 
  private:
   Conv2dAttrs a_;
+  Mode mode_;
   ConvPrimitives prims_;
 };
 
@@ -276,8 +319,11 @@ class FusedConv2dRuntime final : public CpuRuntimeOp {
     return {{a_.weight_shape(), DType::f32}, {Shape{a_.out_channels}, DType::f32}};
   }
   bool has_backward() const override { return false; }  // built for inference plans only
+  bool supports(const Format& f) const override { return f.dtype == DType::f32; }  // NCHW or NHWC
+  bool caches_state() const override { return true; }
 
   void refresh(ForwardCtx& ctx) override {
+    prims_.weights_changed();
     if (!f_.batchnorm) return;
     VISION_CHECK(ctx.derived.size() == 2, "{}: refresh needs the folded weight and bias", name());
     const float* w = ctx.params[0].data<float>();
@@ -287,9 +333,10 @@ class FusedConv2dRuntime final : public CpuRuntimeOp {
   void forward(ForwardCtx& ctx) override {
     if (!f_.batchnorm)
       return prims_.forward(ctx.inputs[0], ctx.output, ctx.params[0].data<float>(),
-                            a_.bias ? ctx.params[1].data<float>() : nullptr);
+                            a_.bias ? ctx.params[1].data<float>() : nullptr, format().layout);
     VISION_CHECK(ctx.derived.size() == 2, "{}: the folded weight and bias are missing (run refresh first)", name());
-    prims_.forward(ctx.inputs[0], ctx.output, ctx.derived[0].data<float>(), ctx.derived[1].data<float>());
+    prims_.forward(ctx.inputs[0], ctx.output, ctx.derived[0].data<float>(), ctx.derived[1].data<float>(),
+                   format().layout);
   }
 
  private:

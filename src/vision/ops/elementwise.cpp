@@ -48,6 +48,7 @@ template <typename Fn>
 class UnaryRuntime final : public CpuRuntimeOp {
  public:
   UnaryRuntime() : CpuRuntimeOp(Fn::name, 1) {}
+  bool supports(const Format& f) const override { return f.dtype == DType::f32; }  // element by element: any layout
   void forward(ForwardCtx& ctx) override {
     const float* x = ctx.inputs[0].data<float>();
     float* y = ctx.output.data<float>();
@@ -67,6 +68,8 @@ template <typename Fn>
 class BinaryRuntime final : public CpuRuntimeOp {
  public:
   BinaryRuntime() : CpuRuntimeOp(Fn::name, 2) {}
+  // Two tensors of one shape, both in the step's layout: element i of one meets element i of the other in any layout.
+  bool supports(const Format& f) const override { return f.dtype == DType::f32; }
   void forward(ForwardCtx& ctx) override {
     const float* a = ctx.inputs[0].data<float>();
     const float* b = ctx.inputs[1].data<float>();

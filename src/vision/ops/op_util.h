@@ -18,6 +18,7 @@ using core::Tensor;
 using graph::Backend;
 using graph::BackwardCtx;
 using graph::ForwardCtx;
+using graph::Format;
 using graph::Mode;
 using graph::Op;
 using graph::ParamSpec;

@@ -17,6 +17,11 @@ class MaxPool2dRuntime final : public CpuRuntimeOp {
   MaxPool2dRuntime(int64_t k, int64_t s, int64_t p, Mode mode)
       : CpuRuntimeOp("ops.maxpool2d", 1), k_(k), s_(s), p_(p), mode_(mode) {}
 
+  // f32; NHWC for inference (no argmax to keep).
+  bool supports(const Format& f) const override {
+    return f == Format{} || (mode_ == Mode::inference && f == Format{DType::f32, core::Layout::nhwc});
+  }
+
   std::vector<TensorSpec> saved_specs(const std::vector<Shape>&, const Shape& out) const override {
     if (mode_ != Mode::train) return {};
     return {{out, DType::i32}};
@@ -29,6 +34,10 @@ class MaxPool2dRuntime final : public CpuRuntimeOp {
     float* dst = ctx.output.data<float>();
     int32_t* arg = ctx.saved.empty() ? nullptr : ctx.saved[0].data<int32_t>();
     const int64_t planes = x.dim(0) * x.dim(1);
+    if (format().layout == core::Layout::nhwc) {
+      VISION_CHECK(arg == nullptr, "maxpool2d keeps its argmax in NCHW only (a training forward)");
+      return forward_nhwc(src, dst, x.dim(0), x.dim(1), h, w, oh, ow);
+    }
     if (arg == nullptr) return forward_separable(src, dst, planes, h, w, oh, ow);
     cpu::parallel_for(
         planes,
@@ -120,6 +129,51 @@ class MaxPool2dRuntime final : public CpuRuntimeOp {
           }
         },
         planes * h * w * 2 * k_);
+  }
+
+  // Inference in NHWC: forward_separable's two passes with a pixel of c channels for an element (the same values,
+  // bit for bit), each pass parallel over rows.
+  void forward_nhwc(const float* src, float* dst, int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh,
+                    int64_t ow) const {
+    const float lowest = -std::numeric_limits<float>::infinity();
+    std::vector<float> rows(static_cast<size_t>(n * h * ow * c));
+    cpu::parallel_for(
+        n * h,
+        [&](int64_t row) {  // (image, input row) → the horizontal window maxima of that row
+          const float* in = src + row * w * c;
+          float* r = rows.data() + row * ow * c;
+          for (int64_t ox = 0; ox < ow; ++ox, r += c) {
+            const int64_t x0 = std::max<int64_t>(ox * s_ - p_, 0), x1 = std::min(ox * s_ - p_ + k_, w);
+            if (x1 <= x0) {
+              std::fill(r, r + c, lowest);
+              continue;
+            }
+            std::copy(in + x0 * c, in + (x0 + 1) * c, r);
+            for (int64_t ix = x0 + 1; ix < x1; ++ix) {
+              const float* v = in + ix * c;
+              for (int64_t ch = 0; ch < c; ++ch) r[ch] = max_keep_first(r[ch], v[ch]);
+            }
+          }
+        },
+        n * h * w * c * k_);
+    cpu::parallel_for(
+        n * oh,
+        [&](int64_t row) {  // (image, output row) → the vertical maxima of its window's rows
+          const int64_t b = row / oh, oy = row % oh;
+          const int64_t y0 = std::max<int64_t>(oy * s_ - p_, 0), y1 = std::min(oy * s_ - p_ + k_, h);
+          float* o = dst + row * ow * c;
+          if (y1 <= y0) {
+            std::fill(o, o + ow * c, lowest);
+            return;
+          }
+          const float* first = rows.data() + (b * h + y0) * ow * c;
+          std::copy(first, first + ow * c, o);
+          for (int64_t iy = y0 + 1; iy < y1; ++iy) {
+            const float* r = rows.data() + (b * h + iy) * ow * c;
+            for (int64_t i = 0; i < ow * c; ++i) o[i] = max_keep_first(o[i], r[i]);
+          }
+        },
+        n * oh * ow * c * k_);
   }
 
   int64_t k_, s_, p_;

@@ -50,7 +50,7 @@ TEST(BenchCli, CpuRandomWeightsPrintsARowPerBatch) {
   const CliRun r = bench(fmt::format("--device cpu --scale n --imgsz 64 --batch 1,2 --iters 2 --warmup 1 --json '{}'",
                                   json.string()));
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("YOLO26n (80 classes, random initial weights), 64x64 (H x W), f32 nchw on cpu"),
+  EXPECT_NE(r.out.find("YOLO26n (80 classes, random initial weights), 64x64 (H x W), f32 nhwc on cpu"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("detections [B, 300, 6]"), std::string::npos) << r.out;
@@ -70,6 +70,25 @@ TEST(BenchCli, CpuRandomWeightsPrintsARowPerBatch) {
     EXPECT_GE(rows[i]["p90_ms"].get<double>(), rows[i]["median_ms"].get<double>());
     EXPECT_NEAR(rows[i]["img_s"].get<double>(), 1000.0 * double(i + 1) / rows[i]["median_ms"].get<double>(), 1e-6);
   }
+}
+
+// --layout and --threads: the plan in NCHW on one thread, said so in the header and the JSON row.
+TEST(BenchCli, CpuLayoutAndThreads) {
+  test::TempDir dir;
+  const auto json = dir.path() / "ours.jsonl";
+  const CliRun r = bench(fmt::format(
+      "--device cpu --scale n --imgsz 64 --batch 1 --iters 2 --warmup 1 --layout nchw --threads 1 --json '{}'",
+      json.string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("f32 nchw on cpu (CPU, 1 thread)"), std::string::npos) << r.out;
+  EXPECT_TRUE(has_row(r.out, 1, 2)) << r.out;
+  const auto rows = json_lines(json);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["layout"], "nchw");
+  EXPECT_EQ(rows[0]["threads"], 1);
+  const CliRun bad = bench("--device cpu --scale n --imgsz 64 --iters 2 --layout nhcw");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--layout"), std::string::npos) << bad.out;
 }
 
 TEST(BenchCli, CpuWeightsFileAndRectangularSize) {

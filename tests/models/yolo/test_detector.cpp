@@ -10,6 +10,7 @@
 #include "models/yolo/detector_test_util.h"
 #include "test_util.h"
 #include "vision/core/error.h"
+#include "vision/cpu/parallel.h"
 #include "vision/detector.h"
 
 using namespace vision;
@@ -117,8 +118,34 @@ TEST(Detector, ErrorsNameTheProblem) {
   EXPECT_NE(message([] { Detector d(weights_path(), {.device = "cpu", .classes = {80}}); }).find("class 80"),
             std::string::npos);
   EXPECT_NE(message([] { Detector d(weights_path(), {.device = "tpu"}); }).find("tpu"), std::string::npos);
+  EXPECT_NE(message([] { Detector d(weights_path(), {.device = "cpu", .threads = -1}); }).find("threads"),
+            std::string::npos);
   Detector detector(weights_path(), cpu_options(0.25f));
   EXPECT_NE(message([&] { detector.detect(data::Image(64, 64, 4)); }).find("4 channels"), std::string::npos);
+}
+
+// DetectorOptions::threads: a call on one thread gives the detections of a call on every core, and leaves the calling
+// thread's own OpenMP setting as it was; cpu::ThreadLimit (what the call holds) sets the count and restores it.
+TEST(Detector, ThreadsOptionLimitsEachCallOnly) {
+  const float conf = metadata_float("e2e_conf");
+  DetectorOptions one = cpu_options(conf);
+  one.threads = 1;
+  Detector all(weights_path(), cpu_options(conf)), single(weights_path(), one);
+  const int before = cpu::max_threads();
+  const auto a = all.detect(fixture_image("image_320")), b = single.detect(fixture_image("image_320"));
+  EXPECT_EQ(cpu::max_threads(), before);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].cls, b[i].cls);
+    EXPECT_NEAR(a[i].score, b[i].score, 1e-5);
+  }
+  {
+    const cpu::ThreadLimit limit(1);
+    EXPECT_EQ(cpu::max_threads(), 1);
+    const cpu::ThreadLimit unchanged(0);
+    EXPECT_EQ(cpu::max_threads(), 1);
+  }
+  EXPECT_EQ(cpu::max_threads(), before);
 }
 
 TEST(Detector, MovedFromIsAClearErrorAndAssignableAgain) {

@@ -56,6 +56,38 @@ TEST(Yolo26Reference, RectangularInputMatches) {
   expect_matches_reference(out[3].to_vector(), "rect.one2one.logits");
 }
 
+// The CPU's default plan, f32 NHWC (every convolution on oneDNN's NHWC kernels, pooling, upsampling, concat and split
+// on pixels of C values, PSA reading NHWC, the heads converted to NCHW for their reshapes), against the same
+// reference. Run once before the weights are loaded: the convolutions keep their weights in oneDNN's blocked
+// layout, and loading new state must reach them (a plan's refresh), or the second run would use the first weights.
+TEST(Yolo26Reference, NhwcPlanMatchesOnTheCpuAfterNewWeights) {
+  graph::Executor ex(inference_graph(kSpec, false, metadata_float("e2e_conf")), graph::cpu_backend(),
+                     graph::PlanOptions{.layout = core::Layout::nhwc});
+  const core::Tensor x = image("image_320", 2);
+  const auto before = ex.forward({x})[2].to_vector();
+  load(ex);
+  const auto out = ex.forward({x});
+  EXPECT_NE(out[2].to_vector(), before);
+  const char* names[] = {"eval.one2one.ltrb", "eval.one2one.logits", "eval.one2many.ltrb", "eval.one2many.logits"};
+  for (int64_t b = 0; b < 2; ++b) {
+    for (size_t k = 0; k < 4; ++k) expect_matches_reference(out[2 + k].to_vector(), names[k], true, b);
+    expect_same_detections({out[0], out[1], b}, {output("e2e.detections"), output("e2e.count")}, score_tolerance(),
+                           box_tolerance(), "end-to-end NHWC image " + std::to_string(b));
+  }
+  // Every rank-4 step computes in NHWC: the conversions are the NCHW input's and, before the heads' flattens, the 12
+  // last convolutions' outputs (box and class maps of both heads at three levels).
+  const graph::Plan& plan = ex.plan(graph::Mode::inference, {x.shape()});
+  EXPECT_EQ(plan.conversion_steps(), 13u) << plan.describe();
+}
+
+TEST(Yolo26Reference, NhwcPlanRectangularInputMatches) {
+  graph::Executor ex(inference_graph(), graph::cpu_backend(), graph::PlanOptions{.layout = core::Layout::nhwc});
+  load(ex);
+  const auto out = ex.forward({image("image_192x320")});
+  expect_matches_reference(out[2].to_vector(), "rect.one2one.ltrb");
+  expect_matches_reference(out[3].to_vector(), "rect.one2one.logits");
+}
+
 // 640×640 (8400 anchors, the size the model is trained at), batch 2 of the same image: the raw outputs of both heads
 // and the end-to-end detections.
 TEST(Yolo26Reference, InferenceAt640MatchesOnTheCpu) {

@@ -7,7 +7,9 @@ namespace vision::models::yolo {
 
 graph::PlanOptions default_plan_options(graph::Backend backend) {
   if (backend == graph::Backend::cuda) return {.compute_dtype = core::DType::f16, .layout = core::Layout::nhwc};
-  return {.compute_dtype = core::DType::f32, .layout = core::Layout::nchw};
+  // The CPU: f32 NHWC, where oneDNN's convolutions read and write the activations as they are (no reorder between
+  // steps: 1.4× faster than NCHW at YOLO26n 640, bench/model/NOTES.md).
+  return {.compute_dtype = core::DType::f32, .layout = core::Layout::nhwc};
 }
 
 Yolo26Model::Yolo26Model(const core::SafetensorsFile& weights, std::shared_ptr<graph::BackendContext> backend,
