@@ -1,10 +1,13 @@
-// oneDNN convolutions on the CPU in plain NCHW (what the CPU plan uses) against oneDNN's own choice of blocked
+// oneDNN convolutions on the CPU in plain NCHW (the training layout) against oneDNN's own choice of blocked
 // layouts (format_tag::any: nChw8c/nChw16c activations, blocked weights), at the Conv-BN-SiLU/C2f stack's
 // convolution shapes (bench_graph's stack, inference: BatchNorm folded, SiLU as a post-op). Issue "Foundation 4b":
 // "where oneDNN's blocked layouts are faster for a convolution, the CPU plan may use them internally; measure and
 // say". Blocked times are given twice: the convolution alone (a plan keeping every activation blocked would pay
 // only this) and with the reorders of its input from and its output back to NCHW (a plan converting around each
 // convolution). Weights are reordered once, untimed (a plan would keep them blocked). f32, median of --repeats.
+// Also: plain NHWC activations (what the CPU's inference plans run since issue #31), and int8 (s8 activations
+// quantised from f32 NHWC, timed with the quantising reorder; s8 weights; f32 output), the post-training-quantised
+// path that issue asks for.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -58,8 +61,8 @@ memory filled(const memory::desc& md, std::mt19937& rng) {
 }
 
 struct Row {
-  double plain = 0, blocked = 0, blocked_reorders = 0, nhwc = 0;
-  std::string src_tag, nhwc_impl;
+  double plain = 0, blocked = 0, blocked_reorders = 0, nhwc = 0, int8 = 0;
+  std::string src_tag, nhwc_impl, int8_impl;
 };
 
 Row run(const ConvShape& c, int64_t batch, int64_t side, int repeats, std::mt19937& rng) {
@@ -125,6 +128,35 @@ Row run(const ConvShape& c, int64_t batch, int64_t side, int repeats, std::mt199
     strm.wait();
   }, repeats);
   row.nhwc_impl = nhwc_pd.impl_info_str();
+
+  // int8 (what a post-training-quantised plan would run, issue #31): the f32 NHWC input quantised to s8 with one scale
+  // (a reorder, timed), s8 weights with a scale per output channel (packed once), f32 NHWC output rescaled per channel
+  // with the SiLU post-op. The inputs lie in [-1, 1]: scale 127; the weights likewise.
+  {
+    using dt = memory::data_type;
+    const memory::desc q_src(src, dt::s8, tag::nhwc), q_wei(wei, dt::s8, tag::any), q_bias(bias, dt::f32, tag::x),
+        q_dst(dst, dt::f32, tag::nhwc);
+    dnnl::primitive_attr q_attr;
+    q_attr.set_output_scales(1 << 1, std::vector<float>(static_cast<size_t>(c.cout), 1.0f / (127.0f * 127.0f)));
+    q_attr.set_post_ops(po);
+    dnnl::convolution_forward::desc q_desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                           q_src, q_wei, q_bias, q_dst, {c.s, c.s}, {p, p}, {p, p});
+    const dnnl::convolution_forward::primitive_desc q_pd(q_desc, q_attr, eng);
+    dnnl::convolution_forward q_conv(q_pd);
+    memory xq(q_pd.src_desc(), eng), wq(q_pd.weights_desc(), eng), yq(q_pd.dst_desc(), eng);
+    dnnl::primitive_attr w_attr, x_attr;
+    w_attr.set_output_scales(1 << 0, std::vector<float>(static_cast<size_t>(c.cout), 127.0f));
+    x_attr.set_output_scales(0, {127.0f});
+    dnnl::reorder(dnnl::reorder::primitive_desc(w, wq, w_attr)).execute(strm, w, wq);
+    dnnl::reorder quantise(dnnl::reorder::primitive_desc(xn, xq, x_attr));
+    strm.wait();
+    row.int8 = median_ms([&] {
+      quantise.execute(strm, xn, xq);
+      q_conv.execute(strm, {{DNNL_ARG_SRC, xq}, {DNNL_ARG_WEIGHTS, wq}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, yq}});
+      strm.wait();
+    }, repeats);
+    row.int8_impl = q_pd.impl_info_str();
+  }
   const bool same = any_pd.src_desc() == memory::desc(src, memory::data_type::f32, tag::nchw);
   row.src_tag = same ? "nchw" : "blocked";
   return row;
@@ -145,21 +177,23 @@ int main(int argc, char** argv) {
     std::printf("oneDNN %d.%d f32 convolution + SiLU, batch %lld, stack at %lldx%lld, median of %d runs (ms)\n",
                 dnnl_version()->major, dnnl_version()->minor, static_cast<long long>(batch),
                 static_cast<long long>(size), static_cast<long long>(size), repeats);
-    std::printf("%-14s %4s %4s %2s %2s %5s | %9s %9s %14s %9s | %8s %8s  %s\n", "conv", "cin", "cout", "k", "s",
-                "side", "nchw", "blocked", "blocked+reord", "nhwc", "blk/nchw", "b+r/nchw", "any picked / nhwc impl");
-    double t_plain = 0, t_blocked = 0, t_reorders = 0, t_nhwc = 0;
+    std::printf("%-14s %4s %4s %2s %2s %5s | %9s %9s %14s %9s %9s | %8s %8s  %s\n", "conv", "cin", "cout", "k", "s",
+                "side", "nchw", "blocked", "blocked+reord", "nhwc", "int8+q", "blk/nchw", "b+r/nchw",
+                "any picked / nhwc impl / int8 impl");
+    double t_plain = 0, t_blocked = 0, t_reorders = 0, t_nhwc = 0, t_int8 = 0;
     for (const ConvShape& c : kShapes) {
       const int64_t side = std::max<int64_t>(1, c.side * size / 640);
       const Row r = run(c, batch, side, repeats, rng);
-      t_plain += r.plain, t_blocked += r.blocked, t_reorders += r.blocked_reorders, t_nhwc += r.nhwc;
-      std::printf("%-14s %4lld %4lld %2lld %2lld %5lld | %9.3f %9.3f %14.3f %9.3f | %7.2fx %7.2fx  %s / %s\n",
+      t_plain += r.plain, t_blocked += r.blocked, t_reorders += r.blocked_reorders, t_nhwc += r.nhwc,
+          t_int8 += r.int8;
+      std::printf("%-14s %4lld %4lld %2lld %2lld %5lld | %9.3f %9.3f %14.3f %9.3f %9.3f | %7.2fx %7.2fx  %s / %s / %s\n",
                   c.where, static_cast<long long>(c.cin), static_cast<long long>(c.cout),
                   static_cast<long long>(c.k), static_cast<long long>(c.s), static_cast<long long>(side), r.plain,
-                  r.blocked, r.blocked_reorders, r.nhwc, r.plain / r.blocked, r.plain / r.blocked_reorders,
-                  r.src_tag.c_str(), r.nhwc_impl.c_str());
+                  r.blocked, r.blocked_reorders, r.nhwc, r.int8, r.plain / r.blocked, r.plain / r.blocked_reorders,
+                  r.src_tag.c_str(), r.nhwc_impl.c_str(), r.int8_impl.c_str());
     }
-    std::printf("%-14s %27s | %9.3f %9.3f %14.3f %9.3f | %7.2fx %7.2fx\n", "sum", "", t_plain, t_blocked, t_reorders,
-                t_nhwc, t_plain / t_blocked, t_plain / t_reorders);
+    std::printf("%-14s %27s | %9.3f %9.3f %14.3f %9.3f %9.3f | %7.2fx %7.2fx\n", "sum", "", t_plain, t_blocked,
+                t_reorders, t_nhwc, t_int8, t_plain / t_blocked, t_plain / t_reorders);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cpu_conv_layouts: %s\n", e.what());
     return 1;
