@@ -25,9 +25,32 @@ struct ExportOptions {
   std::vector<int64_t> imgsz;
   int64_t batch = 1;
   int64_t max_det = 300;
+  bool int8 = false;
+  std::string data;
+  std::string split = "train";
+  int64_t calib_images = 64;
 };
 
+void run_int8(const ExportOptions& o, const CLI::App& cmd) {
+  VISION_CHECK(o.format == "safetensors", "export: --int8 writes safetensors for the CPU, not --format {}", o.format);
+  for (const char* flag : {"--dtype", "--half", "--dynamic", "--raw", "--opset", "--batch", "--max-det"})
+    VISION_CHECK(cmd.count(flag) == 0, "export: {} does not apply to --int8", flag);
+  VISION_CHECK(o.imgsz.size() <= 1, "export --int8: --imgsz takes one side (the calibration images' square)");
+  const std::filesystem::path model = o.model;
+  const std::filesystem::path out =
+      o.out.empty() ? model.parent_path() / (model.stem().string() + "_int8.safetensors") : std::filesystem::path(o.out);
+  const ExportSummary s = export_int8(
+      model, out, {.data = o.data, .split = o.split, .images = o.calib_images, .imgsz = o.imgsz.empty() ? 0 : o.imgsz[0]});
+  fmt::print("wrote {}: YOLO26{}, {} classes, BatchNorm folded, one-to-one head, f32 weights with the int8 calibration of "
+             "{} images of {} ({} split): its convolutions run in int8 on the CPU ({} tensors, {:.1f} MB)\n",
+             out.string(), s.scale, s.nc, s.calibration_images, o.data, o.split, s.tensors,
+             static_cast<double>(s.bytes) / 1e6);
+}
+
 void run_export(const ExportOptions& o, const CLI::App& cmd) {
+  if (o.int8) return run_int8(o, cmd);
+  for (const char* flag : {"--data", "--split", "--calib-images"})
+    VISION_CHECK(cmd.count(flag) == 0, "export: {} applies to --int8 only", flag);
   const bool onnx = o.format == "onnx";
   VISION_CHECK(!(o.half && o.dtype == "f32"), "export: --half and --dtype f32 contradict each other");
   const std::string dtype = o.half ? "f16" : !o.dtype.empty() ? o.dtype : onnx ? "f32" : "f16";
@@ -90,6 +113,16 @@ void add_export_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-det", opts->max_det, "ONNX end-to-end rows per image")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
+  cmd->add_flag("--int8", opts->int8,
+                "post-training int8 quantisation for the CPU: the f32 exported model with the calibration of --data's "
+                "images (convolutions in oneDNN's int8 kernels on the CPU)");
+  cmd->add_option("--data", opts->data, "--int8: the dataset whose images calibrate (a .yaml or .json data file)");
+  cmd->add_option("--split", opts->split, "--int8: the split the calibration images come from")
+      ->check(CLI::IsMember({"train", "val", "test"}))
+      ->capture_default_str();
+  cmd->add_option("--calib-images", opts->calib_images, "--int8: how many images calibrate (the split's first)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}))
       ->capture_default_str();
   cmd->callback([opts, cmd] { run_export(*opts, *cmd); });
 }

@@ -3,6 +3,12 @@
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
 #include "vision/core/safetensors.h"
+#include "vision/data/dataset.h"
+#include "vision/data/image.h"
+#include "vision/data/image_tensor.h"
+#include "vision/data/letterbox.h"
+#include "vision/models/yolo/int8.h"
+#include "vision/models/yolo/model_info.h"
 #include "vision/models/yolo/ultralytics_checkpoint.h"
 #include "vision/models/yolo/weights.h"
 #include "vision/version.h"
@@ -40,6 +46,66 @@ ExportSummary export_model(const std::filesystem::path& model, const std::filesy
   s.tensors = static_cast<int64_t>(exported.tensors.size());
   for (const auto& [name, t] : exported.tensors) s.values += t.numel();
   s.bytes = static_cast<int64_t>(std::filesystem::file_size(out));
+  return s;
+}
+
+ExportSummary export_int8(const std::filesystem::path& model, const std::filesystem::path& out,
+                          const Int8Options& o) {
+  namespace yolo = models::yolo;
+  VISION_CHECK(!o.data.empty(), "export --int8: calibration needs a dataset (--data FILE)");
+  VISION_CHECK(o.images >= 1 && o.images <= 100000, "export --int8: calibration images must be 1–100000, got {}",
+               o.images);
+  check_not_the_input(model, out);
+  core::SafetensorsFile weights = yolo::read_model_file(model);
+  yolo::ModelInfo info = yolo::read_model_info(weights);
+  if (!info.fused()) {
+    yolo::ExportedWeights exported = yolo::fold_batchnorm(weights, core::DType::f32);
+    weights.tensors = std::move(exported.tensors);
+    weights.metadata = std::move(exported.metadata);
+    info = yolo::read_model_info(weights);
+  }
+  // An f16 export (the bundled model): its values in f32, exactly.
+  for (auto& [name, t] : weights.tensors) {
+    if (t.dtype() != core::DType::f16) continue;
+    core::Tensor f32 = core::Tensor::zeros(t.shape(), core::DType::f32);
+    const auto* h = t.data<uint16_t>();
+    float* f = f32.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) f[i] = core::half_to_float(h[i]);
+    t = f32;
+  }
+  const int64_t side = o.imgsz > 0 ? o.imgsz : info.imgsz[0];
+  yolo::check_image_size(side, side);
+  const data::Dataset dataset = data::load_dataset(o.data, o.split);
+  std::vector<core::Tensor> batches;
+  std::vector<std::string> unreadable;
+  for (const data::Sample& sample : dataset.samples) {
+    if (static_cast<int64_t>(batches.size()) == o.images) break;
+    data::Image image;
+    try {
+      image = data::read_image(sample.image);
+    } catch (const Error& e) {
+      unreadable.push_back(e.what());
+      continue;
+    }
+    const data::LetterboxTransform t = data::letterbox_transform(image.height, image.width, side, side);
+    core::Tensor batch = core::Tensor::zeros(core::Shape{1, 3, side, side}, core::DType::f32, core::Layout::nhwc);
+    data::write_normalized(data::letterbox(image, t), batch, 0);
+    batches.push_back(batch);
+  }
+  VISION_CHECK(!batches.empty(), "export --int8: no readable image in the {} split of {}{}", o.split, o.data,
+               unreadable.empty() ? std::string() : " (" + unreadable.front() + ")");
+  info.int8_absmax = yolo::calibrate_int8(weights, batches);
+  std::map<std::string, std::string> metadata = yolo::weights_metadata(info);
+  for (const auto& [key, value] : weights.metadata)
+    if (!metadata.count(key)) metadata[key] = value;
+  core::write_safetensors(out, weights.tensors, metadata);
+  ExportSummary s;
+  s.out = out, s.format = "safetensors", s.scale = yolo::scale_name(info.spec.scale), s.dtype = "int8";
+  s.nc = info.spec.nc;
+  s.tensors = static_cast<int64_t>(weights.tensors.size());
+  for (const auto& [name, t] : weights.tensors) s.values += t.numel();
+  s.bytes = static_cast<int64_t>(std::filesystem::file_size(out));
+  s.calibration_images = static_cast<int64_t>(batches.size());
   return s;
 }
 

@@ -19,12 +19,28 @@ struct ExportSummary {
   // ONNX only: the opset, the number of nodes, and the input's and output's names, dtypes and shapes.
   int64_t opset = 0, nodes = 0;
   std::string input, output;
+  int64_t calibration_images = 0;  // int8 only
 };
 
 // `dtype`: "f16" or "f32". Throws vision::Error for a missing or invalid model, an already exported one, another
 // dtype, or `out` naming the input itself.
 ExportSummary export_model(const std::filesystem::path& model, const std::filesystem::path& out,
                            const std::string& dtype = "f16");
+
+// Post-training int8 quantisation for the CPU (issue #31): the exported f32 model (BatchNorm folded) with, in its
+// metadata "int8_absmax", the largest |input| of every convolution over `images` images of the dataset's `split`
+// (letterboxed to `imgsz`, the model's when 0). On the CPU every convolution of that model then runs oneDNN's int8
+// kernels (s8 activations and weights); on CUDA it runs as the f32 model. `model`: a full checkpoint or an exported
+// model (f16 or f32). Throws vision::Error for a bad option, a dataset without readable images, or `out` naming the
+// input.
+struct Int8Options {
+  std::string data;           // the dataset's data file (.yaml or .json)
+  std::string split = "train";
+  int64_t images = 64;        // calibration images (the split's first ones, in order)
+  int64_t imgsz = 0;
+};
+ExportSummary export_int8(const std::filesystem::path& model, const std::filesystem::path& out,
+                          const Int8Options& options);
 
 struct OnnxOptions {
   bool half = false;     // f16 weights, input and output (GPU runtimes)

@@ -3,6 +3,8 @@
 // concat and split, all against the same graph's NCHW plan; a plan in NHWC converts only at its input and output.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "test_util.h"
@@ -128,4 +130,45 @@ TEST(CpuNhwc, TrainingThroughNhwcUpsamplingMatchesNchw) {
   const auto g1 = nchw.state().flat_grads().to_vector(), g2 = nhwc.state().flat_grads().to_vector();
   EXPECT_LT(test::rel_error(g2, g1), 1e-6);
   EXPECT_GT(test::rel_error(g1, std::vector<float>(g1.size(), 0.0f)), 0.5);
+}
+
+// Conv2dAttrs::int8_absmax: in an NHWC inference plan the convolution quantises its input to s8 (scale 127 / absmax)
+// and its weights to s8 per output channel, and matches the f32 convolution within that quantisation: |error| of
+// about one step of the input's scale times the weights' size, far below 2% of the output's norm here, but not
+// zero. A plain, a strided-with-bias-and-SiLU and a depthwise convolution; new weights reach the int8 copy too.
+TEST(CpuNhwc, Int8ConvolutionsMatchF32WithinTheirQuantisation) {
+  const ops::Conv2dAttrs cases[] = {
+      {.in_channels = 16, .out_channels = 32, .kernel = 3},
+      {.in_channels = 8, .out_channels = 16, .kernel = 3, .stride = 2, .bias = true},
+      {.in_channels = 16, .out_channels = 16, .kernel = 3, .groups = 16},
+      {.in_channels = 24, .out_channels = 8, .kernel = 1, .bias = true},
+  };
+  for (const ops::Conv2dAttrs& a : cases) {
+    SCOPED_TRACE(fmt::format("cin {} cout {} k {} s {} g {}", a.in_channels, a.out_channels, a.kernel, a.stride,
+                             a.groups));
+    auto make = [&](float absmax) {
+      auto g = std::make_shared<Graph>();
+      auto x = g->input("x", Shape{Shape::kAny, a.in_channels, 10, 9});
+      ops::Conv2dAttrs q = a;
+      q.int8_absmax = absmax;
+      auto y = ops::conv2d(x, q, "conv");
+      g->mark_output(a.bias ? ops::silu(y, "act") : y);
+      return g;
+    };
+    Executor f32(make(0.0f), cpu_backend(), kNhwc), int8(make(2.0f), cpu_backend(), kNhwc),
+        int8_nchw(make(2.0f), cpu_backend());
+    const Tensor x = test::random_tensor(Shape{2, a.in_channels, 10, 9}, -2.0f, 2.0f);
+    for (int round = 0; round < 2; ++round) {
+      randomize_state(f32, {x.shape()});
+      copy_state(f32, int8, {x.shape()});
+      copy_state(f32, int8_nchw, {x.shape()});
+      const auto ref = f32.forward({x})[0].to_vector();
+      const auto q = int8.forward({x})[0].to_vector();
+      const double err = test::rel_error(q, ref);
+      EXPECT_LT(err, 2e-2) << "round " << round;
+      EXPECT_GT(err, 1e-5) << "round " << round << ": no quantisation error: the int8 path did not run";
+      // In NCHW the attribute is ignored: the f32 result.
+      EXPECT_LT(test::rel_error(int8_nchw.forward({x})[0].to_vector(), ref), 1e-6);
+    }
+  }
 }

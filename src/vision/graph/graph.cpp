@@ -37,6 +37,29 @@ std::string Graph::scoped_name(const std::string& local) const {
   return s;
 }
 
+void Graph::replace_op(size_t node, std::shared_ptr<const Op> op) {
+  VISION_CHECK(node < nodes_.size() && op != nullptr, "replace_op: no node {} (the graph has {}) or no op", node,
+               nodes_.size());
+  Node& n = nodes_[node];
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  for (int id : n.inputs) {
+    shapes.push_back(value(id).shape);
+    dtypes.push_back(value(id).dtype);
+  }
+  bool same = op->n_outputs() == n.outputs.size();
+  try {
+    const auto out = op->infer_output_shapes(shapes);
+    const auto out_dtypes = op->infer_output_dtypes(dtypes);
+    for (size_t k = 0; same && k < n.outputs.size(); ++k)
+      same = out.at(k) == value(n.outputs[k]).shape && out_dtypes.at(k) == value(n.outputs[k]).dtype;
+  } catch (const Error& e) {
+    fail("replace_op: node '{}' ({} → {}): {}", n.name, n.op->name(), op->name(), e.what());
+  }
+  VISION_CHECK(same, "replace_op: node '{}': {} does not give the outputs of {}", n.name, op->name(), n.op->name());
+  n.op = std::move(op);
+}
+
 SymTensor Graph::apply(std::shared_ptr<const Op> op, const std::vector<SymTensor>& inputs,
                        const std::string& local_name) {
   VISION_CHECK(op != nullptr, "Graph::apply: null op");

@@ -81,6 +81,9 @@ class Graph {
                                      const std::string& local_name);
   // Marks a graph output: by default of every plan, its gradient seeded in training (see OutputUse).
   void mark_output(SymTensor t, OutputUse use = {});
+  // Node i computes with `op` instead (a graph transform: a convolution given its int8 calibration). The new op must
+  // infer the node's output shapes and dtypes from its inputs; throws naming the node otherwise.
+  void replace_op(size_t node, std::shared_ptr<const Op> op);
 
   // RAII name scope: while alive, recorded nodes are named under it ("model" → "model.0" → ...).
   class Scope {

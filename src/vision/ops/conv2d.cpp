@@ -1,5 +1,6 @@
 #include "vision/ops/conv2d.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -73,6 +74,7 @@ class ConvPrimitives {
   // (bench/graph/bench_cpu_conv_layouts). Training keeps plain NCHW, which its backward primitives share.
   void forward(const Tensor& x, const Tensor& y, const float* w, const float* b, core::Layout layout) {
     prepare(x.shape(), y.shape(), layout);
+    if (int8_) return forward_int8(x, y, w, b);
     memory src = cpu::as_memory(src_, x), wei = cpu::as_memory(wei_, const_cast<float*>(w)),
            dst = cpu::as_memory(dst_, y), out = dst;
     if (blocked_) {
@@ -86,6 +88,58 @@ class ConvPrimitives {
     if (out != dst) cpu::execute(dnnl::reorder(out, dst), {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, dst}}, "reorder");
   }
 
+  // int8: x quantised to s8 (one scale), the s8 weights (a scale per output channel, packed as the f32 ones are), y in
+  // f32: y = (acc + b / s_out) · s_out with s_out[c] = 1 / (s_x · s_w[c]) (oneDNN scales the accumulator and the bias
+  // together), then SiLU.
+  void forward_int8(const Tensor& x, const Tensor& y, const float* w, const float* b) {
+    Int8& q = *int8_;
+    if (!refreshed_ || packed_from_ != w || q.bias_from != b) {
+      pack_int8(w, b);
+      packed_from_ = w;
+    }
+    const memory src = cpu::as_memory(src_, x), dst = cpu::as_memory(dst_, y);
+    cpu::execute(q.quantise, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, q.src}}, "int8 quantising reorder");
+    cpu::execute(q.conv,
+                 {{DNNL_ARG_SRC, q.src}, {DNNL_ARG_WEIGHTS, q.wei}, {DNNL_ARG_BIAS, q.bias}, {DNNL_ARG_DST, dst}},
+                 "int8 convolution forward");
+  }
+
+  // Weight scales s_w[c] = 127 / max |w[c, …]| (1 for an all-zero channel), the s8 weights, the rescaled bias, and the
+  // primitive (its output scales depend on s_w).
+  void pack_int8(const float* w, const float* b) {
+    Int8& q = *int8_;
+    const int64_t per_channel = a_.weight_shape().numel() / a_.out_channels;
+    std::vector<float> w_scale(static_cast<size_t>(a_.out_channels)), out_scale(w_scale.size());
+    auto* bias = static_cast<float*>(q.bias.get_data_handle());
+    for (int64_t c = 0; c < a_.out_channels; ++c) {
+      float m = 0;
+      for (int64_t j = 0; j < per_channel; ++j) m = std::max(m, std::abs(w[c * per_channel + j]));
+      const auto k = static_cast<size_t>(c);
+      w_scale[k] = m > 0 ? 127.0f / m : 1.0f;
+      out_scale[k] = 1.0f / (q.x_scale * w_scale[k]);
+      bias[k] = b ? b[c] / out_scale[k] : 0.0f;
+    }
+    q.bias_from = b;
+    q.conv = cpu::dnnl_guard(describe("an int8 convolution forward"), [&] {
+      dnnl::primitive_attr attr;
+      attr.set_output_scales(1 << 1, out_scale);
+      if (silu_) {
+        dnnl::post_ops po;
+        po.append_eltwise(1.0f, algorithm::eltwise_swish, 1.0f, 0.0f);
+        attr.set_post_ops(po);
+      }
+      const dnnl::convolution_forward::primitive_desc pd(*q.desc, attr, cpu::dnnl_engine());
+      VISION_CHECK(pd.weights_desc() == q.wei.get_desc() && pd.src_desc() == q.src.get_desc(),
+                   "{}: oneDNN changed the int8 layouts with the output scales", describe("an int8 convolution"));
+      return dnnl::convolution_forward(pd);
+    });
+    dnnl::primitive_attr w_attr;
+    w_attr.set_output_scales(a_.groups == 1 ? 1 << 0 : (1 << 0) | (1 << 1), w_scale);
+    const memory plain = cpu::as_memory(wei_, const_cast<float*>(w));
+    cpu::execute(dnnl::reorder(dnnl::reorder::primitive_desc(plain, q.wei, w_attr)),
+                 {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, q.wei}}, "int8 weight reorder");
+  }
+
   // The weights changed (a plan's refresh): the next forward packs them again. Until the first call, every forward
   // packs them (a runtime used outside a plan is never refreshed).
   void weights_changed() {
@@ -96,6 +150,7 @@ class ConvPrimitives {
   // dx = conv_transpose(dy, w).
   void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) {
     prepare(dx.shape(), dy.shape(), core::Layout::nchw);
+    VISION_CHECK(!int8_, "int8 convolutions have no backward");
     if (!bwd_data_) {
       using Bwd = dnnl::convolution_backward_data;
       bwd_data_ = cpu::dnnl_guard(describe("a convolution backward (data)"), [&] {
@@ -178,13 +233,14 @@ class ConvPrimitives {
   }
 
   void prepare(const Shape& x, const Shape& y, core::Layout layout) {
-    if (x == x_shape_ && layout == layout_ && fwd_) return;
+    if (x == x_shape_ && layout == layout_ && (fwd_ || int8_)) return;
     VISION_CHECK(!training_ || layout == core::Layout::nchw, "conv2d trains in NCHW only, asked for {}",
                  core::layout_name(layout));
     fwd_ = {};  // stays empty if creation fails, so the next call tries again
     train_pd_.reset();
     bwd_data_.reset();
     bwd_weights_.reset();
+    int8_.reset();
     packed_from_ = nullptr;
     x_shape_ = x;
     layout_ = layout;
@@ -204,6 +260,7 @@ class ConvPrimitives {
       attr.set_post_ops(po);
     }
     blocked_.reset();
+    if (!training_ && nhwc && a_.int8_absmax > 0) return prepare_int8();
     if (training_) {
       fwd_ = cpu::dnnl_guard(describe("a convolution forward"), [&] {
         return dnnl::convolution_forward(dnnl::convolution_forward::primitive_desc(
@@ -234,6 +291,40 @@ class ConvPrimitives {
       return dnnl::convolution_forward(pd);
     });
   }
+
+  // The int8 path's layouts, buffers and quantising reorder; its primitive comes with the weights (pack_int8).
+  void prepare_int8() {
+    using dt = memory::data_type;
+    auto& eng = cpu::dnnl_engine();
+    cpu::dnnl_guard(describe("an int8 convolution forward"), [&] {
+      Int8 q;
+      q.x_scale = 127.0f / a_.int8_absmax;
+      const memory::desc s8_src(src_.dims(), dt::s8, memory::format_tag::nhwc),
+          s8_wei(wei_.dims(), dt::s8, memory::format_tag::any);
+      q.desc = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, algorithm::convolution_direct,
+                                               s8_src, s8_wei, bias_, dst_, strides(), dilates(), padding(), padding());
+      dnnl::primitive_attr attr;  // the layouts do not depend on the scales' values
+      attr.set_output_scales(1 << 1, std::vector<float>(static_cast<size_t>(a_.out_channels), 1.0f));
+      const dnnl::convolution_forward::primitive_desc pd(*q.desc, attr, eng);
+      q.src = memory(pd.src_desc(), eng);
+      q.wei = memory(pd.weights_desc(), eng);
+      q.bias = memory(bias_, eng);
+      dnnl::primitive_attr x_attr;
+      x_attr.set_output_scales(0, {q.x_scale});
+      q.quantise = dnnl::reorder(dnnl::reorder::primitive_desc(eng, src_, eng, pd.src_desc(), x_attr));
+      int8_ = std::move(q);
+    });
+  }
+
+  struct Int8 {
+    float x_scale = 1;
+    std::optional<dnnl::convolution_forward::desc> desc;
+    memory src, wei, bias;
+    dnnl::reorder quantise;
+    dnnl::convolution_forward conv;
+    const float* bias_from = nullptr;
+  };
+  std::optional<Int8> int8_;
 
   // Inference in oneDNN's chosen layouts: the operands in those layouts, each empty when it is the tensor's own.
   struct Blocked {

@@ -21,6 +21,11 @@ struct Conv2dAttrs {
   int64_t dilation = 1;
   int64_t groups = 1;  // in_channels for a depthwise convolution
   bool bias = false;
+  // > 0: post-training int8 quantisation (vision export --int8): on the CPU, an NHWC inference forward quantises its
+  // input to s8 with scale 127 / int8_absmax (the calibrated largest |input|, values beyond it saturate), runs
+  // oneDNN's int8 convolution on s8 weights with a scale per output channel and writes f32. Everything else (CUDA,
+  // NCHW, training) computes in floating point as if it were 0.
+  float int8_absmax = 0.0f;
 
   int64_t pad() const { return padding >= 0 ? padding : dilation * (kernel - 1) / 2; }
   core::Shape weight_shape() const { return {out_channels, in_channels / groups, kernel, kernel}; }

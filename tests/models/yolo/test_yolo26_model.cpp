@@ -263,6 +263,21 @@ TEST(Yolo26Weights, MalformedMetadataIsAnErrorNamingTheField) {
   EXPECT_NE(error("names", "[\"a\", \"b\"]").find("2 names for 80 classes"), std::string::npos);
   EXPECT_NE(error("stride", "[8, 16]").find("strides [8, 16, 32]"), std::string::npos);
   EXPECT_NE(error("imgsz", "\"big\"").find("'imgsz'"), std::string::npos);
+  // int8 calibration: only in an exported model, a map of this file's convolutions to positive numbers.
+  EXPECT_NE(error("int8_absmax", "{\"model.0.conv\": 1}").find("'int8_absmax' belongs to an exported model"),
+            std::string::npos);
+  auto fused_error = [&](const std::string& value) {
+    return test::error_of([&] {
+      yolo::read_model_info(core::read_safetensors(edited_weights(dir, [&](auto&, auto& md) {
+        md["format"] = "fused";
+        md["int8_absmax"] = value;
+      })));
+    });
+  };
+  EXPECT_NE(fused_error("[1, 2]").find("must map convolution names"), std::string::npos);
+  EXPECT_NE(fused_error("{\"model.0.conv\": -1}").find("model.0.conv"), std::string::npos);
+  EXPECT_NE(fused_error("{\"model.0.conv\": \"big\"}").find("not a positive number"), std::string::npos);
+  EXPECT_NE(fused_error("{\"model.99.conv\": 2}").find("model.99.conv"), std::string::npos);
 }
 
 // Hostile metadata (issue #33): deeply nested names crashed with a stack overflow; an absurd nc made a tiny file

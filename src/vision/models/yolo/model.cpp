@@ -1,6 +1,7 @@
 #include "vision/models/yolo/model.h"
 
 #include "vision/core/error.h"
+#include "vision/models/yolo/int8.h"
 #include "vision/models/yolo/ultralytics_checkpoint.h"
 
 namespace vision::models::yolo {
@@ -19,8 +20,10 @@ Yolo26Model::Yolo26Model(const core::SafetensorsFile& weights, std::shared_ptr<g
   graph::PlanOptions plan = default_plan_options(backend->backend());
   plan.compute_dtype = options.compute_dtype.value_or(plan.compute_dtype);
   plan.layout = options.layout.value_or(plan.layout);
-  executor_ = std::make_unique<graph::Executor>(yolo26_inference_graph(info_.spec, options.inference),
-                                                std::move(backend), plan);
+  std::shared_ptr<graph::Graph> g = yolo26_inference_graph(info_.spec, options.inference);
+  // An int8 model (vision export --int8) runs its convolutions in int8 on the CPU; CUDA computes in f16/bf16/f32.
+  if (!info_.int8_absmax.empty() && backend->backend() == graph::Backend::cpu) apply_int8(*g, info_.int8_absmax);
+  executor_ = std::make_unique<graph::Executor>(std::move(g), std::move(backend), plan);
   executor_->set_max_plans(options.max_plans);
   // The state's shapes do not depend on the image size: any valid one creates it.
   graph::StateStore& state =

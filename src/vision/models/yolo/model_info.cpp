@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -57,12 +58,14 @@ ModelInfo default_model_info(const Yolo26Spec& spec) {
 
 std::map<std::string, std::string> weights_metadata(const ModelInfo& info) {
   const auto [h, w] = info.imgsz;
-  return {{"format", info.fused() ? "fused" : "full"},
-          {"scale", std::string(scale_name(info.spec.scale))},
-          {"nc", std::to_string(info.spec.nc)},
-          {"names", json(info.names).dump()},
-          {"imgsz", h == w ? std::to_string(h) : json({h, w}).dump()},
-          {"stride", json(info.stride).dump()}};
+  std::map<std::string, std::string> md{{"format", info.fused() ? "fused" : "full"},
+                                        {"scale", std::string(scale_name(info.spec.scale))},
+                                        {"nc", std::to_string(info.spec.nc)},
+                                        {"names", json(info.names).dump()},
+                                        {"imgsz", h == w ? std::to_string(h) : json({h, w}).dump()},
+                                        {"stride", json(info.stride).dump()}};
+  if (!info.int8_absmax.empty()) md["int8_absmax"] = json(info.int8_absmax).dump();
+  return md;
 }
 
 ModelInfo read_model_info(const core::SafetensorsFile& file) {
@@ -142,6 +145,21 @@ ModelInfo read_model_info(const core::SafetensorsFile& file) {
       check_image_size(info.imgsz[0], info.imgsz[1]);
     } catch (const Error& e) {
       fail("{}: metadata 'imgsz': {}", where, e.what());
+    }
+  }
+  if (md.count("int8_absmax")) {
+    VISION_CHECK(format == "fused", "{}: metadata 'int8_absmax' belongs to an exported model (format \"fused\")",
+                 where);
+    const json j = metadata_json(file, "int8_absmax");
+    VISION_CHECK(j.is_object() && !j.empty() && j.size() <= 4096,
+                 "{}: metadata 'int8_absmax' must map convolution names to positive numbers, got {}", where,
+                 core::json_excerpt(j));
+    for (const auto& [name, v] : j.items()) {
+      VISION_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0 &&
+                       v.get<double>() < 1e30 && file.find(name + ".weight") != nullptr,
+                   "{}: metadata 'int8_absmax' has {}: {}, not a positive number for a convolution of the file", where,
+                   name, core::json_excerpt(v));
+      info.int8_absmax[name] = v.get<float>();
     }
   }
   if (md.count("stride")) {

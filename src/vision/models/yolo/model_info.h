@@ -19,6 +19,9 @@ struct ModelInfo {
   std::vector<std::string> names;           // nc class names
   std::array<int64_t, 2> imgsz = {640, 640};  // height, width it was trained at
   std::vector<int64_t> stride = {8, 16, 32};
+  // An int8 model (vision export --int8, metadata "int8_absmax"): per convolution node ("model.0.conv"), the largest
+  // |input| seen in calibration. Empty for a floating-point model.
+  std::map<std::string, float> int8_absmax;
 
   bool fused() const { return spec.norm == ConvNorm::folded; }
 };
