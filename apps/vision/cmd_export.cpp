@@ -29,6 +29,7 @@ struct ExportOptions {
   std::string data;
   std::string split = "train";
   int64_t calib_images = 64;
+  double calib_percentile = 1.0;
 };
 
 void run_int8(const ExportOptions& o, const CLI::App& cmd) {
@@ -40,7 +41,9 @@ void run_int8(const ExportOptions& o, const CLI::App& cmd) {
   const std::filesystem::path out =
       o.out.empty() ? model.parent_path() / (model.stem().string() + "_int8.safetensors") : std::filesystem::path(o.out);
   const ExportSummary s = export_int8(
-      model, out, {.data = o.data, .split = o.split, .images = o.calib_images, .imgsz = o.imgsz.empty() ? 0 : o.imgsz[0]});
+      model, out,
+      {.data = o.data, .split = o.split, .images = o.calib_images, .imgsz = o.imgsz.empty() ? 0 : o.imgsz[0],
+       .percentile = o.calib_percentile});
   fmt::print("wrote {}: YOLO26{}, {} classes, BatchNorm folded, one-to-one head, f32 weights with the int8 calibration of "
              "{} images of {} ({} split): its convolutions run in int8 on the CPU ({} tensors, {:.1f} MB)\n",
              out.string(), s.scale, s.nc, s.calibration_images, o.data, o.split, s.tensors,
@@ -49,7 +52,7 @@ void run_int8(const ExportOptions& o, const CLI::App& cmd) {
 
 void run_export(const ExportOptions& o, const CLI::App& cmd) {
   if (o.int8) return run_int8(o, cmd);
-  for (const char* flag : {"--data", "--split", "--calib-images"})
+  for (const char* flag : {"--data", "--split", "--calib-images", "--calib-percentile"})
     VISION_CHECK(cmd.count(flag) == 0, "export: {} applies to --int8 only", flag);
   const bool onnx = o.format == "onnx";
   VISION_CHECK(!(o.half && o.dtype == "f32"), "export: --half and --dtype f32 contradict each other");
@@ -123,6 +126,10 @@ void add_export_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--calib-images", opts->calib_images, "--int8: how many images calibrate (the split's first)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}))
+      ->capture_default_str();
+  cmd->add_option("--calib-percentile", opts->calib_percentile,
+                  "--int8: each convolution's range ends where this share of its |inputs| lies (1: the largest)")
+      ->check(CLI::Range(0.5, 1.0))
       ->capture_default_str();
   cmd->callback([opts, cmd] { run_export(*opts, *cmd); });
 }

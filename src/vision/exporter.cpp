@@ -55,6 +55,8 @@ ExportSummary export_int8(const std::filesystem::path& model, const std::filesys
   VISION_CHECK(!o.data.empty(), "export --int8: calibration needs a dataset (--data FILE)");
   VISION_CHECK(o.images >= 1 && o.images <= 100000, "export --int8: calibration images must be 1–100000, got {}",
                o.images);
+  VISION_CHECK(o.percentile > 0.5 && o.percentile <= 1.0, "export --int8: the calibration percentile must be in (0.5, 1], got {}",
+               o.percentile);
   check_not_the_input(model, out);
   core::SafetensorsFile weights = yolo::read_model_file(model);
   yolo::ModelInfo info = yolo::read_model_info(weights);
@@ -94,7 +96,7 @@ ExportSummary export_int8(const std::filesystem::path& model, const std::filesys
   }
   VISION_CHECK(!batches.empty(), "export --int8: no readable image in the {} split of {}{}", o.split, o.data,
                unreadable.empty() ? std::string() : " (" + unreadable.front() + ")");
-  info.int8_absmax = yolo::calibrate_int8(weights, batches);
+  info.int8_absmax = yolo::calibrate_int8(weights, batches, o.percentile);
   std::map<std::string, std::string> metadata = yolo::weights_metadata(info);
   for (const auto& [key, value] : weights.metadata)
     if (!metadata.count(key)) metadata[key] = value;

@@ -38,6 +38,10 @@ struct Int8Options {
   std::string split = "train";
   int64_t images = 64;        // calibration images (the split's first ones, in order)
   int64_t imgsz = 0;
+  // Each convolution's range: the largest |input| seen (1), or where this share of the |inputs| lies below. On the
+  // bundled model (500 val images, mAP50-95 0.954 in f32): 1 → 0.945, 0.9999 → 0.944, 0.999 → 0.949, 0.998 → 0.941,
+  // 0.995 → 0.879: the largest is the safe default.
+  double percentile = 1.0;
 };
 ExportSummary export_int8(const std::filesystem::path& model, const std::filesystem::path& out,
                           const Int8Options& options);

@@ -67,6 +67,23 @@ TEST(ExportInt8Cli, CalibratesRunsInInt8AndKeepsTheAccuracy) {
   EXPECT_EQ(kept_float, 9u);  // three levels × three convolutions of the one-to-one box branch
   EXPECT_EQ(absmax["model.0.conv"].get<double>(), 1.0);  // the normalised image's largest value
 
+  // --calib-percentile: every range at most the largest, some strictly below.
+  const fs::path clipped = dir.path() / "clipped.safetensors";
+  ASSERT_EQ(run_vision(fmt::format("export --int8 --model '{}' --data '{}' --calib-images 4 --calib-percentile 0.999 "
+                                   "--out '{}'",
+                                   kSynthModelFile.string(), (data / "data.yaml").string(), clipped.string()))
+                .code,
+            0);
+  const nlohmann::json clipped_absmax =
+      nlohmann::json::parse(core::read_safetensors(clipped).metadata.at("int8_absmax"));
+  ASSERT_EQ(clipped_absmax.size(), absmax.size());
+  size_t below = 0;
+  for (const auto& [node, v] : clipped_absmax.items()) {
+    EXPECT_LE(v.get<double>(), absmax[node].get<double>() * (1 + 1e-6)) << node;
+    below += v.get<double>() < 0.99 * absmax[node].get<double>();
+  }
+  EXPECT_GT(below, absmax.size() / 2);
+
   const std::string val = fmt::format("--data '{}' --device cpu --workers 1", (data / "data.yaml").string());
   const test::CliRun f32_val = run_vision(fmt::format("val --model '{}' {}", kSynthModelFile.string(), val));
   const test::CliRun int8_val = run_vision(fmt::format("val --model '{}' {}", int8.string(), val));

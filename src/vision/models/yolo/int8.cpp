@@ -41,7 +41,8 @@ void apply_int8(graph::Graph& g, const std::map<std::string, float>& absmax) {
 }
 
 std::map<std::string, float> calibrate_int8(const core::SafetensorsFile& weights,
-                                            const std::vector<core::Tensor>& batches) {
+                                            const std::vector<core::Tensor>& batches, double percentile) {
+  VISION_CHECK(percentile > 0.5 && percentile <= 1.0, "int8 calibration: percentile {} is not in (0.5, 1]", percentile);
   const ModelInfo info = read_model_info(weights);
   VISION_CHECK(info.fused(), "int8 calibration takes an exported model (format \"fused\")");
   VISION_CHECK(!batches.empty(), "int8 calibration needs at least one batch of images");
@@ -80,11 +81,40 @@ std::map<std::string, float> calibrate_int8(const core::SafetensorsFile& weights
     for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::abs(p[i]));
     return m;
   };
+  auto input_of = [&](size_t k, const core::Tensor& batch, const std::vector<core::Tensor>& out) -> const core::Tensor& {
+    return source[k] < 0 ? batch : out.at(static_cast<size_t>(source[k]));
+  };
   for (const core::Tensor& batch : batches) {
     const std::vector<core::Tensor> out = ex.forward({batch});
-    const float input = largest(batch);
-    for (size_t k = 0; k < names.size(); ++k)
-      absmax[k] = std::max(absmax[k], source[k] < 0 ? input : largest(out.at(static_cast<size_t>(source[k]))));
+    for (size_t k = 0; k < names.size(); ++k) absmax[k] = std::max(absmax[k], largest(input_of(k, batch, out)));
+  }
+  // Below 1: a second pass counts |x| in 4096 bins up to the largest, and the range ends where `percentile` of the
+  // values lie below (the rarest outliers saturate instead of coarsening every other value's step).
+  if (percentile < 1.0) {
+    constexpr int kBins = 4096;
+    std::vector<std::vector<int64_t>> hist(names.size(), std::vector<int64_t>(kBins, 0));
+    for (const core::Tensor& batch : batches) {
+      const std::vector<core::Tensor> out = ex.forward({batch});
+      for (size_t k = 0; k < names.size(); ++k) {
+        if (absmax[k] <= 0) continue;
+        const core::Tensor& t = input_of(k, batch, out);
+        const float* p = t.data<float>();
+        const float to_bin = kBins / absmax[k];
+        for (int64_t i = 0; i < t.numel(); ++i)
+          ++hist[k][static_cast<size_t>(std::min(kBins - 1, static_cast<int>(std::abs(p[i]) * to_bin)))];
+      }
+    }
+    for (size_t k = 0; k < names.size(); ++k) {
+      int64_t total = 0, seen = 0;
+      for (int64_t c : hist[k]) total += c;
+      for (int b = 0; b < kBins && total > 0; ++b) {
+        seen += hist[k][static_cast<size_t>(b)];
+        if (static_cast<double>(seen) >= percentile * static_cast<double>(total)) {
+          absmax[k] = absmax[k] * static_cast<float>(b + 1) / kBins;
+          break;
+        }
+      }
+    }
   }
   std::map<std::string, float> result;
   for (size_t k = 0; k < names.size(); ++k) result[names[k]] = absmax[k] > 0 ? absmax[k] : 1.0f;

@@ -24,7 +24,8 @@ bool int8_keeps_float(const std::string& node);
 // The largest |input| of each convolution (but those int8_keeps_float keeps) of the inference graph of `weights` (an exported f32 model: format
 // "fused") over the calibration batches (normalised images [B, 3, H, W], f32 host tensors of one layout), run on the
 // CPU in floating point. Throws for no batch, or a model that is not an exported f32 one.
+// percentile < 1: the range ends where that share of the |values| lies below (e.g. 0.9999), not at the largest.
 std::map<std::string, float> calibrate_int8(const core::SafetensorsFile& weights,
-                                            const std::vector<core::Tensor>& batches);
+                                            const std::vector<core::Tensor>& batches, double percentile = 1.0);
 
 }  // namespace vision::models::yolo
