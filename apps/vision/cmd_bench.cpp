@@ -155,7 +155,9 @@ void run_bench(const BenchOptions& o) {
   const yolo::ModelInfo& info = model.info();
   const std::string weights_name = o.model.empty() ? "random initial weights" : o.model;
   const std::string device_name = device_description(*backend);
-  const std::string fmt_name = graph::format_name(format);
+  // An int8 model (vision export --int8) runs its convolutions in int8 in the CPU's NHWC plans.
+  const bool int8 = on_cpu && !info.int8_absmax.empty() && format.layout == core::Layout::nhwc;
+  const std::string fmt_name = graph::format_name(format) + (int8 ? " with int8 convolutions" : "");
 
   fmt::print("vision bench: YOLO26{} ({} classes, {}{}), {}x{} (H x W), {} on {} ({})\n",
              yolo::scale_name(info.spec.scale), info.spec.nc, weights_name, info.fused() ? ", exported" : "", hw[0],
@@ -213,6 +215,7 @@ void run_bench(const BenchOptions& o) {
           {"imgsz", {hw[0], hw[1]}},
           {"dtype", std::string(core::dtype_name(format.dtype))},
           {"layout", std::string(core::layout_name(format.layout))},
+          {"int8", int8},
           {"device", on_cpu ? "cpu" : "cuda"},
           {"device_name", device_name},
           {"threads", on_cpu ? cpu::max_threads() : 0},

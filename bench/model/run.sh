@@ -8,7 +8,8 @@
 #   --device cuda (default): scales n and s, batches 1 and 32, f16; PyTorch eager, channels-last, CUDA-graph replay
 #     (NCHW and channels-last). Required: ours not slower than PyTorch's best at each of those four rows.
 #   --device cpu: YOLO26n, batch 1, f32; PyTorch eager NCHW and channels-last on --threads 2, and ONNX Runtime (mode
-#     "ort": our ONNX export of the same model, npm onnxruntime-node's CPU library, 2 threads) (reported, no requirement).
+#     "ort": our ONNX export of the same model, npm onnxruntime-node's CPU library, 2 threads) (reported, no requirement);
+#     ours also in int8 (rows "n i8": the same weights through vision export --int8, calibrated on 16 synth images).
 #   --compile: also torch.compile (channels-last, captured and replayed), run as its own peer.py command (slow).
 #   --quick: a logic check of everything at 64x64, batches 1 and 2, YOLO26n, 3 calls per row.
 # Environment: PYTHON (a Python with PyTorch: CUDA for --device cuda; default python3), VISION (the CLI binary,
@@ -99,6 +100,15 @@ print(json.dumps({'impl': 'onnxruntime', 'mode': 'ort', 'scale': '$s', 'batch': 
   else
     echo "run.sh: no ONNX Runtime peer (node and $ort_modules/onnxruntime-node; tools/install-deps.sh --test installs it)" >&2
   fi
+  # Ours in int8: the same initial weights, calibrated (vision export --int8) on 16 images of a vision synth set.
+  "$bin" synth --out "$out/calib" --train 16 --val 1 --imgsz "$imgsz" --seed 0 > /dev/null
+  for s in "${scale_list[@]}"; do
+    [[ -f $out/yolo26$s.safetensors ]] || "$bin" init --scale "$s" --out "$out/yolo26$s.safetensors" > /dev/null
+    "$bin" export --int8 --model "$out/yolo26$s.safetensors" --data "$out/calib/data.yaml" --calib-images 16 \
+      --imgsz "$imgsz" --out "$out/yolo26${s}_int8.safetensors" > /dev/null
+    "$bin" bench --model "$out/yolo26${s}_int8.safetensors" --batch "$batches" --imgsz "$imgsz" --device cpu \
+      "${timing[@]}" --json "$out/ours_int8_$s.jsonl" >&2
+  done
 fi
 if [[ $compile == 1 ]]; then
   "$py" "$here/peer.py" --device "$device" --scales "$scales" --batches "$batches" --imgsz "$imgsz" --dtype "$dtype" \
@@ -155,12 +165,12 @@ def cell(r):
 
 missed = False
 notes = []
-for o in sorted(ours, key=lambda r: ("nsmlx".index(r["scale"]), r["batch"])):
+for o in sorted(ours, key=lambda r: ("nsmlx".index(r["scale"]), r["batch"], r.get("int8", False))):
     key = (o["scale"], o["batch"])
     rows = {p["mode"]: p for p in peer if (p["scale"], p["batch"]) == key}
     timed = [p for p in rows.values() if p.get("median_ms") is not None]
     best = min(timed, key=lambda p: p["median_ms"]) if timed else None
-    required = (device == "cuda" and o["dtype"] == "f16" and o["scale"] in ("n", "s") and o["batch"] in (1, 32)
+    required = (not o.get("int8") and device == "cuda" and o["dtype"] == "f16" and o["scale"] in ("n", "s") and o["batch"] in (1, 32)
                 and tuple(o["imgsz"]) == (640, 640) and not quick)
     if best is None:
         verdict = "MISSING (no PyTorch row)" if required else "-"
@@ -172,7 +182,7 @@ for o in sorted(ours, key=lambda r: ("nsmlx".index(r["scale"]), r["batch"])):
     else:
         verdict = "reported" + (" (quick: sizes not the issue's)" if quick else "")
     print(head.format(
-        o["scale"], o["batch"], cell(o), "{:.1f}".format(o["img_s"]), *[cell(rows.get(m)) for m in modes],
+        o["scale"] + (" i8" if o.get("int8") else ""), o["batch"], cell(o), "{:.1f}".format(o["img_s"]), *[cell(rows.get(m)) for m in modes],
         "{:.3f}".format(best["median_ms"]) if best else "-", "(" + best["mode"] + ")" if best else "",
         "{:.1f}".format(best["img_s"]) if best else "-",
         "{:.2f}x".format(best["median_ms"] / o["median_ms"]) if best else "-", verdict))
