@@ -162,7 +162,8 @@ void run_bench(const BenchOptions& o) {
   fmt::print("vision bench: YOLO26{} ({} classes, {}{}), {}x{} (H x W), {} on {} ({})\n",
              yolo::scale_name(info.spec.scale), info.spec.nc, weights_name, info.fused() ? ", exported" : "", hw[0],
              hw[1], fmt_name, graph::backend_name(backend->backend()), device_name);
-  fmt::print("per call: a random normalised {} input {} -> detections [B, {}, 6] ready ({}{}); {}\n", fmt_name,
+  fmt::print("per call: a random normalised {} input {} -> detections [B, {}, 6] ready ({}{}); {}\n",
+             graph::format_name(format),
              on_cpu ? "in host memory" : "on the device", mo.inference.postprocess.max_det,
              on_cpu ? "host clock" : "CUDA events, synchronised",
              on_cpu ? "" : ", CUDA-graph replay",
