@@ -67,14 +67,8 @@ ExportSummary export_int8(const std::filesystem::path& model, const std::filesys
     info = yolo::read_model_info(weights);
   }
   // An f16 export (the bundled model): its values in f32, exactly.
-  for (auto& [name, t] : weights.tensors) {
-    if (t.dtype() != core::DType::f16) continue;
-    core::Tensor f32 = core::Tensor::zeros(t.shape(), core::DType::f32);
-    const auto* h = t.data<uint16_t>();
-    float* f = f32.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) f[i] = core::half_to_float(h[i]);
-    t = f32;
-  }
+  for (auto& [name, t] : weights.tensors)
+    if (t.dtype() == core::DType::f16) t = core::Tensor::from_vector(t.shape(), t.to_vector());
   const int64_t side = o.imgsz > 0 ? o.imgsz : info.imgsz[0];
   yolo::check_image_size(side, side);
   const data::Dataset dataset = data::load_dataset(o.data, o.split);

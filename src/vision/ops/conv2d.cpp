@@ -121,13 +121,8 @@ class ConvPrimitives {
     }
     q.bias_from = b;
     q.conv = cpu::dnnl_guard(describe("an int8 convolution forward"), [&] {
-      dnnl::primitive_attr attr;
+      dnnl::primitive_attr attr = epilogue();
       attr.set_output_scales(1 << 1, out_scale);
-      if (silu_) {
-        dnnl::post_ops po;
-        po.append_eltwise(1.0f, algorithm::eltwise_swish, 1.0f, 0.0f);
-        attr.set_post_ops(po);
-      }
       const dnnl::convolution_forward::primitive_desc pd(*q.desc, attr, cpu::dnnl_engine());
       VISION_CHECK(pd.weights_desc() == q.wei.get_desc() && pd.src_desc() == q.src.get_desc(),
                    "{}: oneDNN changed the int8 layouts with the output scales", describe("an int8 convolution"));
@@ -209,6 +204,17 @@ class ConvPrimitives {
     return blocked_->wei;
   }
 
+  // The SiLU post-op when the convolution has one.
+  dnnl::primitive_attr epilogue() const {
+    dnnl::primitive_attr attr;
+    if (silu_) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.0f, algorithm::eltwise_swish, 1.0f, 0.0f);
+      attr.set_post_ops(po);
+    }
+    return attr;
+  }
+
   std::string describe(std::string_view what) const {
     return fmt::format("{} for input {} {} (k {}, s {}, p {}, d {}, g {})", what, core::layout_name(layout_),
                        x_shape_.str(), a_.kernel, a_.stride, a_.pad(), a_.dilation, a_.groups);
@@ -246,19 +252,16 @@ class ConvPrimitives {
     layout_ = layout;
     const int64_t g = a_.groups;
     const bool nhwc = layout == core::Layout::nhwc;
-    src_ = nhwc ? memory::desc(cpu::dims_of(x), memory::data_type::f32, memory::format_tag::nhwc)
-                : cpu::f32_desc(cpu::dims_of(x));
-    dst_ = nhwc ? memory::desc(cpu::dims_of(y), memory::data_type::f32, memory::format_tag::nhwc)
-                : cpu::f32_desc(cpu::dims_of(y));
+    auto activation = [&](const Shape& s) {
+      return nhwc ? memory::desc(cpu::dims_of(s), memory::data_type::f32, memory::format_tag::nhwc)
+                  : cpu::f32_desc(cpu::dims_of(s));
+    };
+    src_ = activation(x);
+    dst_ = activation(y);
     bias_ = cpu::f32_desc({a_.out_channels});
     wei_ = g == 1 ? cpu::f32_desc(cpu::dims_of(a_.weight_shape()))
                   : cpu::f32_desc({g, a_.out_channels / g, a_.in_channels / g, a_.kernel, a_.kernel});
-    dnnl::primitive_attr attr;
-    if (silu_) {
-      dnnl::post_ops po;
-      po.append_eltwise(1.0f, algorithm::eltwise_swish, 1.0f, 0.0f);
-      attr.set_post_ops(po);
-    }
+    const dnnl::primitive_attr attr = epilogue();
     blocked_.reset();
     if (!training_ && nhwc && a_.int8_absmax > 0) return prepare_int8();
     if (training_) {
