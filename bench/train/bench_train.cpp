@@ -2,8 +2,9 @@
 // step and the EMA update — through models::yolo::Yolo26Trainer, on random images with random boxes, per scale and
 // compute dtype; prints one table (ms per step, images/s, and where the step's time goes) and JSON lines for run.sh.
 //
-//   bench_train [--scales n,s] [--dtypes f32,bf16] [--batch 64] [--imgsz 640] [--steps 10] [--warmup 3]
-//               [--optimizer SGD] [--json FILE] [--profile]
+//   bench_train [--scales n,s] [--dtypes f32,bf16,tf32,f16] [--batch 64] [--imgsz 640] [--steps 10] [--warmup 3]
+//               [--optimizer SGD] [--json FILE] [--profile] [--unfused]
+// "tf32" is f32 with TF32 convolutions (TrainerOptions::tf32); --unfused turns the training plans' fusions off.
 // The images live on the device (as the peer's do); the upload of the host batch is timed on its own and printed.
 // Timing: `steps` iterations after `warmup`, each waited for, with the step captured and replayed (TrainerOptions::capture)
 // and again with eager launches ("eager ms"); (the trainer reads the loss and the gradient norm back
@@ -76,8 +77,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup);
   app.add_option("--optimizer", optimizer);
   app.add_option("--json", json_path);
-  bool profile = false;
+  bool profile = false, unfused = false;
   app.add_flag("--profile", profile, "per-op profile of one step's forward and backward (stderr)");
+  app.add_flag("--unfused", unfused, "no training-plan fusions (BatchNorm → SiLU as two ops): the before of a change");
   CLI11_PARSE(app, argc, argv);
   auto split = [](const std::string& s) {
     std::vector<std::string> out;
@@ -121,8 +123,10 @@ int main(int argc, char** argv) {
         o.imgsz = imgsz;
         o.optimizer = optimizer;
         o.warmup_epochs = 0;
-        o.dtype = core::parse_dtype(dt);
+        o.tf32 = dt == "tf32";  // f32 with TF32 convolutions
+        o.dtype = core::parse_dtype(o.tf32 ? "f32" : dt);
         o.layout = o.dtype == core::DType::f32 ? core::Layout::nchw : core::Layout::nhwc;
+        o.fuse = !unfused;
         std::vector<double> ms, eager_ms, fwd, bwd, opt;
         {  // the same steps with eager launches (no captured graph)
           yolo::TrainerOptions e = o;
@@ -183,8 +187,9 @@ int main(int argc, char** argv) {
         if (json)
           json << fmt::format(
               "{{\"side\": \"ours\", \"scale\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"imgsz\": {}, \"ms\": {:.4f}, "
-              "\"eager_ms\": {:.4f}, \"forward_ms\": {:.4f}, \"backward_ms\": {:.4f}, \"optimizer_ms\": {:.4f}}}\n",
-              sc, dt, batch, imgsz, m, median(eager_ms), median(fwd), median(bwd), median(opt));
+              "\"eager_ms\": {:.4f}, \"forward_ms\": {:.4f}, \"backward_ms\": {:.4f}, \"optimizer_ms\": {:.4f}, "
+              "\"fused\": {}}}\n",
+              sc, dt, batch, imgsz, m, median(eager_ms), median(fwd), median(bwd), median(opt), !unfused);
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());

@@ -7,7 +7,8 @@ both assigners, backward, grad-norm clipping at 10, Nesterov SGD with weight dec
     peer.py [--scales n,s] [--modes f32,bf16] [--batch 64] [--imgsz 640] [--steps 10] [--warmup 3] [--json FILE]
     /usr/bin/python3 bench/train/peer.py --device cpu --quick      # tiny, a logic check on the CPU
 
-Modes: f32 (TF32 off), bf16 (torch.autocast bf16; f32 master weights), channels-last variants with --channels-last.
+Modes: f32 (TF32 off), tf32 (f32 with TF32 allowed in cuDNN and cuBLAS), bf16 (torch.autocast bf16; f32 master
+weights), channels-last variants with --channels-last.
 Each step is waited for (the loss is read back, as ours does). Prints one table; --json writes JSON lines for run.sh.
 """
 import argparse
@@ -78,6 +79,8 @@ def main():
     for scale in a.scales.split(","):
         for mode in a.modes.split(","):
             torch.manual_seed(0)
+            torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+            torch.backends.cudnn.allow_tf32 = mode == "tf32"
             model = ym.YOLO26(scale, 80).to(dev).train()
             model.model[23].bias_init()
             fmt = torch.channels_last if a.channels_last else torch.contiguous_format

@@ -271,6 +271,10 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
   const bool cuda = backend->backend() == graph::Backend::cuda;
   if (o.dtype.empty()) o.dtype = cuda ? "bf16" : "f32";
   const core::DType dtype = core::parse_dtype(o.dtype);
+  VISION_CHECK(!o.tf32 || (cuda && dtype == core::DType::f32),
+               "--tf32 is a mode of f32 training on CUDA (TF32 tensor cores in the convolutions); this run trains in {} "
+               "on {}",
+               o.dtype, graph::backend_name(backend->backend()));
 
   yolo::ModelInfo info = yolo::default_model_info({.scale = yolo::parse_scale(o.scale), .nc = train_set.config.nc()});
   info.names = train_set.config.names;
@@ -315,6 +319,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
   to.dtype = dtype;
   to.layout = cuda && dtype != core::DType::f32 ? core::Layout::nhwc : core::Layout::nchw;
   to.deterministic = o.deterministic;
+  to.tf32 = o.tf32;
   yolo::Yolo26Trainer trainer(backend, info, checkpoint ? checkpoint->weights() : starting_weights(o, info), to);
   double best_fitness = -INFINITY;
   int64_t best_epoch = -1;
@@ -348,7 +353,8 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
 
   if (o.verbose) {
     fmt::print("vision train: YOLO26{} ({} classes) on {} in {}{}, {} → {}\n", o.scale, info.spec.nc,
-               graph::backend_name(backend->backend()), o.dtype, o.deterministic ? " (deterministic)" : "", o.data,
+               graph::backend_name(backend->backend()), o.tf32 ? "f32 with TF32" : o.dtype,
+               o.deterministic ? " (deterministic)" : "", o.data,
                run_dir.string());
     fmt::print("vision train: {} train images ({} labels), {} val images ({} labels); batch {}, {} batches an epoch, "
                "imgsz {}, {} epochs; {} loader threads, image cache {}\n",

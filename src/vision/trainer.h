@@ -56,6 +56,7 @@ struct TrainConfig {
   double mosaic = 1.0, fliplr = 0.5, scale_aug = 0.5, translate = 0.1, hsv_h = 0.015, hsv_s = 0.7, hsv_v = 0.4;
   int64_t seed = 0;
   bool deterministic = false;
+  bool tf32 = false;  // f32 on CUDA: convolutions may use TF32 tensor cores (graph::PlanOptions::tf32)
   int64_t patience = 100;
   bool val = true;
   // How this invocation runs (not kept).
@@ -114,6 +115,7 @@ void visit_train_config(Config& c, F&& f) {
   f(c.hsv_v, TrainField{"hsv_v", "value gain (±, fraction)", true, nullptr, 0, 1});
   f(c.seed, TrainField{"seed", "random seed (data order and augmentation)", true, nullptr, 0, inf});
   f(c.deterministic, TrainField{"deterministic", "deterministic kernels: a run repeats bit for bit", true});
+  f(c.tf32, TrainField{"tf32", "f32 on CUDA: let convolutions use TF32 tensor cores (faster, not exact f32)", true});
   f(c.patience, TrainField{"patience", "stop after N epochs without a better fitness (0: never)", true, nullptr, 0, inf});
   f(c.val, TrainField{"val", "validate the EMA weights after each epoch (without: best = last)", true});
   f(c.device, TrainField{"device", "auto, cpu or cuda", false, "auto,cpu,cuda"});

@@ -29,6 +29,7 @@ class NormBiasKernels : public testing::TestWithParam<Format> {
   void SetUp() override { VISION_SKIP_WITHOUT_GPU(cuda::gpu_available()); }
   DType dtype() const { return GetParam().dtype; }
   Layout layout() const { return GetParam().layout; }
+  void check_training(bool silu);
 };
 
 // Channels not a multiple of the NHWC tile (32), and enough rows (2·40·40 = 3200) for several splits of the rows.
@@ -41,9 +42,22 @@ const std::vector<Shape> kBatchNormShapes = {{2, 37, 40, 40}, {4, 64, 32, 32}, {
 
 float* f32(const Tensor& t) { return static_cast<float*>(t.raw()); }
 
+// SiLU and its first two derivatives in float64.
+double silu_f64(double y) { return y / (1 + std::exp(-y)); }
+double silu_d1(double y) {
+  const double s = 1 / (1 + std::exp(-y));
+  return s * (1 + y * (1 - s));
+}
+double silu_d2(double y) {
+  const double s = 1 / (1 + std::exp(-y));
+  return s * (1 - s) * (2 + y * (1 - 2 * s));
+}
+
 }  // namespace
 
-TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) {
+// Training forward and backward; with silu, BatchNorm → SiLU fused (the output is silu(y), the incoming gradient dz
+// is the SiLU output's, and y is recomputed, never stored).
+void NormBiasKernels::check_training(bool silu) {
   for (const Shape& shape : kBatchNormShapes) {
     SCOPED_TRACE(shape.str());
     auto backend = graph::cuda_backend();
@@ -62,7 +76,7 @@ TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) {
     auto index = [&](int64_t i, int64_t c, int64_t j) { return static_cast<size_t>((i * C + c) * HW + j); };  // NCHW
 
     // float64 reference.
-    std::vector<double> mean(C), var(C), invstd(C), y(n), dx(n), dgamma(C), dbeta(C), rm(C), rv(C);
+    std::vector<double> mean(C), var(C), invstd(C), y(n), g(n), dx(n), dgamma(C), dbeta(C), rm(C), rv(C);
     std::vector<double> abs_mean(C), sq_mean(C), sum_abs_dy(C), sum_abs_dyxhat(C);
     for (int64_t c = 0; c < C; ++c) {
       double s = 0, a = 0, q = 0;
@@ -84,15 +98,16 @@ TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) {
           const size_t k = index(i, c, j);
           const double xhat = (x[k] - mean[c]) * invstd[c];
           y[k] = gamma[c] * xhat + beta[c];
-          sdy += dy[k], sdyx += dy[k] * xhat, sum_abs_dy[c] += std::abs(dy[k]);
-          adyx += std::abs(dy[k]) * (std::abs(xhat) + std::abs(mean[c]) * invstd[c]);
+          g[k] = silu ? dy[k] * silu_d1(y[k]) : dy[k];  // the gradient reaching BatchNorm's output
+          sdy += g[k], sdyx += g[k] * xhat, sum_abs_dy[c] += std::abs(g[k]);
+          adyx += std::abs(g[k]) * (std::abs(xhat) + std::abs(mean[c]) * invstd[c]);
         }
       dbeta[c] = sdy, dgamma[c] = sdyx, sum_abs_dyxhat[c] = adyx;
       for (int64_t i = 0; i < N; ++i)
         for (int64_t j = 0; j < HW; ++j) {
           const size_t k = index(i, c, j);
           const double xhat = (x[k] - mean[c]) * invstd[c];
-          dx[k] = gamma[c] * invstd[c] * (dy[k] - sdy / M - xhat * sdyx / M);
+          dx[k] = gamma[c] * invstd[c] * (g[k] - sdy / M - xhat * sdyx / M);
         }
     }
     // What the f32 statistics over M rows and the roundings to the dtype may move each result by (error_bounds.h):
@@ -100,18 +115,18 @@ TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) {
     RoundingTerms y_terms(n, dtype()), dx_terms(n, dtype()), dgamma_terms(C, DType::f32), dbeta_terms(C, DType::f32),
         mean_terms(C, DType::f32), invstd_terms(C, DType::f32), rm_terms(C, DType::f32), rv_terms(C, DType::f32);
     for (int64_t c = 0; c < C; ++c) {
-      const double g = std::abs(gamma[c]) * invstd[c], shift = std::abs(mean[c]) * invstd[c];
+      const double g_s = std::abs(gamma[c]) * invstd[c], shift = std::abs(mean[c]) * invstd[c];
       for (int64_t i = 0; i < N; ++i)
         for (int64_t j = 0; j < HW; ++j) {
           const size_t k = index(i, c, j);
           const double xhat = std::abs((x[k] - mean[c]) * invstd[c]);
           y_terms.add(k, y[k]);
-          y_terms.add(k, g * (std::abs(x[k] - mean[c]) + abs_mean[c]));
+          y_terms.add(k, g_s * (std::abs(x[k] - mean[c]) + abs_mean[c]));
           y_terms.add(k, beta[c]);
           dx_terms.add(k, dx[k]);
-          dx_terms.add(k, g * dy[k]);
-          dx_terms.add(k, g * sum_abs_dy[c] / M);
-          dx_terms.add(k, g * (xhat + shift) * sum_abs_dyxhat[c] / M);
+          dx_terms.add(k, g_s * g[k]);
+          dx_terms.add(k, g_s * sum_abs_dy[c] / M);
+          dx_terms.add(k, g_s * (xhat + shift) * sum_abs_dyxhat[c] / M);
         }
       dgamma_terms.add(c, dgamma[c]);
       dgamma_terms.add(c, sum_abs_dyxhat[c]);
@@ -125,6 +140,27 @@ TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) {
       rm_terms.add(c, momentum * abs_mean[c]);
       rv_terms.add(c, rv[c]);
       rv_terms.add(c, momentum * sq_mean[c] * M / (M - 1));
+    }
+    // With SiLU: z = silu(y) rounded once, y's own error reaching it through silu'(y); the gradient reaching
+    // BatchNorm's output, dz·silu'(y), moves with y's error by dz·silu''(y), which reaches dx directly and dγ, dβ
+    // through their sums (the f32 y the kernel recomputes is never rounded to the dtype: y_terms, which count that
+    // rounding too, bound it from above).
+    std::vector<double> out = y;
+    RoundingTerms out_terms = y_terms;
+    if (silu) {
+      out_terms = RoundingTerms(n, dtype());
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t j = 0; j < HW; ++j) {
+            const size_t q = index(i, c, j);
+            const double xhat = (x[q] - mean[c]) * invstd[c], dg = dy[q] * silu_d2(y[q]);
+            out[q] = silu_f64(y[q]);
+            out_terms.add(q, out[q]);
+            out_terms.add_terms(q, y_terms, q, silu_d1(y[q]));
+            dx_terms.add_terms(q, y_terms, q, std::abs(gamma[c]) * invstd[c] * dg);
+            dbeta_terms.add_terms(static_cast<size_t>(c), y_terms, q, dg);
+            dgamma_terms.add_terms(static_cast<size_t>(c), y_terms, q, dg * xhat);
+          }
     }
     const int64_t k = M + 16;
 
@@ -144,20 +180,53 @@ TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) {
 
     ops::kernels::launch_batchnorm_forward_training(stream, dtype(), layout(), shape, x_dev.raw(), y_dev.raw(),
                                                     f32(g_dev), f32(b_dev), f32(rm_dev), f32(rv_dev), f32(mean_dev),
-                                                    f32(invstd_dev), ws.raw(), momentum, eps);
-    EXPECT_TRUE(within_rounding(to_host_nchw(b, y_dev), y, y_terms, dtype(), k)) << "y";
+                                                    f32(invstd_dev), ws.raw(), momentum, eps, silu);
+    EXPECT_TRUE(within_rounding(to_host_nchw(b, y_dev), out, out_terms, dtype(), k)) << (silu ? "silu(y)" : "y");
     EXPECT_TRUE(within_rounding(to_host_nchw(b, mean_dev), mean, mean_terms, DType::f32, k)) << "batch mean";
     EXPECT_TRUE(within_rounding(to_host_nchw(b, invstd_dev), invstd, invstd_terms, DType::f32, k)) << "inverse std";
     EXPECT_TRUE(within_rounding(to_host_nchw(b, rm_dev), rm, rm_terms, DType::f32, k)) << "running mean";
     EXPECT_TRUE(within_rounding(to_host_nchw(b, rv_dev), rv, rv_terms, DType::f32, k)) << "running variance";
 
     ops::kernels::launch_batchnorm_backward(stream, dtype(), layout(), shape, x_dev.raw(), dy_dev.raw(), dx_dev.raw(),
-                                            f32(g_dev), f32(mean_dev), f32(invstd_dev), f32(dg_dev), f32(db_dev),
-                                            ws.raw());
+                                            f32(g_dev), f32(b_dev), f32(mean_dev), f32(invstd_dev), f32(dg_dev),
+                                            f32(db_dev), ws.raw(), silu);
     EXPECT_TRUE(within_rounding(to_host_nchw(b, dx_dev), dx, dx_terms, dtype(), k)) << "dx";
     EXPECT_TRUE(within_rounding(to_host_nchw(b, dg_dev), dgamma, dgamma_terms, DType::f32, k)) << "dγ";
     EXPECT_TRUE(within_rounding(to_host_nchw(b, db_dev), dbeta, dbeta_terms, DType::f32, k)) << "dβ";
   }
+}
+
+TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) { check_training(false); }
+TEST_P(NormBiasKernels, BatchNormSiluTrainingForwardAndBackward) { check_training(true); }
+
+// The fused SiLU on cuDNN's f32 NCHW path: silu(y) from x and statistics saved elsewhere (γ·invstd formed in f32).
+TEST_P(NormBiasKernels, BatchNormSiluFromSavedStatistics) {
+  const Shape shape = kShape;
+  auto backend = graph::cuda_backend();
+  auto& b = *backend;
+  const cudaStream_t stream = graph::CudaBackendContext::of(backend.get()).stream();
+  const int64_t C = shape[1], HW = shape[2] * shape[3];
+  const size_t n = static_cast<size_t>(shape.numel());
+  const auto x = rounded(random_values(n, -2.0f, 3.0f), dtype());
+  const auto gamma = random_values(C, 0.5f, 1.5f), beta = random_values(C), mean = random_values(C),
+             invstd = random_values(C, 0.5f, 2.0f);
+  std::vector<double> ref(n);
+  RoundingTerms terms(n, dtype());
+  for (size_t q = 0; q < n; ++q) {
+    const size_t c = static_cast<size_t>((static_cast<int64_t>(q) / HW) % C);
+    const double a = double(gamma[c]) * invstd[c], y = (x[q] - mean[c]) * a + beta[c];
+    ref[q] = silu_f64(y);
+    terms.add(q, ref[q]);
+    // y's f32 arithmetic: γ·invstd, the subtraction, the product and the sum.
+    terms.add(q, std::abs(a) * (std::abs(x[q]) + std::abs(mean[c])) + std::abs(beta[c]), silu_d1(y));
+  }
+  const Tensor x_dev = to_device(b, x, shape, dtype(), layout());
+  const Tensor y_dev = poisoned_device(b, shape, dtype(), layout());
+  auto dev = [&](const std::vector<float>& v) { return to_device(b, v, Shape{C}, DType::f32, Layout::nchw); };
+  const Tensor g_dev = dev(gamma), b_dev = dev(beta), m_dev = dev(mean), s_dev = dev(invstd);
+  ops::kernels::launch_batchnorm_silu_from_saved(stream, dtype(), layout(), shape, x_dev.raw(), y_dev.raw(),
+                                                 f32(g_dev), f32(b_dev), f32(m_dev), f32(s_dev));
+  EXPECT_TRUE(within_rounding(to_host_nchw(b, y_dev), ref, terms, dtype(), 8)) << "silu(y)";
 }
 
 TEST_P(NormBiasKernels, BatchNormInference) {

@@ -27,6 +27,16 @@ GPU_CASE(ReshapeFlattenPermuteForwardAndBackward, check_reshape_permute(cuda_bac
 GPU_CASE(ScalarInputChangesWithoutANewPlanAndUnderReplay, check_scalar_input(cuda_backend()))
 GPU_CASE(DetachStopsTheGradient, check_detach(cuda_backend()))
 GPU_CASE(DeterministicBackwardIsBitIdentical, check_deterministic_backward(cuda_backend()))
+// f32 NCHW: cuDNN's statistics, our fused SiLU; f16/bf16 NHWC: our kernels, where the unfused plan rounds the
+// normalised value and the SiLU gradient to the dtype and the fused one keeps them in f32 (the bound: a few units of
+// the dtype's roundoff, far below what a wrong formula moves).
+TEST(GraphCapabilitiesCuda, BatchNormSiluFusesInTrainingPlans) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  check_batchnorm_silu_fusion(cuda_backend(), {.deterministic = true}, 1e-5);
+  check_batchnorm_silu_fusion(cuda_backend(), {.compute_dtype = DType::f32, .layout = core::Layout::nhwc}, 1e-5);
+  check_batchnorm_silu_fusion(cuda_backend(), {.compute_dtype = DType::f16, .layout = core::Layout::nhwc}, 8 * 0x1p-11);
+  check_batchnorm_silu_fusion(cuda_backend(), {.compute_dtype = DType::bf16, .layout = core::Layout::nhwc}, 8 * 0x1p-8);
+}
 
 // Inference of conv → bn → silu (fused, BatchNorm folded by refresh) under graph replay: after the BatchNorm
 // statistics change, the next replay uses the new fold — and equals the CPU with the same state.

@@ -271,4 +271,54 @@ inline void check_deterministic_backward(std::shared_ptr<graph::BackendContext> 
   EXPECT_GT(norm, 0.0);
 }
 
+// BatchNorm → SiLU fused in a training plan (PlanOptions::fuse_training, on by default) against the same ops run one
+// by one (off): the fused plan has one "ops.batchnorm2d_silu" step per pair and no SiLU step left, and the loss,
+// every parameter gradient and the running statistics agree within `tol` relative (the fused backward recomputes the
+// normalised value from x where the unfused one reads it back; on CUDA the fused forward never rounds it to the
+// compute dtype). Random γ and β, so that SiLU's curvature matters.
+inline void check_batchnorm_silu_fusion(std::shared_ptr<graph::BackendContext> backend, graph::PlanOptions options,
+                                        double tol) {
+  auto g = conv_bn_graph();
+  const Tensor xt = random_tensor(Shape{4, 3, 12, 12}, -1.0f, 2.0f);
+  std::vector<std::pair<std::string, Tensor>> initial;
+  struct Run {
+    std::vector<float> loss, grads, running;
+    size_t fused = 0, silu = 0;
+  } runs[2];
+  for (int fuse = 0; fuse < 2; ++fuse) {
+    options.fuse_training = fuse == 1;
+    Executor ex(g, backend, options);
+    ex.state({xt.shape()});
+    if (fuse == 0) {
+      initial = ex.state().to_host();
+      for (auto& [key, t] : initial)
+        if (key.ends_with(".bias") && key.starts_with("bn"))
+          t = random_tensor(t.shape(), -1.0f, 1.0f);
+        else if (key.ends_with(".weight") && key.starts_with("bn"))
+          t = random_tensor(t.shape(), 0.5f, 1.5f);
+    }
+    for (auto& [key, t] : initial) ex.state().set_from_host(key, t);
+    Run& r = runs[fuse];
+    r.loss = host_values(ex, ex.forward_train({xt})[0]);
+    ex.backward();
+    r.grads = host_values(ex, ex.state().flat_grads());
+    for (const char* key : {"bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"})
+      for (float v : host_values(ex, ex.state().tensor(key))) r.running.push_back(v);
+    for (const auto& step : ex.last_train_plan()->steps()) {
+      r.fused += step.op->name() == "ops.batchnorm2d_silu";
+      r.silu += step.op->name() == "ops.silu";
+    }
+  }
+  EXPECT_EQ(runs[0].fused, 0u);
+  EXPECT_EQ(runs[0].silu, 2u);
+  EXPECT_EQ(runs[1].fused, 2u);
+  EXPECT_EQ(runs[1].silu, 0u);
+  EXPECT_LT(rel_error(runs[1].loss, to_double(runs[0].loss)), tol) << "loss";
+  EXPECT_LT(rel_error(runs[1].grads, to_double(runs[0].grads)), tol) << "gradients";
+  EXPECT_LT(rel_error(runs[1].running, to_double(runs[0].running)), tol) << "running statistics";
+  double norm = 0;
+  for (float v : runs[1].grads) norm += double(v) * v;
+  EXPECT_GT(norm, 0.0);
+}
+
 }  // namespace vision::test

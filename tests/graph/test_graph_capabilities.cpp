@@ -20,6 +20,7 @@ TEST(GraphCapabilities, ReshapeFlattenPermuteForwardAndBackward) { check_reshape
 TEST(GraphCapabilities, ScalarInputChangesWithoutANewPlan) { check_scalar_input(cpu_backend()); }
 TEST(GraphCapabilities, DetachStopsTheGradient) { check_detach(cpu_backend()); }
 TEST(GraphCapabilities, DeterministicBackwardIsBitIdentical) { check_deterministic_backward(cpu_backend()); }
+TEST(GraphCapabilities, BatchNormSiluFusesInTrainingPlans) { check_batchnorm_silu_fusion(cpu_backend(), {}, 1e-5); }
 
 // A split along an outer axis returns views, and the inputs of a concat along an outer axis are produced in
 // place: no bytes are copied, and the values are still right.

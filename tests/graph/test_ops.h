@@ -82,9 +82,9 @@ class ScaleScaleOp : public Op {
   std::string a_, b_;
 };
 
-inline std::shared_ptr<const Op> ScaleOp::fuse_with(const Op& next, Mode, const std::string& a,
+inline std::shared_ptr<const Op> ScaleOp::fuse_with(const Op& next, Mode mode, const std::string& a,
                                                    const std::string& b) const {
-  if (!dynamic_cast<const ScaleOp*>(&next)) return nullptr;
+  if (mode != Mode::inference || !dynamic_cast<const ScaleOp*>(&next)) return nullptr;  // no backward fused
   return std::make_shared<ScaleScaleOp>(a, b);
 }
 

@@ -5,6 +5,7 @@
 #include "ops/op_harness.h"
 #include "vision/graph/graph.h"
 #include "vision/ops/batchnorm.h"
+#include "vision/ops/elementwise.h"
 
 namespace vision::test {
 namespace {
@@ -175,6 +176,79 @@ TEST(BatchNorm2d, BuilderKeepsTheBatchSymbolic) {
   EXPECT_EQ(y.shape(), (Shape{Shape::kAny, 8, 20, 20}));
   EXPECT_EQ(g.nodes().back().name, "bn");
   EXPECT_EQ(g.nodes().back().op->name(), "ops.batchnorm2d");
+}
+
+// BatchNorm → SiLU fused (a training plan's "ops.batchnorm2d_silu").
+
+double silu_ref(double y) { return y / (1.0 + std::exp(-y)); }
+
+std::shared_ptr<const graph::Op> fused_bn_silu(const std::string& prefix = "bn.") {
+  const BatchNorm2dOp bn(1e-3f, 0.03f);
+  return bn.fuse_with(ops::SiluOp(), Mode::train, prefix, "act.");
+}
+
+TEST(BatchNorm2dSilu, FusesOnlyWithSiluInTraining) {
+  const BatchNorm2dOp bn(1e-3f, 0.03f);
+  EXPECT_EQ(bn.fuse_with(ops::SiluOp(), Mode::inference, "bn.", "act."), nullptr);
+  EXPECT_EQ(bn.fuse_with(ops::SigmoidOp(), Mode::train, "bn.", "act."), nullptr);
+  auto fused = fused_bn_silu();
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(fused->name(), "ops.batchnorm2d_silu");
+  EXPECT_EQ(fused->fuse_with(ops::SiluOp(), Mode::train, "x.", "y."), nullptr);  // SiLU once
+  EXPECT_THROW(fused->lower(graph::Backend::cpu, Mode::inference), Error);
+}
+
+TEST(BatchNorm2dSilu, StateKeepsTheBatchNormNamesUnderItsPrefix) {
+  OpHarness h(*fused_bn_silu("m.bn."), {random_tensor({2, 5, 3, 3})}, Mode::train);
+  const char* names[] = {"m.bn.weight", "m.bn.bias", "m.bn.running_mean", "m.bn.running_var",
+                         "m.bn.num_batches_tracked"};
+  ASSERT_EQ(h.specs().size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(h.specs()[i].name, names[i]);
+}
+
+TEST(BatchNorm2dSilu, TrainingForwardIsSiluOfTheBatchNormalisedInput) {
+  const float eps = 1e-3f;
+  OpHarness h(*fused_bn_silu(), {random_tensor({4, 3, 5, 6}, -2.0f, 3.0f)}, Mode::train);
+  randomize_batchnorm(h, "bn.");
+  const Tensor z = h.forward(true);
+  const auto s = batch_stats(h.inputs[0]);
+  auto ref = normalize_ref(h.inputs[0], s.mean, s.var, h.param("bn.weight"), h.param("bn.bias"), eps);
+  for (double& v : ref) v = silu_ref(v);
+  EXPECT_LT(rel_error(z.to_vector(), ref), 1e-5);
+  EXPECT_LT(max_abs_error(z.to_vector(), ref), 1e-5);
+  ASSERT_EQ(h.saved.size(), 2u);
+  EXPECT_LT(rel_error(h.saved[0].to_vector(), s.mean), 1e-5);
+  EXPECT_LT(rel_error(h.saved[1].to_vector(), s.var), 1e-5);
+  EXPECT_EQ(h.param("bn.num_batches_tracked").data<int64_t>()[0], 1);
+}
+
+TEST(BatchNorm2dSilu, TrainingBackwardMatchesFiniteDifferences) {
+  OpHarness h(*fused_bn_silu(), {random_tensor({3, 2, 3, 3}, -1.0f, 2.0f)}, Mode::train);
+  randomize_batchnorm(h, "bn.");
+  check_gradients(h, {.training = true, .eps = 1e-3, .tol = 1e-2});
+}
+
+// The fused op against BatchNorm then SiLU as two ops (the backward chained by hand): the same output and gradients
+// to f32 rounding.
+TEST(BatchNorm2dSilu, MatchesBatchNormThenSilu) {
+  const Tensor x = random_tensor({2, 4, 5, 5}, -1.0f, 2.0f);
+  OpHarness fused(*fused_bn_silu(), {x}, Mode::train);
+  OpHarness bn(BatchNorm2dOp(1e-3f, 0.03f), {x}, Mode::train);
+  randomize_batchnorm(bn);
+  for (const char* name : {"weight", "bias", "running_mean", "running_var"})
+    fused.param(std::string("bn.") + name).copy_from(bn.param(name));
+  const Tensor y = bn.forward(true);
+  OpHarness act(ops::SiluOp(), {y}, Mode::train);
+  const Tensor z_ref = act.forward(true);
+  const Tensor z = fused.forward(true);
+  EXPECT_LT(max_abs_error(z.to_vector(), to_double(z_ref)), 1e-6);
+  const Tensor dz = random_tensor(z.shape());
+  const auto g_act = act.backward(dz);
+  const auto g_bn = bn.backward(g_act.inputs[0]);
+  const auto g = fused.backward(dz);
+  EXPECT_LT(rel_error(g.inputs[0].to_vector(), to_double(g_bn.inputs[0])), 1e-5) << "dx";
+  EXPECT_LT(rel_error(g.params[0].to_vector(), to_double(g_bn.params[0])), 1e-5) << "dγ";
+  EXPECT_LT(rel_error(g.params[1].to_vector(), to_double(g_bn.params[1])), 1e-5) << "dβ";
 }
 
 }  // namespace

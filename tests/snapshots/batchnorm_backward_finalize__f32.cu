@@ -169,6 +169,15 @@ __device__ __forceinline__ BnVec<T, V> bn_load(const T* __restrict__ p, uint32_t
   return reinterpret_cast<const BnVec<T, V>*>(p)[i];
 }
 
+// SiLU fused after the normalisation (the ACT = 1 kernels), in the element-wise kernels' exact formulas
+// (elementwise.cuh): z = y·σ(y) forward; backward recomputes y from x and the statistics and takes
+// dy = dz·σ(y)·(1 + y·(1 − σ(y))) in f32 before BatchNorm's own backward, so neither y nor dy touches memory.
+__device__ __forceinline__ float bn_silu(float y) { return y / (1.0f + expf(-y)); }
+__device__ __forceinline__ float bn_silu_backward(float y, float dz) {
+  const float s = 1.0f / (1.0f + expf(-y));
+  return dz * s * (1.0f + y * (1.0f - s));
+}
+
 // Calls f(u) for the thread's units, four loads in flight: load(u) returns what consume takes.
 template <typename Load, typename Consume>
 __device__ __forceinline__ void bn_for_units(uint32_t begin, uint32_t end, uint32_t step, Load load, Consume consume) {
@@ -291,9 +300,10 @@ __device__ __forceinline__ void batchnorm_stats_impl(const T* __restrict__ x, fl
     }
 }
 
-// y = (x − mean[c])·a[c] + β[c] with a = scale_src[c] (γ·invstd, rounded once by batchnorm_stats_finalize) in
-// training, or a = γ[c]/sqrt(scale_src[c] + eps) (scale_src the running variance) when from_var.
-template <typename T, int NHWC, int V>
+// y = (x − mean[c])·a[c] + β[c] (then z = silu(y) when ACT) with, by `from_var`: 0, a = scale_src[c] (γ·invstd,
+// rounded once by batchnorm_stats_finalize) in training; 1, a = γ[c]/sqrt(scale_src[c] + eps) (scale_src the running
+// variance); 2, a = γ[c]·scale_src[c] (scale_src the inverse std saved by cuDNN's training forward).
+template <typename T, int NHWC, int V, int ACT>
 __device__ __forceinline__ void batchnorm_apply_impl(const T* __restrict__ x, T* __restrict__ y,
                                                      const float* __restrict__ mean,
                                                      const float* __restrict__ scale_src,
@@ -305,32 +315,61 @@ __device__ __forceinline__ void batchnorm_apply_impl(const T* __restrict__ x, T*
   float mu[V], sc[V], be[V];
   for (int j = 0; j < V; ++j) {
     const uint32_t c = g.channel(j);
-    mu[j] = mean[c], sc[j] = from_var ? gamma[c] / sqrtf(scale_src[c] + eps) : scale_src[c], be[j] = beta[c];
+    mu[j] = mean[c], be[j] = beta[c];
+    sc[j] = from_var == 1   ? gamma[c] / sqrtf(scale_src[c] + eps)
+            : from_var == 2 ? gamma[c] * scale_src[c]
+                            : scale_src[c];
   }
   bn_for_units(
       g.begin, g.end, g.step, [&](uint32_t u) { return bn_load<T, V>(x, g.at(u)); },
       [&](uint32_t u, const BnVec<T, V>& a) {
         BnVec<T, V> o;
-        for (int j = 0; j < V; ++j) o.v[j] = from_float<T>((to_float(a.v[j]) - mu[j]) * sc[j] + be[j]);
+        for (int j = 0; j < V; ++j) {
+          const float yj = (to_float(a.v[j]) - mu[j]) * sc[j] + be[j];
+          o.v[j] = from_float<T>(ACT ? bn_silu(yj) : yj);
+        }
         reinterpret_cast<BnVec<T, V>*>(y)[g.at(u)] = o;
       });
 }
 
-// Per (split, channel): Σ dy and Σ dy·(x − mean[c]) into partial[(split·C + c)·2 + {0, 1}].
-template <typename T, int NHWC, int V>
+// y = (x − mean)·γ·invstd + β, as the forward computed it (for the fused SiLU's backward).
+template <int V>
+struct BnAffine {
+  float mu[V], a[V], be[V];
+  __device__ __forceinline__ void load(const float* __restrict__ mean, const float* __restrict__ invstd,
+                                       const float* __restrict__ gamma, const float* __restrict__ beta, uint32_t c,
+                                       int j, bool act) {
+    mu[j] = mean[c];
+    a[j] = act ? gamma[c] * invstd[c] : 0.0f;
+    be[j] = act ? beta[c] : 0.0f;
+  }
+  // The gradient reaching BatchNorm's output: dy itself, or through the fused SiLU.
+  template <int ACT>
+  __device__ __forceinline__ float grad(float x, float dy, int j) const {
+    return ACT ? bn_silu_backward((x - mu[j]) * a[j] + be[j], dy) : dy;
+  }
+};
+
+// Per (split, channel): Σ dy and Σ dy·(x − mean[c]) into partial[(split·C + c)·2 + {0, 1}]; with ACT, dy is the
+// gradient through the fused SiLU of the incoming one (invstd, γ and β recompute the forward's y; unused otherwise).
+template <typename T, int NHWC, int V, int ACT>
 __device__ __forceinline__ void batchnorm_backward_sums_impl(const T* __restrict__ x, const T* __restrict__ dy,
                                                              const float* __restrict__ mean,
+                                                             const float* __restrict__ invstd,
+                                                             const float* __restrict__ gamma,
+                                                             const float* __restrict__ beta,
                                                              float* __restrict__ partial, int32_t units, int32_t cols,
                                                              int32_t inner_v, int32_t tc_shift,
                                                              int32_t units_per_split) {
   const BnGrid<T, NHWC, V> g(units, cols, inner_v, tc_shift, units_per_split);
-  float mu[V], acc[2 * V];
+  BnAffine<V> f;
+  float acc[2 * V];
   for (int j = 0; j < 2 * V; ++j) acc[j] = 0.0f;
   struct Pair {
     BnVec<T, V> x, dy;
   };
   if (g.active) {
-    for (int j = 0; j < V; ++j) mu[j] = mean[g.channel(j)];
+    for (int j = 0; j < V; ++j) f.load(mean, invstd, gamma, beta, g.channel(j), j, ACT);
     bn_for_units(
         g.begin, g.end, g.step,
         [&](uint32_t u) {
@@ -339,9 +378,9 @@ __device__ __forceinline__ void batchnorm_backward_sums_impl(const T* __restrict
         },
         [&](uint32_t, const Pair& p) {
           for (int j = 0; j < V; ++j) {
-            const float gj = to_float(p.dy.v[j]);
+            const float xj = to_float(p.x.v[j]), gj = f.template grad<ACT>(xj, to_float(p.dy.v[j]), j);
             acc[2 * j] += gj;
-            acc[2 * j + 1] += gj * (to_float(p.x.v[j]) - mu[j]);
+            acc[2 * j + 1] += gj * (xj - f.mu[j]);
           }
         });
   }
@@ -362,21 +401,23 @@ __device__ __forceinline__ void batchnorm_backward_sums_impl(const T* __restrict
 }
 
 // dx = γ·s·(dy − dβ/M − (x − mean)·s·dγ/M), s = invstd, M = count (the gradient through the batch statistics),
-// as dx = A·dy + B·(x − mean) + D with per-channel A, B, D.
-template <typename T, int NHWC, int V>
+// as dx = A·dy + B·(x − mean) + D with per-channel A, B, D; with ACT, dy through the fused SiLU as in the sums.
+template <typename T, int NHWC, int V, int ACT>
 __device__ __forceinline__ void batchnorm_backward_apply_impl(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, const float* __restrict__ mean,
-    const float* __restrict__ invstd, const float* __restrict__ gamma, const float* __restrict__ dgamma,
-    const float* __restrict__ dbeta, int32_t units, int32_t cols, int32_t inner_v, int32_t tc_shift,
-    int32_t units_per_split, int64_t count) {
+    const float* __restrict__ invstd, const float* __restrict__ gamma, const float* __restrict__ beta,
+    const float* __restrict__ dgamma, const float* __restrict__ dbeta, int32_t units, int32_t cols, int32_t inner_v,
+    int32_t tc_shift, int32_t units_per_split, int64_t count) {
   const BnGrid<T, NHWC, V> g(units, cols, inner_v, tc_shift, units_per_split);
   if (!g.active) return;
   const float inv_m = 1.0f / static_cast<float>(count);
-  float mu[V], A[V], B[V], D[V];
+  BnAffine<V> f;
+  float A[V], B[V], D[V];
   for (int j = 0; j < V; ++j) {
     const uint32_t c = g.channel(j);
     const float s = invstd[c], gs = gamma[c] * s;
-    mu[j] = mean[c], A[j] = gs, B[j] = -gs * s * dgamma[c] * inv_m, D[j] = -gs * dbeta[c] * inv_m;
+    f.load(mean, invstd, gamma, beta, c, j, ACT);
+    A[j] = gs, B[j] = -gs * s * dgamma[c] * inv_m, D[j] = -gs * dbeta[c] * inv_m;
   }
   struct Pair {
     BnVec<T, V> x, dy;
@@ -389,8 +430,10 @@ __device__ __forceinline__ void batchnorm_backward_apply_impl(
       },
       [&](uint32_t u, const Pair& p) {
         BnVec<T, V> o;
-        for (int j = 0; j < V; ++j)
-          o.v[j] = from_float<T>(A[j] * to_float(p.dy.v[j]) + B[j] * (to_float(p.x.v[j]) - mu[j]) + D[j]);
+        for (int j = 0; j < V; ++j) {
+          const float xj = to_float(p.x.v[j]), gj = f.template grad<ACT>(xj, to_float(p.dy.v[j]), j);
+          o.v[j] = from_float<T>(A[j] * gj + B[j] * (xj - f.mu[j]) + D[j]);
+        }
         reinterpret_cast<BnVec<T, V>*>(dx)[g.at(u)] = o;
       });
 }
@@ -470,38 +513,79 @@ __global__ void batchnorm_stats_finalize(const T* __restrict__ partial, const T*
   running_var[c] = static_cast<float>((1.0 - m) * running_var[c] + m * m2 / (n - 1.0));
 }
 
-// y = (x − mean)·a + β per channel: training (batch mean, a = γ·invstd from batchnorm_stats_finalize) or inference
-// (running mean and variance, from_var = 1).
+// y = (x − mean)·a + β per channel (batchnorm_apply_impl's from_var says where a comes from): training (batch mean,
+// a = γ·invstd from batchnorm_stats_finalize), inference (running mean and variance) or cuDNN's saved statistics;
+// the _silu kernels write silu(y).
 template <typename T, int V>
 __global__ void batchnorm_apply(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ mean,
                                 const float* __restrict__ scale_src, const float* __restrict__ gamma,
                                 const float* __restrict__ beta, int32_t units, int32_t cols, int32_t inner_v,
                                 int32_t tc_shift, int32_t units_per_split, float eps, int32_t from_var) {
-  vk::batchnorm_apply_impl<T, 0, V>(x, y, mean, scale_src, gamma, beta, units, cols, inner_v, tc_shift,
-                                    units_per_split, eps, from_var);
+  vk::batchnorm_apply_impl<T, 0, V, 0>(x, y, mean, scale_src, gamma, beta, units, cols, inner_v, tc_shift,
+                                       units_per_split, eps, from_var);
 }
 template <typename T, int V>
 __global__ void batchnorm_apply_nhwc(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ mean,
                                      const float* __restrict__ scale_src, const float* __restrict__ gamma,
                                      const float* __restrict__ beta, int32_t units, int32_t cols, int32_t inner_v,
                                      int32_t tc_shift, int32_t units_per_split, float eps, int32_t from_var) {
-  vk::batchnorm_apply_impl<T, 1, V>(x, y, mean, scale_src, gamma, beta, units, cols, inner_v, tc_shift,
-                                    units_per_split, eps, from_var);
+  vk::batchnorm_apply_impl<T, 1, V, 0>(x, y, mean, scale_src, gamma, beta, units, cols, inner_v, tc_shift,
+                                       units_per_split, eps, from_var);
+}
+template <typename T, int V>
+__global__ void batchnorm_apply_silu(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ mean,
+                                     const float* __restrict__ scale_src, const float* __restrict__ gamma,
+                                     const float* __restrict__ beta, int32_t units, int32_t cols, int32_t inner_v,
+                                     int32_t tc_shift, int32_t units_per_split, float eps, int32_t from_var) {
+  vk::batchnorm_apply_impl<T, 0, V, 1>(x, y, mean, scale_src, gamma, beta, units, cols, inner_v, tc_shift,
+                                       units_per_split, eps, from_var);
+}
+template <typename T, int V>
+__global__ void batchnorm_apply_silu_nhwc(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ mean,
+                                          const float* __restrict__ scale_src, const float* __restrict__ gamma,
+                                          const float* __restrict__ beta, int32_t units, int32_t cols, int32_t inner_v,
+                                          int32_t tc_shift, int32_t units_per_split, float eps, int32_t from_var) {
+  vk::batchnorm_apply_impl<T, 1, V, 1>(x, y, mean, scale_src, gamma, beta, units, cols, inner_v, tc_shift,
+                                       units_per_split, eps, from_var);
 }
 
-// Backward, pass 1: per-(split, channel) Σ dy and Σ dy·(x − mean) into partial.
+// Backward, pass 1: per-(split, channel) Σ dy and Σ dy·(x − mean) into partial; the _silu kernels take dy through
+// the fused SiLU (invstd, γ and β recompute its input).
 template <typename T, int V>
 __global__ void batchnorm_backward_sums(const T* __restrict__ x, const T* __restrict__ dy,
-                                        const float* __restrict__ mean, float* __restrict__ partial, int32_t units,
-                                        int32_t cols, int32_t inner_v, int32_t tc_shift, int32_t units_per_split) {
-  vk::batchnorm_backward_sums_impl<T, 0, V>(x, dy, mean, partial, units, cols, inner_v, tc_shift, units_per_split);
+                                        const float* __restrict__ mean, const float* __restrict__ invstd,
+                                        const float* __restrict__ gamma, const float* __restrict__ beta,
+                                        float* __restrict__ partial, int32_t units, int32_t cols, int32_t inner_v,
+                                        int32_t tc_shift, int32_t units_per_split) {
+  vk::batchnorm_backward_sums_impl<T, 0, V, 0>(x, dy, mean, invstd, gamma, beta, partial, units, cols, inner_v,
+                                               tc_shift, units_per_split);
 }
 template <typename T, int V>
 __global__ void batchnorm_backward_sums_nhwc(const T* __restrict__ x, const T* __restrict__ dy,
-                                             const float* __restrict__ mean, float* __restrict__ partial,
-                                             int32_t units, int32_t cols, int32_t inner_v, int32_t tc_shift,
-                                             int32_t units_per_split) {
-  vk::batchnorm_backward_sums_impl<T, 1, V>(x, dy, mean, partial, units, cols, inner_v, tc_shift, units_per_split);
+                                             const float* __restrict__ mean, const float* __restrict__ invstd,
+                                             const float* __restrict__ gamma, const float* __restrict__ beta,
+                                             float* __restrict__ partial, int32_t units, int32_t cols, int32_t inner_v,
+                                             int32_t tc_shift, int32_t units_per_split) {
+  vk::batchnorm_backward_sums_impl<T, 1, V, 0>(x, dy, mean, invstd, gamma, beta, partial, units, cols, inner_v,
+                                               tc_shift, units_per_split);
+}
+template <typename T, int V>
+__global__ void batchnorm_backward_sums_silu(const T* __restrict__ x, const T* __restrict__ dy,
+                                             const float* __restrict__ mean, const float* __restrict__ invstd,
+                                             const float* __restrict__ gamma, const float* __restrict__ beta,
+                                             float* __restrict__ partial, int32_t units, int32_t cols, int32_t inner_v,
+                                             int32_t tc_shift, int32_t units_per_split) {
+  vk::batchnorm_backward_sums_impl<T, 0, V, 1>(x, dy, mean, invstd, gamma, beta, partial, units, cols, inner_v,
+                                               tc_shift, units_per_split);
+}
+template <typename T, int V>
+__global__ void batchnorm_backward_sums_silu_nhwc(const T* __restrict__ x, const T* __restrict__ dy,
+                                                  const float* __restrict__ mean, const float* __restrict__ invstd,
+                                                  const float* __restrict__ gamma, const float* __restrict__ beta,
+                                                  float* __restrict__ partial, int32_t units, int32_t cols,
+                                                  int32_t inner_v, int32_t tc_shift, int32_t units_per_split) {
+  vk::batchnorm_backward_sums_impl<T, 1, V, 1>(x, dy, mean, invstd, gamma, beta, partial, units, cols, inner_v,
+                                               tc_shift, units_per_split);
 }
 
 // Backward, pass 2 (T = float; one warp per channel, 8 per block): dβ = Σ dy and dγ = Σ dy·(x − mean)·invstd, the
@@ -519,25 +603,48 @@ __global__ void batchnorm_backward_finalize(const T* __restrict__ partial, const
   dgamma[c] = static_cast<float>(sum_dyx * invstd[c]);
 }
 
-// Backward, pass 3: dx from dy, x, the batch statistics, γ and the parameter gradients of pass 2.
+// Backward, pass 3: dx from dy, x, the batch statistics, γ and the parameter gradients of pass 2 (the _silu kernels:
+// dy through the fused SiLU).
 template <typename T, int V>
 __global__ void batchnorm_backward_apply(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
                                          const float* __restrict__ mean, const float* __restrict__ invstd,
-                                         const float* __restrict__ gamma, const float* __restrict__ dgamma,
-                                         const float* __restrict__ dbeta, int32_t units, int32_t cols,
-                                         int32_t inner_v, int32_t tc_shift, int32_t units_per_split, int64_t count) {
-  vk::batchnorm_backward_apply_impl<T, 0, V>(x, dy, dx, mean, invstd, gamma, dgamma, dbeta, units, cols, inner_v,
-                                             tc_shift, units_per_split, count);
+                                         const float* __restrict__ gamma, const float* __restrict__ beta,
+                                         const float* __restrict__ dgamma, const float* __restrict__ dbeta,
+                                         int32_t units, int32_t cols, int32_t inner_v, int32_t tc_shift,
+                                         int32_t units_per_split, int64_t count) {
+  vk::batchnorm_backward_apply_impl<T, 0, V, 0>(x, dy, dx, mean, invstd, gamma, beta, dgamma, dbeta, units, cols,
+                                                inner_v, tc_shift, units_per_split, count);
 }
 template <typename T, int V>
 __global__ void batchnorm_backward_apply_nhwc(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
                                               const float* __restrict__ mean, const float* __restrict__ invstd,
-                                              const float* __restrict__ gamma, const float* __restrict__ dgamma,
-                                              const float* __restrict__ dbeta, int32_t units, int32_t cols,
-                                              int32_t inner_v, int32_t tc_shift, int32_t units_per_split,
-                                              int64_t count) {
-  vk::batchnorm_backward_apply_impl<T, 1, V>(x, dy, dx, mean, invstd, gamma, dgamma, dbeta, units, cols, inner_v,
-                                             tc_shift, units_per_split, count);
+                                              const float* __restrict__ gamma, const float* __restrict__ beta,
+                                              const float* __restrict__ dgamma, const float* __restrict__ dbeta,
+                                              int32_t units, int32_t cols, int32_t inner_v, int32_t tc_shift,
+                                              int32_t units_per_split, int64_t count) {
+  vk::batchnorm_backward_apply_impl<T, 1, V, 0>(x, dy, dx, mean, invstd, gamma, beta, dgamma, dbeta, units, cols,
+                                                inner_v, tc_shift, units_per_split, count);
+}
+template <typename T, int V>
+__global__ void batchnorm_backward_apply_silu(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
+                                              const float* __restrict__ mean, const float* __restrict__ invstd,
+                                              const float* __restrict__ gamma, const float* __restrict__ beta,
+                                              const float* __restrict__ dgamma, const float* __restrict__ dbeta,
+                                              int32_t units, int32_t cols, int32_t inner_v, int32_t tc_shift,
+                                              int32_t units_per_split, int64_t count) {
+  vk::batchnorm_backward_apply_impl<T, 0, V, 1>(x, dy, dx, mean, invstd, gamma, beta, dgamma, dbeta, units, cols,
+                                                inner_v, tc_shift, units_per_split, count);
+}
+template <typename T, int V>
+__global__ void batchnorm_backward_apply_silu_nhwc(const T* __restrict__ x, const T* __restrict__ dy,
+                                                   T* __restrict__ dx, const float* __restrict__ mean,
+                                                   const float* __restrict__ invstd, const float* __restrict__ gamma,
+                                                   const float* __restrict__ beta, const float* __restrict__ dgamma,
+                                                   const float* __restrict__ dbeta, int32_t units, int32_t cols,
+                                                   int32_t inner_v, int32_t tc_shift, int32_t units_per_split,
+                                                   int64_t count) {
+  vk::batchnorm_backward_apply_impl<T, 1, V, 1>(x, dy, dx, mean, invstd, gamma, beta, dgamma, dbeta, units, cols,
+                                                inner_v, tc_shift, units_per_split, count);
 }
 // ---- instantiation ----
 template __global__ void batchnorm_backward_finalize<float>(const float*, const float*, float*, float*, int32_t, int32_t);

@@ -66,6 +66,7 @@ struct PlanContext {
   // No floating-point atomics in reductions and backward passes, deterministic library algorithms: two runs
   // of the plan on the same inputs give bit-identical results.
   bool deterministic = false;
+  bool tf32 = false;  // PlanOptions::tf32: f32 convolutions may use TF32 tensor cores
 };
 
 // What an op sees in forward: concrete tensors, views into the plan's memory.
@@ -80,6 +81,7 @@ struct ForwardCtx {
   Tensor workspace;             // workspace_bytes() of scratch (u8), undefined when 0
   bool training = false;
   bool deterministic = false;   // PlanContext::deterministic of the plan
+  bool tf32 = false;            // PlanContext::tf32 of the plan
 };
 
 // What an op sees in backward. The op overwrites grad_inputs[i] (an undefined tensor means that input
@@ -100,6 +102,7 @@ struct BackwardCtx {
   std::vector<Tensor> derived;
   Tensor workspace;
   bool deterministic = false;
+  bool tf32 = false;
 };
 
 // Launch level: concrete shapes only, one backend, one format.
@@ -228,8 +231,9 @@ class Op {
     return std::nullopt;
   }
 
-  // Inference-time fusion. When this op's output feeds only `next`, an op may return one op computing
-  // next(this(x)) (conv → batchnorm folding, conv → SiLU epilogue), or nullptr. The fused op names its
+  // Fusion. When this op's output feeds only `next`, an op may return one op computing next(this(x)) in plans of
+  // `mode` (inference: conv → batchnorm folding, conv → SiLU epilogue; training, PlanOptions::fuse_training:
+  // batchnorm → SiLU, whose fused op has a backward), or nullptr. The fused op names its
   // state relative to the two nodes' common scope: self_prefix / next_prefix are the nodes' names below
   // that scope with a trailing dot ("conv.", "bn."), so its specs are e.g. "conv.weight", "bn.running_mean".
   virtual std::shared_ptr<const Op> fuse_with(const Op& next, Mode mode, const std::string& self_prefix,

@@ -152,8 +152,9 @@ void Plan::build_steps(const Graph& graph) {
     steps_.push_back(std::move(s));
   }
 
-  // Inference: fuse a one-output step into its only consumer when the op offers it (conv → bn → silu).
-  if (mode_ == Mode::inference) {
+  // Fuse a one-output step into its only consumer when the op offers it: inference conv → bn → silu, training
+  // bn → silu (PlanOptions::fuse_training).
+  if (mode_ == Mode::inference || options_.fuse_training) {
     bool changed = true;
     while (changed) {
       changed = false;
@@ -540,7 +541,7 @@ void Plan::layout_memory() {
     req.push_back({value_bytes(static_cast<int>(id)), first[id], last[id]});
     owners.push_back({kValue, static_cast<int>(id), 0});
   }
-  const PlanContext plan_ctx{backend_.get(), mode_, options_.deterministic};
+  const PlanContext plan_ctx{backend_.get(), mode_, options_.deterministic, options_.tf32};
   size_t workspace = 0, scratch = 0;
   for (int i = 0; i < S; ++i) {
     PlanStep& s = steps_[static_cast<size_t>(i)];
@@ -646,6 +647,7 @@ void Plan::refresh_derived() {
     ctx.params = s.params;
     ctx.derived = s.derived;
     ctx.deterministic = options_.deterministic;
+    ctx.tf32 = options_.tf32;
     try {
       s.runtime->refresh(ctx);
     } catch (const Error& e) {
@@ -752,6 +754,7 @@ void Plan::run_step(PlanStep& s) {
     if (s.workspace) ctx.workspace = workspace_;
     ctx.training = mode_ == Mode::train;
     ctx.deterministic = options_.deterministic;
+    ctx.tf32 = options_.tf32;
     try {
       s.runtime->forward(ctx);
     } catch (const Error& e) {
@@ -884,6 +887,7 @@ void Plan::backward_steps(const std::vector<Tensor>& grad_outputs, bool accumula
     BackwardCtx ctx;
     ctx.backend = backend_.get();
     ctx.deterministic = options_.deterministic;
+    ctx.tf32 = options_.tf32;
     for (int id : s.inputs) ctx.inputs.push_back(values_[static_cast<size_t>(id)]);
     for (int o : s.outputs) {
       ctx.outputs.push_back(values_[static_cast<size_t>(o)]);

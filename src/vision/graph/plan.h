@@ -37,6 +37,12 @@ struct PlanOptions {
   // stay f32. Parameters stay f32 masters; an op reading one in f16/bf16 gets a copy (StateStore::compute_copy).
   DType compute_dtype = DType::f32;
   core::Layout layout = core::Layout::nchw;
+  // Training plans fuse what their ops offer to fuse in training (BatchNorm → SiLU: one op, one pass over the
+  // activations each way). Off: every node runs as recorded (the tests compare the two).
+  bool fuse_training = true;
+  // f32 convolutions on CUDA may use TF32 tensor cores (products of 10-bit mantissas, f32 accumulation), as PyTorch's
+  // torch.backends.cudnn.allow_tf32: faster, no longer exact f32. Off by default, because f32 means exact f32.
+  bool tf32 = false;
 };
 
 struct PlanStep {

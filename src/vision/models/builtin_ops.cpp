@@ -50,6 +50,8 @@ std::vector<BuiltinOp> make_builtin_ops() {
       {fused(*conv_bn, silu), conv_config, {Mode::inference}},
       {fused(conv_op, silu), conv_config, {Mode::inference}},
       {std::make_shared<ops::BatchNorm2dOp>(1e-3f, 0.03f), "eps=1e-3 momentum=0.03", both},
+      {bn.fuse_with(silu, Mode::train, "bn.", "act."), "eps=1e-3 momentum=0.03; a training plan's bn -> silu",
+       {Mode::train}},
       {std::make_shared<ops::SiluOp>(), "", both},
       {std::make_shared<ops::SigmoidOp>(), "", both},
       {std::make_shared<ops::AddOp>(), "", both},

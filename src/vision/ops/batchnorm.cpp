@@ -1,9 +1,11 @@
 #include "vision/ops/batchnorm.h"
 
+#include <cmath>
 #include <optional>
 
 #include "vision/cpu/dnnl_context.h"
 #include "vision/cpu/parallel.h"
+#include "vision/ops/elementwise.h"
 #include "vision/ops/op_util.h"
 
 namespace vision::ops {
@@ -37,13 +39,28 @@ enum Saved { kBatchMean, kBatchVar };
 
 const auto kScaleShift = normalization_flags::use_scale | normalization_flags::use_shift;
 
+// SiLU and its derivative in the element-wise op's formulas (elementwise.cpp, elementwise.cuh).
+float silu_of(float y) { return y / (1.0f + std::exp(-y)); }
+float silu_backward_of(float y, float dz) {
+  const float s = 1.0f / (1.0f + std::exp(-y));
+  return dz * s * (1.0f + y * (1.0f - s));
+}
+
+// The CPU twin (f32 NCHW, oneDNN). With silu (BatchNorm → SiLU fused in a training plan) it applies SiLU in place
+// after the normalisation, and its backward recomputes the normalised y from x and the saved statistics to take the
+// gradient through SiLU before BatchNorm's own backward — the CUDA kernels' arithmetic, one pass at a time.
 class BatchNorm2dRuntime final : public CpuRuntimeOp {
  public:
-  BatchNorm2dRuntime(float eps, float momentum, Mode mode)
-      : CpuRuntimeOp("ops.batchnorm2d", 1), eps_(eps), momentum_(momentum), mode_(mode) {}
+  BatchNorm2dRuntime(float eps, float momentum, Mode mode, bool silu, std::string prefix)
+      : CpuRuntimeOp(silu ? "ops.batchnorm2d_silu" : "ops.batchnorm2d", 1),
+        eps_(eps),
+        momentum_(momentum),
+        mode_(mode),
+        silu_(silu),
+        prefix_(std::move(prefix)) {}
 
   std::vector<ParamSpec> param_specs(const std::vector<Shape>& in, const Shape&) const override {
-    return batchnorm2d_state_specs(in.at(0)[1]);
+    return prefixed(batchnorm2d_state_specs(in.at(0)[1]), prefix_);
   }
   std::vector<std::byte> param_init_data(size_t i, const std::vector<Shape>& in, const Shape&,
                                          uint64_t) const override {
@@ -65,6 +82,11 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
       forward_training(ctx, args);
     else
       forward_inference(ctx, args);
+    if (silu_) {
+      float* z = ctx.output.data<float>();
+      cpu::parallel_for(
+          ctx.output.numel(), [&](int64_t i) { z[i] = silu_of(z[i]); }, ctx.output.numel());
+    }
   }
 
   // Gradients through the batch statistics (the training-mode forward).
@@ -80,13 +102,15 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
       });
     }
     const size_t c = static_cast<size_t>(x.dim(1));
+    const std::vector<float> dy_silu = silu_ ? silu_gradient(ctx) : std::vector<float>();
+    const float* dy = silu_ ? dy_silu.data() : ctx.grad_output.data<float>();
     F32Scratch dx(ctx.grad_inputs[0], static_cast<size_t>(x.numel()));
     F32Scratch dgamma(ctx.grad_params[kWeight], c), dbeta(ctx.grad_params[kBias], c);
     cpu::execute(*backward_,
                  {{DNNL_ARG_SRC, cpu::as_memory(data_, x)},
                   {DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.saved[kBatchMean])},
                   {DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.saved[kBatchVar])},
-                  {DNNL_ARG_DIFF_DST, cpu::as_memory(data_, ctx.grad_output)},
+                  {DNNL_ARG_DIFF_DST, cpu::as_memory(data_, const_cast<float*>(dy))},
                   {DNNL_ARG_SCALE, cpu::as_memory(stat_, ctx.params[kWeight])},
                   {DNNL_ARG_SHIFT, cpu::as_memory(stat_, ctx.params[kBias])},  // unused, but oneDNN asks for it
                   {DNNL_ARG_DIFF_SRC, cpu::as_memory(data_, dx.data())},
@@ -96,6 +120,26 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
   }
 
  private:
+  // dy = dz·silu'(y) with y = (x − mean)·γ·invstd + β recomputed from the saved batch statistics (f32).
+  std::vector<float> silu_gradient(const BackwardCtx& ctx) const {
+    const Tensor& x = ctx.inputs[0];
+    const int64_t c = x.dim(1), plane = x.dim(2) * x.dim(3), n = x.numel();
+    const float *px = x.data<float>(), *dz = ctx.grad_output.data<float>();
+    const float *mean = ctx.saved[kBatchMean].data<float>(), *var = ctx.saved[kBatchVar].data<float>();
+    const float *gamma = ctx.params[kWeight].data<float>(), *beta = ctx.params[kBias].data<float>();
+    std::vector<float> dy(static_cast<size_t>(n));
+    cpu::parallel_for(
+        x.dim(0) * c,
+        [&](int64_t nc) {
+          const int64_t ch = nc % c;
+          const float a = gamma[ch] * (1.0f / std::sqrt(var[ch] + eps_)), m = mean[ch], b = beta[ch];
+          for (int64_t i = nc * plane; i < (nc + 1) * plane; ++i)
+            dy[static_cast<size_t>(i)] = silu_backward_of((px[i] - m) * a + b, dz[i]);
+        },
+        n);
+    return dy;
+  }
+
   void forward_inference(ForwardCtx& ctx, std::unordered_map<int, memory>& args) {
     args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.params[kRunningMean]));
     args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.params[kRunningVar]));
@@ -182,6 +226,8 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
 
   float eps_, momentum_;
   Mode mode_;
+  bool silu_;
+  std::string prefix_;
   Shape x_shape_;
   memory::desc data_, stat_;
   std::optional<dnnl::batch_normalization_forward> inference_;
@@ -191,7 +237,8 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
 
 }  // namespace
 
-BatchNorm2dOp::BatchNorm2dOp(float eps, float momentum) : eps_(eps), momentum_(momentum) {
+BatchNorm2dOp::BatchNorm2dOp(float eps, float momentum, bool silu, std::string state_prefix)
+    : eps_(eps), momentum_(momentum), silu_(silu), prefix_(std::move(state_prefix)) {
   VISION_CHECK(eps > 0 && momentum >= 0 && momentum <= 1, "batchnorm2d needs eps > 0 and momentum in [0, 1], got {} {}",
                eps, momentum);
 }
@@ -203,9 +250,17 @@ Shape BatchNorm2dOp::infer_output_shape(const std::vector<Shape>& inputs) const 
 }
 
 std::unique_ptr<RuntimeOp> BatchNorm2dOp::lower(Backend backend, Mode mode) const {
+  VISION_CHECK(!silu_ || mode == Mode::train,
+               "{} is a training-time fusion: an inference plan folds BatchNorm into the convolution instead", name());
   return lower_cpu_or_cuda<BatchNorm2dRuntime>(
-      *this, backend, VISION_CUDA_FACTORY(cuda_impl::make_batchnorm2d(std::move(twin), eps_, momentum_, mode)), eps_,
-      momentum_, mode);
+      *this, backend, VISION_CUDA_FACTORY(cuda_impl::make_batchnorm2d(std::move(twin), eps_, momentum_, mode, silu_)),
+      eps_, momentum_, mode, silu_, prefix_);
+}
+
+std::shared_ptr<const Op> BatchNorm2dOp::fuse_with(const Op& next, Mode mode, const std::string& self_prefix,
+                                                   const std::string&) const {
+  if (mode != Mode::train || silu_ || !dynamic_cast<const SiluOp*>(&next)) return nullptr;
+  return std::make_shared<BatchNorm2dOp>(eps_, momentum_, true, self_prefix + prefix_);
 }
 
 SymTensor batchnorm2d(SymTensor x, float eps, float momentum, const std::string& name) {

@@ -54,11 +54,6 @@ std::vector<std::byte> conv2d_state_init(const Conv2dAttrs& a, size_t i, uint64_
 
 namespace {
 
-std::vector<ParamSpec> prefixed(std::vector<ParamSpec> specs, const std::string& prefix) {
-  for (auto& s : specs) s.name = prefix + s.name;
-  return specs;
-}
-
 // The oneDNN primitives of one convolution, created for the first input shape and layout seen and re-created when
 // either changes. Weights are [Cout, Cin/g, k, k] row-major (oneDNN oihw, or goihw with groups: the same bytes).
 class ConvPrimitives {

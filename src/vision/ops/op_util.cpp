@@ -4,6 +4,11 @@
 
 namespace vision::ops {
 
+std::vector<ParamSpec> prefixed(std::vector<ParamSpec> specs, const std::string& prefix) {
+  for (auto& s : specs) s.name = prefix + s.name;
+  return specs;
+}
+
 DType FloatOp::infer_output_dtype(const std::vector<DType>& inputs) const {
   for (size_t i = 0; i < inputs.size(); ++i) {
     VISION_CHECK(core::is_floating(inputs[i]), "{} takes f32, f16 or bf16 tensors, input {} is {}", name(), i,

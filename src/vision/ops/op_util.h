@@ -3,6 +3,7 @@
 // outside src/vision/ops includes op_support.h instead.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "vision/ops/op_support.h"
@@ -26,6 +27,9 @@ using graph::RuntimeOp;
 using graph::StateKind;
 using graph::SymTensor;
 using graph::TensorSpec;
+
+// The specs with `prefix` before each name (a fused op's state under its nodes' common scope: "bn.weight").
+std::vector<ParamSpec> prefixed(std::vector<ParamSpec> specs, const std::string& prefix);
 
 // Permutations (output dim k is input dim perm[k]): the input's element strides in output-dim order, and the
 // inverse permutation (the backward's).

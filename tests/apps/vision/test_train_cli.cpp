@@ -143,6 +143,13 @@ TEST_F(TrainCli, ClearErrors) {
   r = cli(fmt::format("train --resume '{}' --device cpu", (dir_->path() / "no-such-run").string()));
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("no-such-run"), std::string::npos) << r.out;
+  // TF32 is a mode of f32 training on CUDA: refused on the CPU, and with another dtype.
+  for (const char* extra : {"--device cpu", "--device cpu --dtype bf16"}) {
+    r = cli(fmt::format("train --data '{}' --tf32 {} --epochs 1 --project '{}'", yaml().string(), extra,
+                        (dir_->path() / "runs").string()));
+    EXPECT_EQ(r.code, 1) << extra << ": " << r.out;
+    EXPECT_NE(r.out.find("--tf32 is a mode of f32 training on CUDA"), std::string::npos) << r.out;
+  }
   // A size whose batches cannot exist: an error at once (it aborted with exit 134 on a loader thread).
   for (const char* size : {"65536", "8192"}) {
     r = cli(fmt::format("train --data '{}' --imgsz {} --batch 1024 --epochs 1 --device cpu --project '{}'",

@@ -129,8 +129,11 @@ void Yolo26Trainer::build_graph() {
   e2e_loss(*out.one2many, *out.one2one, t, weights);
   executor_ = std::make_unique<graph::Executor>(
       graph_, backend_,
-      graph::PlanOptions{
-          .deterministic = options_.deterministic, .compute_dtype = options_.dtype, .layout = options_.layout});
+      graph::PlanOptions{.deterministic = options_.deterministic,
+                         .compute_dtype = options_.dtype,
+                         .layout = options_.layout,
+                         .fuse_training = options_.fuse,
+                         .tf32 = options_.tf32});
   // A plan per (batch, target rows): the full batch, the epoch's last partial batch and a bucket that grows.
   executor_->set_max_plans(3);
 }

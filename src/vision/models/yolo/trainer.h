@@ -61,6 +61,8 @@ struct TrainerOptions {
   core::DType dtype = core::DType::f32;  // the plan's compute dtype: f32, bf16 or f16 (dynamic loss scaling)
   core::Layout layout = core::Layout::nchw;
   bool deterministic = false;  // PlanOptions::deterministic: the same run gives the same numbers
+  bool tf32 = false;           // PlanOptions::tf32: f32 convolutions may use TF32 tensor cores
+  bool fuse = true;            // PlanOptions::fuse_training: BatchNorm → SiLU as one op
   bool profile = false;        // wait for the device after each phase and time it (IterationResult::timing)
   // Forward, loss and backward of a step as one captured CUDA graph, replayed from a plan's second step on
   // (graph::Plan::train_step; not with profile). false: eager launches.

@@ -138,7 +138,8 @@ void CudnnConv::benchmark_algorithms(core::DType dtype, size_t max_workspace) {
   VISION_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle_, x_desc_, x.get(), w_desc_, w.get(), conv_desc_,
                                                             y_desc_, y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
                                                             fwd, ws.get(), ws_bytes));
-  const bool f32 = dtype == core::DType::f32;  // f32 keeps FMA math (no TF32) whatever the search reports
+  // f32 keeps FMA math (no TF32) whatever the search reports, unless TF32 is allowed
+  const bool f32 = dtype == core::DType::f32 && !tf32_;
   const auto& f = pick(fwd, n, max_workspace, deterministic_, "forward");
   fwd_algo_ = f.algo;
   if (!f32) fwd_math_ = f.mathType;
@@ -162,8 +163,9 @@ void CudnnConv::benchmark_algorithms(core::DType dtype, size_t max_workspace) {
 }
 
 CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Shape& x, core::DType dtype,
-                     core::Layout layout, bool deterministic, size_t max_workspace)
-    : handle_(handle), y_shape_(a.output_shape(x)), deterministic_(deterministic) {
+                     core::Layout layout, bool deterministic, size_t max_workspace, bool tf32)
+    : handle_(handle), y_shape_(a.output_shape(x)), deterministic_(deterministic),
+      tf32_(tf32 && dtype == core::DType::f32) {
   VISION_CHECK(x.is_concrete(), "CudnnConv needs a concrete input shape, got {}", x.str());
   const size_t elem = core::dtype_size(dtype);
   x_bytes_ = static_cast<size_t>(x.numel()) * elem;
@@ -191,15 +193,17 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
   VISION_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_desc_, pad, pad, stride, stride, dil, dil,
                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   VISION_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_desc_, to_int(a.groups, "groups")));
-  // f32: FMA math keeps IEEE f32 (no TF32); f16/bf16: tensor cores, f32 accumulation.
-  math_ = dtype == core::DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+  // f32: FMA math keeps IEEE f32 (no TF32), or the default math (TF32 allowed) with tf32; f16/bf16: tensor cores,
+  // f32 accumulation.
+  const cudnnMathType_t f32_math = tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  math_ = dtype == core::DType::f32 ? f32_math : CUDNN_TENSOR_OP_MATH;
   VISION_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, math_));
 
-  const std::string key = fmt::format("{} {} k{} s{} p{} d{} g{} c{}->{} {} {} det{} ws{}", device_index(), x.str(),
-                                      a.kernel, a.stride, a.pad(), a.dilation, a.groups, a.in_channels,
+  const std::string key = fmt::format("{} {} k{} s{} p{} d{} g{} c{}->{} {} {} det{} ws{}{}", device_index(),
+                                      x.str(), a.kernel, a.stride, a.pad(), a.dilation, a.groups, a.in_channels,
                                       a.out_channels, core::dtype_name(dtype), core::layout_name(layout),
-                                      deterministic, max_workspace);
-  fwd_math_ = bwd_data_math_ = bwd_filter_math_ = dtype == core::DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+                                      deterministic, max_workspace, tf32_ ? " tf32" : "");
+  fwd_math_ = bwd_data_math_ = bwd_filter_math_ = math_;
   if (const auto cached = cached_algorithms(key)) {
     fwd_algo_ = cached->fwd;
     bwd_data_algo_ = cached->bwd_data;

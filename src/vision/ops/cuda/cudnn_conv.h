@@ -16,7 +16,8 @@ namespace vision::ops::cuda_impl {
 enum class ConvSearch { benchmark, heuristic };
 ConvSearch search_mode();
 
-// Activations in NCHW or NHWC (the filter then in KCRS or KRSC), f32 with IEEE f32 math (no TF32) or
+// Activations in NCHW or NHWC (the filter then in KCRS or KRSC), f32 with IEEE f32 math (no TF32; with `tf32`,
+// cuDNN's default math, which lets it pick TF32 tensor-core algorithms as PyTorch's allow_tf32 does) or
 // f16/bf16 on tensor cores with f32 accumulation. For each of forward, backward-data and backward-filter: the
 // first in cuDNN's ranking (measured time, or the heuristics' order; see ConvSearch) whose workspace fits in
 // max_workspace, or with `deterministic` the first of those that cuDNN reports as CUDNN_DETERMINISTIC (bit-for-bit
@@ -25,7 +26,8 @@ ConvSearch search_mode();
 class CudnnConv {
  public:
   CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& attrs, const core::Shape& x, core::DType dtype,
-            core::Layout layout, bool deterministic = false, size_t max_workspace = size_t(256) << 20);
+            core::Layout layout, bool deterministic = false, size_t max_workspace = size_t(256) << 20,
+            bool tf32 = false);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
@@ -53,6 +55,7 @@ class CudnnConv {
   cudnnHandle_t handle_;
   core::Shape y_shape_;
   bool deterministic_;
+  bool tf32_;  // f32 with TF32 allowed
   cudnnTensorDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr, bias_desc_ = nullptr;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
   cudnnConvolutionDescriptor_t conv_desc_ = nullptr;

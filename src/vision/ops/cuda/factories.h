@@ -16,7 +16,8 @@ using Twin = std::unique_ptr<graph::RuntimeOp>;
 
 std::unique_ptr<graph::RuntimeOp> make_conv2d(Twin twin, const Conv2dAttrs& attrs);
 std::unique_ptr<graph::RuntimeOp> make_fused_conv2d(Twin twin, const Conv2dAttrs& attrs, const ConvFusion& fusion);
-std::unique_ptr<graph::RuntimeOp> make_batchnorm2d(Twin twin, float eps, float momentum, graph::Mode mode);
+std::unique_ptr<graph::RuntimeOp> make_batchnorm2d(Twin twin, float eps, float momentum, graph::Mode mode,
+                                                   bool silu);
 std::unique_ptr<graph::RuntimeOp> make_silu(Twin twin);
 std::unique_ptr<graph::RuntimeOp> make_sigmoid(Twin twin);
 std::unique_ptr<graph::RuntimeOp> make_add(Twin twin);

@@ -34,9 +34,11 @@ void register_batchnorm_kernels(cuda::KernelRegistry& r) {
     for (Layout layout : {Layout::nchw, Layout::nhwc})
       for (int vec : batchnorm_vector_widths(t)) {
         r.add<BatchNormStats>(t, layout, vec);
-        r.add<BatchNormApply>(t, layout, vec);
-        r.add<BatchNormBackwardSums>(t, layout, vec);
-        r.add<BatchNormBackwardApply>(t, layout, vec);
+        for (bool silu : {false, true}) {
+          r.add<BatchNormApply>(t, layout, vec, silu);
+          r.add<BatchNormBackwardSums>(t, layout, vec, silu);
+          r.add<BatchNormBackwardApply>(t, layout, vec, silu);
+        }
       }
 }
 VISION_REGISTER_KERNELS(register_batchnorm_kernels);
@@ -118,22 +120,24 @@ BatchNormStatsFinalize::BatchNormStatsFinalize()
     : KernelDescriptor({"batchnorm_stats_finalize", kBatchnormFile, DType::f32, {},
                         "const {T}*, const {T}*, {T}*, {T}*, {T}*, {T}*, {T}*, int32_t, int32_t, int64_t, int32_t, "
                         "int32_t, float, float"}) {}
-BatchNormApply::BatchNormApply(DType t, Layout layout, int vec)
-    : KernelDescriptor(activation_spec("batchnorm_apply", t, layout, vec,
+BatchNormApply::BatchNormApply(DType t, Layout layout, int vec, bool silu)
+    : KernelDescriptor(activation_spec(silu ? "batchnorm_apply_silu" : "batchnorm_apply", t, layout, vec,
                                        "const {T}*, {T}*, const float*, const float*, const float*, const float*, "
                                        "int32_t, int32_t, int32_t, int32_t, int32_t, float, int32_t")) {}
-BatchNormBackwardSums::BatchNormBackwardSums(DType t, Layout layout, int vec)
-    : KernelDescriptor(activation_spec("batchnorm_backward_sums", t, layout, vec,
-                                       "const {T}*, const {T}*, const float*, float*, int32_t, int32_t, int32_t, "
-                                       "int32_t, int32_t")) {}
+BatchNormBackwardSums::BatchNormBackwardSums(DType t, Layout layout, int vec, bool silu)
+    : KernelDescriptor(activation_spec(silu ? "batchnorm_backward_sums_silu" : "batchnorm_backward_sums", t, layout,
+                                       vec,
+                                       "const {T}*, const {T}*, const float*, const float*, const float*, "
+                                       "const float*, float*, int32_t, int32_t, int32_t, int32_t, int32_t")) {}
 BatchNormBackwardFinalize::BatchNormBackwardFinalize()
     : KernelDescriptor({"batchnorm_backward_finalize", kBatchnormFile, DType::f32, {},
                         "const {T}*, const {T}*, {T}*, {T}*, int32_t, int32_t"}) {}
-BatchNormBackwardApply::BatchNormBackwardApply(DType t, Layout layout, int vec)
-    : KernelDescriptor(activation_spec("batchnorm_backward_apply", t, layout, vec,
+BatchNormBackwardApply::BatchNormBackwardApply(DType t, Layout layout, int vec, bool silu)
+    : KernelDescriptor(activation_spec(silu ? "batchnorm_backward_apply_silu" : "batchnorm_backward_apply", t, layout,
+                                       vec,
                                        "const {T}*, const {T}*, {T}*, const float*, const float*, const float*, "
-                                       "const float*, const float*, int32_t, int32_t, int32_t, int32_t, int32_t, "
-                                       "int64_t")) {}
+                                       "const float*, const float*, const float*, int32_t, int32_t, int32_t, int32_t, "
+                                       "int32_t, int64_t")) {}
 
 void launch_batchnorm_fold(cudaStream_t stream, const float* w, const float* bias, const float* gamma,
                            const float* beta, const float* mean, const float* var, float* w_out, float* b_out,
@@ -149,7 +153,8 @@ void launch_increment_counter(cudaStream_t stream, int64_t* counter) {
   cuda::kernel_instance<IncrementCounter>().launch(stream, dim3(1), dim3(32), 0, counter);
 }
 
-std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, bool training) {
+std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, bool training, bool silu) {
+  VISION_CHECK(training || !silu, "batchnorm2d: BatchNorm → SiLU is fused in training only");
   std::vector<const cuda::Kernel*> out;
   for (int vec : batchnorm_vector_widths(dtype)) {
     if (!training) {
@@ -157,9 +162,9 @@ std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, b
       continue;
     }
     out.push_back(&cuda::kernel_instance<BatchNormStats>(dtype, layout, vec));
-    out.push_back(&cuda::kernel_instance<BatchNormApply>(dtype, layout, vec));
-    out.push_back(&cuda::kernel_instance<BatchNormBackwardSums>(dtype, layout, vec));
-    out.push_back(&cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout, vec));
+    out.push_back(&cuda::kernel_instance<BatchNormApply>(dtype, layout, vec, silu));
+    out.push_back(&cuda::kernel_instance<BatchNormBackwardSums>(dtype, layout, vec, silu));
+    out.push_back(&cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout, vec, silu));
   }
   if (training) {
     out.push_back(&cuda::kernel_instance<BatchNormStatsFinalize>());
@@ -184,7 +189,7 @@ size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout) {
 void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                        const void* x_data, void* y, const float* gamma, const float* beta,
                                        float* running_mean, float* running_var, float* save_mean, float* save_invstd,
-                                       void* workspace, float momentum, float eps) {
+                                       void* workspace, float momentum, float eps, bool silu) {
   check_shape(x, "batchnorm2d forward");
   const Tiling t = pick(dtype, layout, x, {x_data, y});
   VISION_CHECK(t.count > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
@@ -198,10 +203,20 @@ void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout 
       stream, dim3(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0,
       static_cast<const float*>(partial), gamma, scale, save_mean, save_invstd, running_mean, running_var,
       i32(t.splits), i32(t.channels), t.count, i32(t.units), i32(t.units_per_split), momentum, eps);
-  cuda::kernel_instance<BatchNormApply>(dtype, layout, t.vec)
+  cuda::kernel_instance<BatchNormApply>(dtype, layout, t.vec, silu)
       .launch(stream, t.grid(), dim3(kThreads), 0, x_data, y, static_cast<const float*>(save_mean),
               static_cast<const float*>(scale), gamma, beta, i32(t.units), i32(t.cols), i32(t.inner_v),
               int32_t{t.tc_shift}, i32(t.units_per_split), eps, int32_t{0});
+}
+
+void launch_batchnorm_silu_from_saved(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
+                                      const void* x_data, void* y, const float* gamma, const float* beta,
+                                      const float* save_mean, const float* save_invstd) {
+  check_shape(x, "batchnorm2d → silu forward");
+  const Tiling t = pick(dtype, layout, x, {x_data, y});
+  cuda::kernel_instance<BatchNormApply>(dtype, layout, t.vec, true)
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, y, save_mean, save_invstd, gamma, beta, i32(t.units),
+              i32(t.cols), i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split), 0.0f, int32_t{2});
 }
 
 void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
@@ -215,21 +230,22 @@ void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout
 }
 
 void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
-                               const void* x_data, const void* dy, void* dx, const float* gamma,
+                               const void* x_data, const void* dy, void* dx, const float* gamma, const float* beta,
                                const float* save_mean, const float* save_invstd, float* dgamma, float* dbeta,
-                               void* workspace) {
+                               void* workspace, bool silu) {
   check_shape(x, "batchnorm2d backward");
   const Tiling t = pick(dtype, layout, x, {x_data, dy, dx});
   VISION_CHECK(workspace, "batchnorm2d backward: no workspace for the partial sums");
+  VISION_CHECK(beta || !silu, "batchnorm2d → silu backward: β recomputes the SiLU's input, none was given");
   float* partial = static_cast<float*>(workspace);
-  cuda::kernel_instance<BatchNormBackwardSums>(dtype, layout, t.vec)
-      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, dy, save_mean, partial, i32(t.units), i32(t.cols),
-              i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split));
+  cuda::kernel_instance<BatchNormBackwardSums>(dtype, layout, t.vec, silu)
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, dy, save_mean, save_invstd, gamma, beta, partial,
+              i32(t.units), i32(t.cols), i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split));
   cuda::kernel_instance<BatchNormBackwardFinalize>().launch(
       stream, dim3(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0,
       static_cast<const float*>(partial), save_invstd, dgamma, dbeta, i32(t.splits), i32(t.channels));
-  cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout, t.vec)
-      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, dy, dx, save_mean, save_invstd, gamma,
+  cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout, t.vec, silu)
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, dy, dx, save_mean, save_invstd, gamma, beta,
               static_cast<const float*>(dgamma), static_cast<const float*>(dbeta), i32(t.units), i32(t.cols),
               i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split), t.count);
 }

@@ -42,18 +42,21 @@ struct BatchNormStatsFinalize
                              int32_t /*units_per_split*/, float /*momentum*/, float /*eps*/> {
   BatchNormStatsFinalize();
 };
+// The kernels that touch activations come with SiLU fused after the normalisation too (silu: "batchnorm_apply_silu",
+// …): the forward writes silu(y), the backward takes the gradient through it, recomputing y from x.
 struct BatchNormApply
     : cuda::KernelDescriptor<const void* /*x*/, void* /*y*/, const void* /*mean*/, const void* /*scale_src*/,
                              const void* /*gamma*/, const void* /*beta*/, int32_t /*units*/, int32_t /*cols*/,
                              int32_t /*inner_v*/, int32_t /*tc_shift*/, int32_t /*units_per_split*/, float /*eps*/,
                              int32_t /*from_var*/> {
-  BatchNormApply(DType dtype, Layout layout, int vec);
+  BatchNormApply(DType dtype, Layout layout, int vec, bool silu = false);
 };
 struct BatchNormBackwardSums
-    : cuda::KernelDescriptor<const void* /*x*/, const void* /*dy*/, const void* /*mean*/, void* /*partial*/,
-                             int32_t /*units*/, int32_t /*cols*/, int32_t /*inner_v*/, int32_t /*tc_shift*/,
+    : cuda::KernelDescriptor<const void* /*x*/, const void* /*dy*/, const void* /*mean*/, const void* /*invstd*/,
+                             const void* /*gamma*/, const void* /*beta*/, void* /*partial*/, int32_t /*units*/,
+                             int32_t /*cols*/, int32_t /*inner_v*/, int32_t /*tc_shift*/,
                              int32_t /*units_per_split*/> {
-  BatchNormBackwardSums(DType dtype, Layout layout, int vec);
+  BatchNormBackwardSums(DType dtype, Layout layout, int vec, bool silu = false);
 };
 struct BatchNormBackwardFinalize
     : cuda::KernelDescriptor<const void* /*partial*/, const void* /*invstd*/, void* /*dgamma*/, void* /*dbeta*/,
@@ -62,10 +65,11 @@ struct BatchNormBackwardFinalize
 };
 struct BatchNormBackwardApply
     : cuda::KernelDescriptor<const void* /*x*/, const void* /*dy*/, void* /*dx*/, const void* /*mean*/,
-                             const void* /*invstd*/, const void* /*gamma*/, const void* /*dgamma*/,
-                             const void* /*dbeta*/, int32_t /*units*/, int32_t /*cols*/, int32_t /*inner_v*/,
-                             int32_t /*tc_shift*/, int32_t /*units_per_split*/, int64_t /*count*/> {
-  BatchNormBackwardApply(DType dtype, Layout layout, int vec);
+                             const void* /*invstd*/, const void* /*gamma*/, const void* /*beta*/,
+                             const void* /*dgamma*/, const void* /*dbeta*/, int32_t /*units*/, int32_t /*cols*/,
+                             int32_t /*inner_v*/, int32_t /*tc_shift*/, int32_t /*units_per_split*/,
+                             int64_t /*count*/> {
+  BatchNormBackwardApply(DType dtype, Layout layout, int vec, bool silu = false);
 };
 
 // The access widths our BatchNorm kernels come in for dtype: {1, 16 bytes of dtype} (f32: {1, 4}, f16/bf16: {1, 8}).
@@ -81,8 +85,8 @@ void launch_batchnorm_fold(cudaStream_t stream, const float* w, const float* bia
 void launch_increment_counter(cudaStream_t stream, int64_t* counter);
 
 // The kernels BatchNorm in dtype and layout may launch (every access width): inference, or training (forward and
-// backward).
-std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, bool training);
+// backward); with silu, those of BatchNorm → SiLU fused (training only).
+std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, bool training, bool silu = false);
 
 // Workspace bytes of the training forward and backward of an input of shape x (N, C, H, W) in layout.
 size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout);
@@ -90,19 +94,26 @@ size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout);
 // Training: y = (x − μ)·invstd·γ + β with the batch mean μ and inverse std invstd = 1/sqrt(var + eps) (biased
 // variance), saved for backward (f32, C each); running_mean and running_var (f32) are updated with `momentum` as
 // PyTorch does, the variance unbiased. x and y: dtype, shape x in layout; gamma, beta: f32; workspace: at least
-// batchnorm_workspace_bytes(x, layout). Needs more than one value per channel.
+// batchnorm_workspace_bytes(x, layout). Needs more than one value per channel. silu: y = silu(that), BatchNorm →
+// SiLU in one pass over the activations after the statistics' pass.
 void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                        const void* x_data, void* y, const float* gamma, const float* beta,
                                        float* running_mean, float* running_var, float* save_mean, float* save_invstd,
-                                       void* workspace, float momentum, float eps);
+                                       void* workspace, float momentum, float eps, bool silu = false);
+// y = silu((x − mean)·γ·invstd + β) from statistics saved elsewhere (cuDNN's training forward): the fused SiLU on
+// cuDNN's f32 NCHW path.
+void launch_batchnorm_silu_from_saved(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
+                                      const void* x_data, void* y, const float* gamma, const float* beta,
+                                      const float* save_mean, const float* save_invstd);
 // Inference: y = (x − running_mean)/sqrt(running_var + eps)·γ + β.
 void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                         const void* x_data, void* y, const float* gamma, const float* beta,
                                         const float* running_mean, const float* running_var, float eps);
-// Backward of the training forward: dx (dtype, layout), dγ and dβ (f32) from x, dy and the saved statistics.
+// Backward of the training forward: dx (dtype, layout), dγ and dβ (f32) from x, dy and the saved statistics. silu:
+// dy is the gradient of the fused SiLU's output (beta then recomputes its input; unused otherwise).
 void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
-                               const void* x_data, const void* dy, void* dx, const float* gamma,
+                               const void* x_data, const void* dy, void* dx, const float* gamma, const float* beta,
                                const float* save_mean, const float* save_invstd, float* dgamma, float* dbeta,
-                               void* workspace);
+                               void* workspace, bool silu = false);
 
 }  // namespace vision::ops::kernels
