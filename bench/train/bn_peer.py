@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench_batchnorm: BatchNorm2d (training mode, f32 parameters) + SiLU on the shapes bench_batchnorm
+found in a YOLO26 training step, forward and backward (autograd, the backward of the SiLU output), timed with CUDA
+events; prints one per-op table beside ours (bench_batchnorm --json) with bandwidths as a fraction of the copy
+bandwidth ours measured.
+
+    bn_peer.py --ours ours.jsonl [--json peer.jsonl]
+
+The dtype and layout follow ours: bf16 NHWC is a bf16 tensor in channels_last (PyTorch's BatchNorm takes bf16 input
+with f32 parameters and statistics, as under autocast); f32 NCHW is contiguous f32.
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+
+def timed_us(fn, iters, repeats=11):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(3):
+        fn()
+    per_call = []
+    for _ in range(repeats):
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) * 1000 / iters)
+    return statistics.median(per_call)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ours", required=True)
+    p.add_argument("--json")
+    a = p.parse_args()
+    ours = [json.loads(line) for line in open(a.ours)]
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    print(f"PyTorch {torch.__version__} BatchNorm2d + SiLU (training) beside ours; GB/s as in bench_batchnorm "
+          f"(forward 3, backward 5 activation passes)")
+    print(f"{'shape (NCHW)':<20} {'n':>3} {'ours fwd':>9} {'torch fwd':>10} {'ours bwd':>9} {'torch bwd':>10} "
+          f"{'ours %copy':>11} {'torch %copy':>12} {'speed-up':>9}")
+    tot_ours = tot_torch = tot_bytes = 0.0
+    for r in ours:
+        n, c, h, w = r["shape"]
+        dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[r["dtype"]]
+        fmt = torch.channels_last if r["layout"] == "nhwc" else torch.contiguous_format
+        x = (torch.rand(n, c, h, w, device="cuda") * 5 - 2).to(dtype).contiguous(memory_format=fmt)
+        x.requires_grad_(True)
+        dz = (torch.rand(n, c, h, w, device="cuda") * 2 - 1).to(dtype).contiguous(memory_format=fmt)
+        bn = torch.nn.BatchNorm2d(c, eps=1e-3, momentum=0.03).cuda().train()
+        iters = max(1, min(100, int(2e9 / (x.numel() * x.element_size() * 3))))
+
+        def forward():
+            return F.silu(bn(x))
+
+        fwd = timed_us(forward, iters)
+        z = forward()
+        bwd = timed_us(lambda: torch.autograd.grad(z, (x, bn.weight, bn.bias), dz, retain_graph=True), iters)
+        e = x.element_size()
+        numel = x.numel()
+        copy = r["copy_gbs"]
+        ours_pct = 100 * 8 * numel * e / ((r["fwd_us"] + r["bwd_us"]) * 1e3) / copy
+        torch_pct = 100 * 8 * numel * e / ((fwd + bwd) * 1e3) / copy
+        speed = (fwd + bwd) / (r["fwd_us"] + r["bwd_us"])
+        k = r["count"]
+        tot_ours += k * (r["fwd_us"] + r["bwd_us"])
+        tot_torch += k * (fwd + bwd)
+        tot_bytes += k * 8 * numel * e
+        shape = f"[{n}, {c}, {h}, {w}]"
+        print(f"{shape:<20} {k:>3} {r['fwd_us']:>9.1f} {fwd:>10.1f} {r['bwd_us']:>9.1f} {bwd:>10.1f} "
+              f"{ours_pct:>10.0f}% {torch_pct:>11.0f}% {speed:>8.2f}x", flush=True)
+        rows.append(dict(side="pytorch", shape=r["shape"], count=k, dtype=r["dtype"], layout=r["layout"], fwd_us=fwd,
+                         bwd_us=bwd))
+        del x, dz, z, bn
+        torch.cuda.empty_cache()
+    copy = ours[0]["copy_gbs"] if ours else float("nan")
+    print(f"one step's BatchNorm + SiLU: ours {tot_ours / 1e3:.2f} ms ({100 * tot_bytes / (tot_ours * 1e3) / copy:.0f}% "
+          f"of copy), PyTorch {tot_torch / 1e3:.2f} ms ({100 * tot_bytes / (tot_torch * 1e3) / copy:.0f}%): "
+          f"{tot_torch / tot_ours:.2f}x")
+    if a.json:
+        with open(a.json, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
