@@ -24,6 +24,7 @@
 #include "vision/graph/backend.h"
 #include "vision/graph/plan.h"
 #include "vision/models/yolo/trainer.h"
+#include "vision/ops/cuda/cudnn_conv.h"
 
 namespace {
 
@@ -80,6 +81,10 @@ int main(int argc, char** argv) {
   bool profile = false, unfused = false;
   app.add_flag("--profile", profile, "per-op profile of one step's forward and backward (stderr)");
   app.add_flag("--unfused", unfused, "no training-plan fusions (BatchNorm → SiLU as two ops): the before of a change");
+  std::string algorithms_path;
+  app.add_option("--algorithms", algorithms_path,
+                 "write the cuDNN algorithms chosen for every convolution geometry to this file at the end "
+                 "(VISION_CUDNN_SEARCH=benchmark: chosen by measurement)");
   CLI11_PARSE(app, argc, argv);
   auto split = [](const std::string& s) {
     std::vector<std::string> out;
@@ -191,6 +196,13 @@ int main(int argc, char** argv) {
               "\"fused\": {}}}\n",
               sc, dt, batch, imgsz, m, median(eager_ms), median(fwd), median(bwd), median(opt), !unfused);
       }
+    if (!algorithms_path.empty()) {
+      std::ofstream a(algorithms_path);
+      a << "# cuDNN algorithms (search: "
+        << (ops::cuda_impl::search_mode() == ops::cuda_impl::ConvSearch::benchmark ? "benchmark" : "heuristic")
+        << ")\n";
+      for (const std::string& line : ops::cuda_impl::chosen_algorithms()) a << line << "\n";
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;

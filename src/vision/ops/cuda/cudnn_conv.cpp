@@ -75,7 +75,27 @@ void remember_algorithms(const std::string& key, const Algorithms& a) {
   algorithm_cache()[key] = a;
 }
 
+const char* math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH: return "default";
+    case CUDNN_TENSOR_OP_MATH: return "tensor-op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor-op-conversion";
+    case CUDNN_FMA_MATH: return "fma";
+  }
+  return "?";
+}
+
 }  // namespace
+
+std::vector<std::string> chosen_algorithms() {
+  std::lock_guard lock(algorithms_mutex);
+  std::vector<std::string> out;
+  for (const auto& [key, a] : algorithm_cache())
+    out.push_back(fmt::format("{}: fwd {} ({}), bwd-data {} ({}), bwd-filter {} ({})", key, static_cast<int>(a.fwd),
+                              math_name(a.fwd_math), static_cast<int>(a.bwd_data), math_name(a.bwd_data_math),
+                              static_cast<int>(a.bwd_filter), math_name(a.bwd_filter_math)));
+  return out;
+}
 
 ConvSearch search_mode() {
   static const ConvSearch mode = [] {

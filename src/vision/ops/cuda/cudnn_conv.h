@@ -3,6 +3,9 @@
 
 #include <cudnn.h>
 
+#include <string>
+#include <vector>
+
 #include "vision/core/tensor.h"
 #include "vision/ops/conv2d.h"
 
@@ -15,6 +18,12 @@ namespace vision::ops::cuda_impl {
 // against 6.73 ms), so the heuristics stay the default.
 enum class ConvSearch { benchmark, heuristic };
 ConvSearch search_mode();
+
+// The algorithms chosen so far in this process, one line per convolution geometry (device, input shape, kernel,
+// stride, padding, dilation, groups, channels, dtype, layout, determinism, workspace limit, TF32), in key order:
+// "<geometry>: fwd <algo> (<math>), bwd-data <algo> (<math>), bwd-filter <algo> (<math>)" with cuDNN's algorithm
+// numbers (cudnnConvolutionFwdAlgo_t, …) and math types (default, tensor-op, tensor-op-conversion, fma).
+std::vector<std::string> chosen_algorithms();
 
 // Activations in NCHW or NHWC (the filter then in KCRS or KRSC), f32 with IEEE f32 math (no TF32; with `tf32`,
 // cuDNN's default math, which lets it pick TF32 tensor-core algorithms as PyTorch's allow_tf32 does) or
