@@ -285,20 +285,25 @@ PYBIND11_MODULE(_vision, m) {
         return py::make_tuple(l.path.string(), image_array(std::move(l.image)));
       });
 
-  // ByteTrack per frame: detections N×6 (x1, y1, x2, y2, score, class) → tracks M×8 (x1, y1, x2, y2, id, score,
-  // class, index of the detection).
+  // ByteTrack or BoT-SORT per frame: detections N×6 (x1, y1, x2, y2, score, class), and for BoT-SORT's camera-motion
+  // compensation the frame (H×W×3 uint8 RGB, or BGR with bgr=True) → tracks M×8 (x1, y1, x2, y2, id, score, class,
+  // index of the detection).
   py::class_<track::ByteTracker>(m, "ByteTracker")
       .def(py::init([](const std::string& tracker, double frame_rate) {
              return track::ByteTracker(tracker == "bytetrack" ? track::ByteTrackConfig{}
+                                       : tracker == "botsort" ? track::botsort_config()
                                                               : track::read_tracker_config(tracker),
                                        frame_rate);
            }),
            py::arg("tracker") = "bytetrack", py::arg("frame_rate") = 30.0)
       .def(
           "update",
-          [](track::ByteTracker& t, const py::array_t<float, py::array::c_style | py::array::forcecast>& detections) {
+          [](track::ByteTracker& t, const py::array_t<float, py::array::c_style | py::array::forcecast>& detections,
+             const std::optional<py::array>& frame, bool bgr) {
             const std::vector<data::Detection> found = detections_from(detections);
-            const std::vector<track::TrackedObject> tracks = t.update(found);
+            std::optional<data::Image> image;
+            if (frame) image = data::to_image(view_of(*frame, bgr, 0));
+            const std::vector<track::TrackedObject> tracks = t.update(found, image ? &*image : nullptr);
             py::array_t<float> out({static_cast<py::ssize_t>(tracks.size()), py::ssize_t{8}});
             auto o = out.mutable_unchecked<2>();
             for (size_t i = 0; i < tracks.size(); ++i) {
@@ -310,7 +315,7 @@ PYBIND11_MODULE(_vision, m) {
             }
             return out;
           },
-          py::arg("detections"))
+          py::arg("detections"), py::arg("frame") = py::none(), py::arg("bgr") = false)
       .def("reset", &track::ByteTracker::reset)
       .def_property_readonly("frame", &track::ByteTracker::frame);
   // Video through FFmpeg: frames as (index, timestamp in s, H×W×3 RGB array); an annotated video out.

@@ -92,8 +92,10 @@ class FrameSource {
 };
 
 int run_track(const TrackOptions& o) {
-  const track::ByteTrackConfig config =
-      o.tracker == "bytetrack" ? track::ByteTrackConfig{} : track::read_tracker_config(o.tracker);
+  const track::ByteTrackConfig config = o.tracker == "bytetrack" ? track::ByteTrackConfig{}
+                                        : o.tracker == "botsort" ? track::botsort_config()
+                                                                 : track::read_tracker_config(o.tracker);
+  const bool botsort = config.tracker_type == track::TrackerType::botsort;
   FrameSource source(o);
   DetectorOptions d;
   d.device = o.device, d.conf = o.conf, d.threads = o.threads;
@@ -115,7 +117,8 @@ int run_track(const TrackOptions& o) {
     VISION_CHECK(!ec, "--save {}: cannot create the folder: {}", o.save, ec.message());
   }
   if (!o.quiet)
-    fmt::print(stderr, "vision track: YOLO26{} on {}, ByteTrack, {}\n", detector.scale(), detector.device(),
+    fmt::print(stderr, "vision track: YOLO26{} on {}, {}, {}\n", detector.scale(), detector.device(),
+               botsort ? fmt::format("BoT-SORT (camera motion: {})", config.gmc_method) : std::string("ByteTrack"),
                source.video() ? fmt::format("{} ({}×{}, {:.2f} frames/s, {})", o.source, source.video()->width,
                                             source.video()->height, source.video()->fps, source.video()->codec)
                               : fmt::format("{} frames", source.count()));
@@ -133,7 +136,7 @@ int run_track(const TrackOptions& o) {
     // A frame that cannot be read is an empty frame: the tracks age by one, as a dropped frame would.
     if (!error.empty()) progress.message(fmt::format("vision track: frame {} skipped: {}", number, error));
     const std::vector<data::Detection> found = error.empty() ? detector.detect(image) : std::vector<data::Detection>{};
-    const std::vector<track::TrackedObject> tracks = tracker.update(found);
+    const std::vector<track::TrackedObject> tracks = tracker.update(found, error.empty() ? &image : nullptr);
     std::vector<data::Detection> drawn;
     for (const track::TrackedObject& t : tracks) {
       ++boxes;
@@ -196,7 +199,9 @@ void add_track_command(CLI::App& app) {
   cmd->add_option("--source", opts->source,
                   "the frames: a folder or a glob of images (in name order), or a video file or stream URL")
       ->required();
-  cmd->add_option("--tracker", opts->tracker, "bytetrack, or a tracker YAML file in ultralytics' format")
+  cmd->add_option("--tracker", opts->tracker,
+                  "bytetrack, botsort (camera-motion compensation by sparse optical flow), or a tracker YAML file "
+                  "in ultralytics' format")
       ->capture_default_str();
   cmd->add_option("--imgsz", opts->imgsz, "input size: one side or height,width (multiples of 32; default: the model's)")
       ->delimiter(',')

@@ -255,9 +255,10 @@ class YOLO:
     def track(self, source=None, *, persist: bool = False, tracker: str = "bytetrack", conf: float = 0.1,
               frame_rate: float = 30.0, stream: bool = False, **predict_args):
         """Tracks objects through the frames of `source` (in order: a folder or glob of frames, a list of arrays) with
-        ByteTrack: Results whose boxes carry track ids (boxes.id; boxes.data N×7: x1, y1, x2, y2, id, conf, cls).
-        persist=True keeps the tracker of the previous call (frames fed one call at a time); tracker: "bytetrack" or a
-        tracker YAML in ultralytics' format. conf defaults to 0.1, as ultralytics' track, for the second association."""
+        ByteTrack or BoT-SORT: Results whose boxes carry track ids (boxes.id; boxes.data N×7: x1, y1, x2, y2, id, conf,
+        cls). persist=True keeps the tracker of the previous call (frames fed one call at a time); tracker: "bytetrack",
+        "botsort" (camera-motion compensation from the frames) or a tracker YAML in ultralytics' format. conf defaults
+        to 0.1, as ultralytics' track, for the second association."""
         if not persist or getattr(self, "_tracker", None) is None or self._tracker_key != (tracker, frame_rate):
             self._tracker = _vision.ByteTracker(str(tracker), float(frame_rate))
             self._tracker_key = (tracker, frame_rate)
@@ -266,7 +267,7 @@ class YOLO:
 
     def _track(self, results) -> Iterator[Results]:
         for r in results:
-            t = self._tracker.update(r.boxes.data)
+            t = self._tracker.update(r.boxes.data, np.ascontiguousarray(r.orig_img))
             r.boxes = Boxes(np.ascontiguousarray(t[:, :7]), r.orig_shape)
             yield r
 

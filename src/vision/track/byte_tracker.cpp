@@ -22,6 +22,11 @@ Vec4 xyah_of(const std::array<double, 4>& b) {
   return {b[0] + w / 2, b[1] + h / 2, w / h, h};
 }
 
+Vec4 xywh_of(const std::array<double, 4>& b) {
+  const double w = b[2] - b[0], h = b[3] - b[1];
+  return {b[0] + w / 2, b[1] + h / 2, w, h};
+}
+
 // 1 − IoU of every (track, detection) pair: rows × cols, row-major (IoU = inter / (union + 1e-7), as ultralytics'
 // bbox_ioa).
 std::vector<double> iou_distance(const std::vector<TrackPtr>& a, const std::vector<TrackPtr>& b) {
@@ -57,7 +62,10 @@ Assignment associate(const std::vector<double>& cost, size_t rows, size_t cols, 
 
 // A matched track takes the detection: Kalman update, tracked and confirmed, the detection's score, class and index.
 void take(Track& t, const Track& det, int64_t frame, bool reactivated) {
-  KalmanXyah::update(t.kalman, xyah_of(det.box));
+  if (t.xywh)
+    KalmanXywh::update(t.kalman, xywh_of(det.box));
+  else
+    KalmanXyah::update(t.kalman, xyah_of(det.box));
   t.frame = frame;
   t.tracklet_len = reactivated ? 0 : t.tracklet_len + 1;
   t.state = State::tracked;
@@ -94,8 +102,18 @@ void ByteTrackConfig::validate() const {
   for (const auto& [name, v] : {std::pair{"track_high_thresh", track_high_thresh}, {"track_low_thresh", track_low_thresh},
                                 {"new_track_thresh", new_track_thresh}, {"match_thresh", match_thresh}})
     VISION_CHECK(std::isfinite(v) && v >= 0 && v <= 1, "tracker: {} must be in [0, 1], got {}", name, v);
+  for (const auto& [name, v] : {std::pair{"proximity_thresh", proximity_thresh}, {"appearance_thresh", appearance_thresh}})
+    VISION_CHECK(std::isfinite(v) && v >= 0 && v <= 1, "tracker: {} must be in [0, 1], got {}", name, v);
+  VISION_CHECK(gmc_method == "sparseOptFlow" || gmc_method == "none",
+               "tracker: gmc_method '{}' is not supported (sparseOptFlow or none)", gmc_method);
   VISION_CHECK(track_buffer >= 0 && track_buffer <= 1'000'000, "tracker: track_buffer must be 0 to 1000000, got {}",
                track_buffer);
+}
+
+ByteTrackConfig botsort_config() {
+  ByteTrackConfig c;
+  c.tracker_type = TrackerType::botsort;
+  return c;
 }
 
 ByteTrackConfig read_tracker_config(const std::filesystem::path& path) {
@@ -107,14 +125,36 @@ ByteTrackConfig read_tracker_config(const std::filesystem::path& path) {
   }
   VISION_CHECK_INPUT(root.IsMap(), "tracker config {}: expected a mapping of keys to values", path.string());
   ByteTrackConfig c;
+  // The type first: its defaults are the starting point whatever the order of the keys.
+  if (root["tracker_type"]) {
+    std::string type;
+    try {
+      type = root["tracker_type"].as<std::string>();
+    } catch (const YAML::Exception&) {
+      fail_input("tracker config {}: 'tracker_type' has a value of the wrong type", path.string());
+    }
+    VISION_CHECK_INPUT(type == "bytetrack" || type == "botsort",
+                       "tracker config {}: tracker_type '{}' is not supported (bytetrack or botsort)", path.string(),
+                       type);
+    if (type == "botsort") c = botsort_config();
+  }
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
     try {
       if (key == "tracker_type") {
-        const std::string type = v.as<std::string>();
-        VISION_CHECK_INPUT(type == "bytetrack", "tracker config {}: tracker_type '{}' is not supported (bytetrack is; "
-                           "botsort is not implemented yet)", path.string(), type);
+        // read above
+      } else if (key == "gmc_method") {
+        c.gmc_method = v.as<std::string>();
+      } else if (key == "proximity_thresh") {
+        c.proximity_thresh = v.as<double>();
+      } else if (key == "appearance_thresh") {
+        c.appearance_thresh = v.as<double>();
+      } else if (key == "with_reid") {
+        VISION_CHECK_INPUT(!v.as<bool>(), "tracker config {}: with_reid: true is not supported (BoT-SORT runs without "
+                           "ReID here)", path.string());
+      } else if (key == "model") {
+        (void)v.as<std::string>();  // the ReID model: unused without ReID
       } else if (key == "track_high_thresh") {
         c.track_high_thresh = v.as<double>();
       } else if (key == "track_low_thresh") {
@@ -128,8 +168,9 @@ ByteTrackConfig read_tracker_config(const std::filesystem::path& path) {
       } else if (key == "fuse_score") {
         c.fuse_score = v.as<bool>();
       } else {
-        fail_input("tracker config {}: unknown key '{}' (bytetrack takes tracker_type, track_high_thresh, "
-                   "track_low_thresh, new_track_thresh, track_buffer, match_thresh, fuse_score)", path.string(), key);
+        fail_input("tracker config {}: unknown key '{}' (the keys are tracker_type, track_high_thresh, "
+                   "track_low_thresh, new_track_thresh, track_buffer, match_thresh, fuse_score and, for botsort, "
+                   "gmc_method, proximity_thresh, appearance_thresh, with_reid, model)", path.string(), key);
       }
     } catch (const YAML::Exception&) {
       fail_input("tracker config {}: '{}' has a value of the wrong type", path.string(), key);
@@ -145,7 +186,7 @@ ByteTrackConfig read_tracker_config(const std::filesystem::path& path) {
 
 std::array<double, 4> ByteTracker::Track::xyxy() const {
   if (!has_state) return box;
-  const double h = kalman.mean[3], w = kalman.mean[2] * h;
+  const double h = kalman.mean[3], w = xywh ? kalman.mean[2] : kalman.mean[2] * h;
   const double x1 = kalman.mean[0] - w / 2, y1 = kalman.mean[1] - h / 2;
   return {x1, y1, x1 + w, y1 + h};
 }
@@ -155,14 +196,19 @@ ByteTracker::ByteTracker(const ByteTrackConfig& config, double frame_rate) : con
   VISION_CHECK(std::isfinite(frame_rate) && frame_rate > 0 && frame_rate <= 1000,
                "tracker: the frame rate must be in (0, 1000], got {}", frame_rate);
   max_time_lost_ = static_cast<int64_t>(frame_rate / 30.0 * static_cast<double>(config_.track_buffer));
+  if (config_.tracker_type == TrackerType::botsort && config_.gmc_method == "sparseOptFlow")
+    gmc_ = std::make_unique<SparseFlowGmc>(2);
 }
 
 void ByteTracker::reset() {
   tracked_.clear(), lost_.clear();
   frame_ = 0, next_id_ = 1;
+  if (gmc_) gmc_->reset();
+  warp_ = {1, 0, 0, 0, 1, 0};
 }
 
-std::vector<TrackedObject> ByteTracker::update(std::span<const data::Detection> detections) {
+std::vector<TrackedObject> ByteTracker::update(std::span<const data::Detection> detections, const data::Image* frame) {
+  const bool xywh = config_.tracker_type == TrackerType::botsort;
   for (size_t i = 0; i < detections.size(); ++i) {
     const data::Detection& d = detections[i];
     const auto& b = d.box;
@@ -190,8 +236,19 @@ std::vector<TrackedObject> ByteTracker::update(std::span<const data::Detection> 
   // First association: tracked and lost tracks, predicted, with the high detections.
   const std::vector<TrackPtr> pool = joined(confirmed, lost_);
   for (const TrackPtr& t : pool) {
-    if (t->state != State::tracked) t->kalman.mean[7] = 0;
-    KalmanXyah::predict(t->kalman);
+    if (t->state != State::tracked) {
+      t->kalman.mean[7] = 0;
+      if (t->xywh) t->kalman.mean[6] = 0;
+    }
+    if (t->xywh)
+      KalmanXywh::predict(t->kalman);
+    else
+      KalmanXyah::predict(t->kalman);
+  }
+  if (gmc_ && frame) {  // BoT-SORT: the camera's motion since the last frame, on every predicted and unconfirmed track
+    warp_ = gmc_->apply(*frame);
+    for (const std::vector<TrackPtr>* list : {&pool, static_cast<const std::vector<TrackPtr>*>(&unconfirmed)})
+      for (const TrackPtr& t : *list) apply_camera_motion(t->kalman, warp_);
   }
   const Assignment first =
       associate(fused_distance(pool, high, config_.fuse_score), pool.size(), high.size(), config_.match_thresh);
@@ -234,7 +291,8 @@ std::vector<TrackedObject> ByteTracker::update(std::span<const data::Detection> 
   for (int64_t j : third.unmatched_cols) {
     const TrackPtr& t = left[static_cast<size_t>(j)];
     if (t->score < config_.new_track_thresh) continue;
-    t->kalman = KalmanXyah::initiate(xyah_of(t->box));
+    t->xywh = xywh;
+    t->kalman = xywh ? KalmanXywh::initiate(xywh_of(t->box)) : KalmanXyah::initiate(xyah_of(t->box));
     t->has_state = true;
     t->id = next_id_++;
     t->tracklet_len = 0;

@@ -7,6 +7,11 @@
 // over with score ≥ new_track_thresh starts a track (confirmed at once in the first frame, else when it is matched in
 // the next); a track lost for more than track_buffer · frame_rate / 30 frames is removed; a tracked and a lost track
 // overlapping at IoU > 0.85 keep the older. Ids count from 1 per tracker.
+//
+// BoT-SORT (tracker_type botsort, as ultralytics' trackers/bot_sort.py without ReID): the same associations, with the
+// Kalman filter over (cx, cy, w, h) (KalmanXywh; both size velocities zeroed for tracks not tracked before their
+// prediction), and the camera's motion between frames (SparseFlowGmc, gmc_method sparseOptFlow) applied to every
+// predicted track — tracked, lost and unconfirmed — before the first association, when update() is given the frame.
 #pragma once
 
 #include <array>
@@ -18,24 +23,37 @@
 #include <vector>
 
 #include "vision/data/detection.h"
+#include "vision/data/image.h"
+#include "vision/track/gmc.h"
 #include "vision/track/kalman.h"
 
 namespace vision::track {
 
-// bytetrack.yaml's parameters (ultralytics' defaults).
+enum class TrackerType : uint8_t { bytetrack, botsort };
+
+// bytetrack.yaml's parameters (ultralytics' defaults), and botsort.yaml's (botsort_config()).
 struct ByteTrackConfig {
+  TrackerType tracker_type = TrackerType::bytetrack;
   double track_high_thresh = 0.25;  // first association
   double track_low_thresh = 0.1;    // second association
   double new_track_thresh = 0.25;   // start a track
   int64_t track_buffer = 30;        // frames a lost track is kept (at 30 frames/s)
   double match_thresh = 0.8;        // first association's cost limit
   bool fuse_score = true;           // first association: IoU similarity × detection score
-  // Throws vision::Error naming a threshold outside [0, 1] or a negative buffer.
+  // BoT-SORT only: camera-motion compensation, "sparseOptFlow" (SparseFlowGmc) or "none"; the ReID thresholds are
+  // read and checked, and unused (no ReID: with_reid must be false).
+  std::string gmc_method = "sparseOptFlow";
+  double proximity_thresh = 0.5, appearance_thresh = 0.8;
+  // Throws vision::Error naming a threshold outside [0, 1], a negative buffer or an unknown gmc_method.
   void validate() const;
 };
 
-// A tracker YAML file in ultralytics' format (tracker_type: bytetrack, and the keys above; unknown keys are errors
-// naming them, missing ones keep the defaults). tracker_type botsort is refused (not implemented yet).
+// botsort.yaml's defaults: tracker_type botsort, gmc_method sparseOptFlow, the rest as bytetrack.yaml.
+ByteTrackConfig botsort_config();
+
+// A tracker YAML file in ultralytics' format (tracker_type bytetrack or botsort, and the keys above, with_reid (false
+// only: ReID is not supported) and model (read, unused without ReID); unknown keys are errors naming them, missing ones
+// keep the tracker type's defaults).
 ByteTrackConfig read_tracker_config(const std::filesystem::path& path);
 
 struct TrackedObject {
@@ -51,8 +69,12 @@ class ByteTracker {
   explicit ByteTracker(const ByteTrackConfig& config = {}, double frame_rate = 30);
 
   // One frame's detections → the confirmed tracks matched in this frame, in the tracker's order. Boxes with a
-  // non-positive width or height, or a non-finite coordinate or score, are errors naming the detection.
-  std::vector<TrackedObject> update(std::span<const data::Detection> detections);
+  // non-positive width or height, or a non-finite coordinate or score, are errors naming the detection. `frame` (the
+  // image the detections are of) feeds BoT-SORT's camera-motion compensation; without it, or for ByteTrack, none is
+  // applied.
+  std::vector<TrackedObject> update(std::span<const data::Detection> detections, const data::Image* frame = nullptr);
+  // The last camera-motion warp applied (2×3 row-major; the identity before any or without compensation).
+  const std::array<double, 6>& last_warp() const { return warp_; }
   // Forgets every track; ids count from 1 again.
   void reset();
 
@@ -65,6 +87,7 @@ class ByteTracker {
   struct Track {
     KalmanState kalman;
     bool has_state = false;  // false: a detection not yet started (its box is `box`)
+    bool xywh = false;       // the state is KalmanXywh's (BoT-SORT), else KalmanXyah's
     std::array<double, 4> box = {};
     int64_t id = 0;
     State state = State::tracked;
@@ -84,6 +107,8 @@ class ByteTracker {
   int64_t frame_ = 0;
   int64_t next_id_ = 1;
   std::vector<TrackPtr> tracked_, lost_;
+  std::unique_ptr<SparseFlowGmc> gmc_;
+  std::array<double, 6> warp_ = {1, 0, 0, 0, 1, 0};
 };
 
 }  // namespace vision::track

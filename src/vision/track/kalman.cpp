@@ -10,25 +10,9 @@ namespace {
 
 constexpr double kPositionWeight = 1.0 / 20, kVelocityWeight = 1.0 / 160;
 
-}  // namespace
-
-KalmanState KalmanXyah::initiate(const Vec4& m) {
-  KalmanState s;
-  for (int i = 0; i < 4; ++i) s.mean[i] = m[i];
-  const double h = m[3];
-  const Vec8 std = {2 * kPositionWeight * h,  2 * kPositionWeight * h,  1e-2, 2 * kPositionWeight * h,
-                    10 * kVelocityWeight * h, 10 * kVelocityWeight * h, 1e-5, 10 * kVelocityWeight * h};
-  for (int i = 0; i < 8; ++i) s.covariance[i * 8 + i] = std[i] * std[i];
-  return s;
-}
-
-void KalmanXyah::predict(KalmanState& s) {
-  const double h = s.mean[3];
-  const Vec8 std = {kPositionWeight * h, kPositionWeight * h, 1e-2, kPositionWeight * h,
-                    kVelocityWeight * h, kVelocityWeight * h, 1e-5, kVelocityWeight * h};
-  // x' = F x with F = [[I, I], [0, I]].
+// x' = F x, P' = F P Fᵀ + diag(std²) with F = [[I, I], [0, I]].
+void predict_with(KalmanState& s, const Vec8& std) {
   for (int i = 0; i < 4; ++i) s.mean[i] += s.mean[i + 4];
-  // P' = F P Fᵀ + Q: rows then columns i += i + 4.
   Mat8& p = s.covariance;
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 8; ++j) p[i * 8 + j] += p[(i + 4) * 8 + j];
@@ -37,9 +21,7 @@ void KalmanXyah::predict(KalmanState& s) {
   for (int i = 0; i < 8; ++i) p[i * 8 + i] += std[i] * std[i];
 }
 
-std::pair<Vec4, Mat4> KalmanXyah::project(const KalmanState& s) {
-  const double h = s.mean[3];
-  const Vec4 std = {kPositionWeight * h, kPositionWeight * h, 1e-1, kPositionWeight * h};
+std::pair<Vec4, Mat4> project_with(const KalmanState& s, const Vec4& std) {
   Vec4 mean;
   Mat4 cov;
   for (int i = 0; i < 4; ++i) {
@@ -50,8 +32,84 @@ std::pair<Vec4, Mat4> KalmanXyah::project(const KalmanState& s) {
   return {mean, cov};
 }
 
-void KalmanXyah::update(KalmanState& s, const Vec4& m) {
-  const auto [projected, sc] = project(s);
+// The correction by a measurement against the state's projection (Cholesky of S; K = P Hᵀ S⁻¹).
+void update_with(KalmanState& s, const Vec4& m, const std::pair<Vec4, Mat4>& projection);
+
+KalmanState initiate_with(const Vec4& m, const Vec8& std) {
+  KalmanState s;
+  for (int i = 0; i < 4; ++i) s.mean[i] = m[i];
+  for (int i = 0; i < 8; ++i) s.covariance[i * 8 + i] = std[i] * std[i];
+  return s;
+}
+
+}  // namespace
+
+KalmanState KalmanXyah::initiate(const Vec4& m) {
+  const double h = m[3];
+  return initiate_with(m, {2 * kPositionWeight * h, 2 * kPositionWeight * h, 1e-2, 2 * kPositionWeight * h,
+                           10 * kVelocityWeight * h, 10 * kVelocityWeight * h, 1e-5, 10 * kVelocityWeight * h});
+}
+
+void KalmanXyah::predict(KalmanState& s) {
+  const double h = s.mean[3];
+  predict_with(s, {kPositionWeight * h, kPositionWeight * h, 1e-2, kPositionWeight * h, kVelocityWeight * h,
+                   kVelocityWeight * h, 1e-5, kVelocityWeight * h});
+}
+
+std::pair<Vec4, Mat4> KalmanXyah::project(const KalmanState& s) {
+  const double h = s.mean[3];
+  return project_with(s, {kPositionWeight * h, kPositionWeight * h, 1e-1, kPositionWeight * h});
+}
+
+void KalmanXyah::update(KalmanState& s, const Vec4& m) { update_with(s, m, project(s)); }
+
+KalmanState KalmanXywh::initiate(const Vec4& m) {
+  const double w = m[2], h = m[3];
+  return initiate_with(m, {2 * kPositionWeight * w, 2 * kPositionWeight * h, 2 * kPositionWeight * w,
+                           2 * kPositionWeight * h, 10 * kVelocityWeight * w, 10 * kVelocityWeight * h,
+                           10 * kVelocityWeight * w, 10 * kVelocityWeight * h});
+}
+
+void KalmanXywh::predict(KalmanState& s) {
+  const double w = s.mean[2], h = s.mean[3];
+  predict_with(s, {kPositionWeight * w, kPositionWeight * h, kPositionWeight * w, kPositionWeight * h,
+                   kVelocityWeight * w, kVelocityWeight * h, kVelocityWeight * w, kVelocityWeight * h});
+}
+
+std::pair<Vec4, Mat4> KalmanXywh::project(const KalmanState& s) {
+  const double w = s.mean[2], h = s.mean[3];
+  return project_with(s, {kPositionWeight * w, kPositionWeight * h, kPositionWeight * w, kPositionWeight * h});
+}
+
+void KalmanXywh::update(KalmanState& s, const Vec4& m) { update_with(s, m, project(s)); }
+
+void apply_camera_motion(KalmanState& s, const std::array<double, 6>& warp) {
+  const double r00 = warp[0], r01 = warp[1], r10 = warp[3], r11 = warp[4];
+  // R₈ = I₄ ⊗ R acts on the pairs (0, 1), (2, 3), (4, 5), (6, 7).
+  auto rotate_rows = [&](auto&& at) {
+    for (int pair = 0; pair < 4; ++pair)
+      for (int c = 0; c < 8; ++c) {
+        const double a = at(2 * pair, c), b = at(2 * pair + 1, c);
+        at(2 * pair, c) = r00 * a + r01 * b;
+        at(2 * pair + 1, c) = r10 * a + r11 * b;
+      }
+  };
+  for (int pair = 0; pair < 4; ++pair) {
+    const double a = s.mean[2 * pair], b = s.mean[2 * pair + 1];
+    s.mean[2 * pair] = r00 * a + r01 * b;
+    s.mean[2 * pair + 1] = r10 * a + r11 * b;
+  }
+  s.mean[0] += warp[2];
+  s.mean[1] += warp[5];
+  Mat8& p = s.covariance;
+  rotate_rows([&](int r, int c) -> double& { return p[r * 8 + c]; });  // R₈ P
+  rotate_rows([&](int r, int c) -> double& { return p[c * 8 + r]; });  // (R₈ P) R₈ᵀ: the same on the columns
+}
+
+namespace {
+
+void update_with(KalmanState& s, const Vec4& m, const std::pair<Vec4, Mat4>& projection) {
+  const auto& [projected, sc] = projection;
   // Cholesky S = L Lᵀ.
   Mat4 l = {};
   for (int i = 0; i < 4; ++i)
@@ -102,5 +160,7 @@ void KalmanXyah::update(KalmanState& s, const Vec4& m) {
       s.covariance[r * 8 + c] -= sum;
     }
 }
+
+}  // namespace
 
 }  // namespace vision::track

@@ -31,4 +31,20 @@ class KalmanXyah {
   static void update(KalmanState& s, const Vec4& measurement);
 };
 
+// KalmanXywh — BoT-SORT's filter, as ultralytics' KalmanFilterXYWH defines it: state (cx, cy, w, h, and their
+// velocities), the same constant-velocity model, every noise term proportional to the box width (x, w and their
+// velocities) or height (y, h and theirs): position 1/20, velocity 1/160.
+class KalmanXywh {
+ public:
+  static KalmanState initiate(const Vec4& measurement);  // (cx, cy, w, h)
+  static void predict(KalmanState& s);
+  static std::pair<Vec4, Mat4> project(const KalmanState& s);
+  static void update(KalmanState& s, const Vec4& measurement);
+};
+
+// Camera motion applied to a state, as ultralytics' STrack.multi_gmc: the 2×3 warp [R | t] (row-major, previous frame
+// to this one) rotates each (x, y)-like pair of the state — position, size, and both velocities — by R, moves the
+// position by t, and the covariance to R₈ P R₈ᵀ (R₈ = I₄ ⊗ R).
+void apply_camera_motion(KalmanState& s, const std::array<double, 6>& warp);
+
 }  // namespace vision::track
