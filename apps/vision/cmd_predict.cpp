@@ -86,15 +86,7 @@ int run_predict_video(const PredictOptions& o) {
   const std::vector<std::string>& names = detector.names();
   data::VideoStreams streams(sources, {.max_pixels = o.max_pixels, .stride = o.vid_stride},
                              std::max<size_t>(4, static_cast<size_t>(o.batch)));
-  std::vector<std::string> stems;
-  for (const std::string& source : sources) {
-    std::string stem = data::is_camera_source(source) ? "camera_" + fs::path(source).filename().string()
-                                                      : fs::path(source).stem().string();
-    if (stem.empty()) stem = "stream";
-    std::string unique = stem;
-    for (int n = 2; std::find(stems.begin(), stems.end(), unique) != stems.end(); ++n) unique = fmt::format("{}_{}", stem, n);
-    stems.push_back(unique);
-  }
+  const std::vector<std::string> stems = source_stems(sources);
   if (!o.save.empty()) {
     std::error_code ec;
     fs::create_directories(o.save_txt ? fs::path(o.save) / "labels" : fs::path(o.save), ec);
@@ -289,6 +281,20 @@ int run_predict(const PredictOptions& o) {
 }
 
 }  // namespace
+
+std::vector<std::string> source_stems(const std::vector<std::string>& sources) {
+  std::vector<std::string> stems;
+  for (const std::string& source : sources) {
+    std::string stem = data::is_camera_source(source) ? "camera_" + fs::path(source).filename().string()
+                                                      : fs::path(source).stem().string();
+    if (stem.empty()) stem = "stream";
+    std::string unique = stem;
+    for (int n = 2; std::find(stems.begin(), stems.end(), unique) != stems.end(); ++n)
+      unique = fmt::format("{}_{}", stem, n);
+    stems.push_back(unique);
+  }
+  return stems;
+}
 
 void add_predict_command(CLI::App& app) {
   auto opts = std::make_shared<PredictOptions>();

@@ -45,45 +45,66 @@ struct TrackOptions {
   bool quiet = false;
 };
 
-// The frames of the source in order: an image sequence decoded ahead on worker threads, or a video's frames.
+// The frames in order: an image sequence decoded ahead on worker threads (one source), or one or more videos (a file,
+// a stream, a camera, or the sources a .streams file lists), each decoded on a thread of its own.
 class FrameSource {
  public:
+  // One frame of one source; `error` set (and the image empty) for a frame file that cannot be read.
+  struct Item {
+    size_t source = 0;
+    data::Image image;
+    int64_t number = 0;
+    std::string name, error;
+  };
+
   explicit FrameSource(const TrackOptions& o) : stride_(o.vid_stride) {
-    if (data::is_video_source(o.source)) {  // decoded on a thread of its own, ahead of the model
-      video_ = std::make_unique<data::VideoStreams>(std::vector<std::string>{o.source},
-                                                    data::VideoReaderOptions{.stride = o.vid_stride});
+    if (data::is_video_source(o.source) || data::is_stream_list(o.source)) {  // decoded ahead of the model
+      sources_ = data::is_stream_list(o.source) ? data::read_stream_list(o.source) : std::vector<std::string>{o.source};
+      video_ = std::make_unique<data::VideoStreams>(sources_, data::VideoReaderOptions{.stride = o.vid_stride});
       return;
     }
     VISION_CHECK(o.vid_stride == 1, "--vid-stride applies to a video source");
+    sources_ = {o.source};
     frames_ = data::expand_image_source(o.source);
     const size_t workers = o.workers > 0 ? static_cast<size_t>(o.workers) : data::default_decode_workers();
     prefetch_ = std::make_unique<data::Prefetcher>(frames_, workers, std::max<size_t>(4, workers), data::DecodeOptions{});
   }
-  const data::VideoInfo* video() const { return video_ ? &video_->info(0) : nullptr; }
-  // The video's warnings (packets that did not decode, reconnections), once it has ended.
+  bool video() const { return video_ != nullptr; }
+  const std::vector<std::string>& sources() const { return sources_; }
+  const data::VideoInfo& info(size_t i) const { return video_->info(i); }
+  // The videos' warnings (packets that did not decode, reconnections, dropped frames), once they have ended.
   std::vector<std::string> warnings() const { return video_ ? video_->warnings() : std::vector<std::string>{}; }
   const std::vector<fs::path>& files() const { return frames_; }
-  // Frames to come (a video's from its container, 0 when unknown).
+  // Frames to come over every source (0 when a video's count is unknown).
   size_t count() const {
-    return video_ ? static_cast<size_t>((video_->info(0).frames + stride_ - 1) / stride_) : frames_.size();
+    if (!video_) return frames_.size();
+    size_t n = 0;
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      if (video_->info(i).frames <= 0) return 0;
+      n += static_cast<size_t>((video_->info(i).frames + stride_ - 1) / stride_);
+    }
+    return n;
   }
-  // The next frame: false at the end; `error` set (and the image empty) for a frame file that cannot be read.
-  bool next(data::Image& image, int64_t& number, std::string& name, std::string& error) {
-    error.clear();
+  // The next frame of each source still going (one for an image sequence); false at the end.
+  bool next(std::vector<Item>& items) {
+    items.clear();
     if (video_) {
       std::vector<data::StreamFrame> got;
       if (!video_->read(got)) return false;
-      data::VideoFrame& f = got.front().frame;
-      image = std::move(f.image), number = f.index + 1, name = fmt::format("frame {}", number);
+      for (data::StreamFrame& f : got)
+        items.push_back({.source = f.source, .image = std::move(f.frame.image), .number = f.frame.index + 1,
+                         .name = fmt::format("frame {}", f.frame.index + 1)});
       return true;
     }
     if (prefetch_->done()) return false;
     data::Loaded l = prefetch_->next();
-    number = ++files_read_, name = l.path.filename().string(), error = l.error, image = std::move(l.image);
+    items.push_back({.source = 0, .image = std::move(l.image), .number = ++files_read_,
+                     .name = l.path.filename().string(), .error = l.error});
     return true;
   }
 
  private:
+  std::vector<std::string> sources_;
   std::unique_ptr<data::VideoStreams> video_;
   std::vector<fs::path> frames_;
   std::unique_ptr<data::Prefetcher> prefetch_;
@@ -91,12 +112,34 @@ class FrameSource {
   int64_t files_read_ = 0;
 };
 
+// What is kept per source: its tracker, its tracks for --save-txt and --eval, its annotated video, its id labels.
+struct SourceTracks {
+  std::unique_ptr<track::ByteTracker> tracker;
+  std::vector<track::MotBox> results;
+  std::unique_ptr<data::VideoWriter> writer;
+  std::vector<std::string> id_names;  // "id:N name", indexed by track id (the colour follows the id)
+  std::string stem;
+  double fps = 30;
+};
+
+// The MOT Challenge lines of a source's tracks.
+void write_mot_tracks(const fs::path& path, const std::vector<track::MotBox>& results) {
+  std::string text;
+  for (const track::MotBox& b : results)
+    text += fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.2f},1,-1,-1,-1\n", b.frame, b.id, b.xyxy[0], b.xyxy[1],
+                        b.xyxy[2] - b.xyxy[0], b.xyxy[3] - b.xyxy[1]);
+  data::write_file(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
 int run_track(const TrackOptions& o) {
   const track::ByteTrackConfig config = o.tracker == "bytetrack" ? track::ByteTrackConfig{}
                                         : o.tracker == "botsort" ? track::botsort_config()
                                                                  : track::read_tracker_config(o.tracker);
   const bool botsort = config.tracker_type == track::TrackerType::botsort;
   FrameSource source(o);
+  const size_t n_sources = source.sources().size();
+  VISION_CHECK(o.eval.empty() || n_sources == 1, "--eval scores one source's tracks; {} lists {}", o.source,
+               n_sources);
   DetectorOptions d;
   d.device = o.device, d.conf = o.conf, d.threads = o.threads;
   if (!o.imgsz.empty()) {
@@ -105,8 +148,6 @@ int run_track(const TrackOptions& o) {
   }
   Detector detector(o.model, d);
   const std::vector<std::string>& names = detector.names();
-  const double fps = o.fps > 0 ? o.fps : source.video() && source.video()->fps > 0 ? source.video()->fps : 30;
-  std::unique_ptr<data::VideoWriter> writer;
   if (!o.save.empty()) {
     std::error_code ec;
     for (const fs::path& p : source.files())
@@ -116,71 +157,98 @@ int run_track(const TrackOptions& o) {
     fs::create_directories(o.save, ec);
     VISION_CHECK(!ec, "--save {}: cannot create the folder: {}", o.save, ec.message());
   }
-  if (!o.quiet)
-    fmt::print(stderr, "vision track: YOLO26{} on {}, {}, {}\n", detector.scale(), detector.device(),
-               botsort ? fmt::format("BoT-SORT (camera motion: {})", config.gmc_method) : std::string("ByteTrack"),
-               source.video() ? fmt::format("{} ({}×{}, {:.2f} frames/s, {})", o.source, source.video()->width,
-                                            source.video()->height, source.video()->fps, source.video()->codec)
-                              : fmt::format("{} frames", source.count()));
+  const std::vector<std::string> stems = source_stems(source.sources());
+  std::vector<SourceTracks> per(n_sources);
+  for (size_t i = 0; i < n_sources; ++i) {
+    SourceTracks& s = per[i];
+    s.stem = stems[i];
+    s.fps = o.fps > 0 ? o.fps : source.video() && source.info(i).fps > 0 ? source.info(i).fps : 30;
+    s.tracker = std::make_unique<track::ByteTracker>(config, s.fps);
+    if (o.quiet) continue;
+    const std::string tracker_name =
+        botsort ? fmt::format("BoT-SORT (camera motion: {})", config.gmc_method) : std::string("ByteTrack");
+    if (source.video()) {
+      const data::VideoInfo& v = source.info(i);
+      fmt::print(stderr, "vision track: YOLO26{} on {}, {}, {} ({}×{}, {:.2f} frames/s, {})\n", detector.scale(),
+                 detector.device(), tracker_name, source.sources()[i], v.width, v.height, v.fps, v.codec);
+    } else {
+      fmt::print(stderr, "vision track: YOLO26{} on {}, {}, {} frames\n", detector.scale(), detector.device(),
+                 tracker_name, source.count());
+    }
+  }
 
-  track::ByteTracker tracker(config, fps);
-  std::vector<track::MotBox> results;
   core::ProgressBar progress("track", source.count(), !o.quiet);
   int64_t frames = 0, boxes = 0;
-  std::vector<std::string> id_names;  // "id:N name", indexed by track id (the colour follows the id)
-  data::Image image;
-  int64_t number = 0;
-  std::string name, error;
-  while (source.next(image, number, name, error)) {
-    ++frames;
-    // A frame that cannot be read is an empty frame: the tracks age by one, as a dropped frame would.
-    if (!error.empty()) progress.message(fmt::format("vision track: frame {} skipped: {}", number, error));
-    const std::vector<data::Detection> found = error.empty() ? detector.detect(image) : std::vector<data::Detection>{};
-    const std::vector<track::TrackedObject> tracks = tracker.update(found, error.empty() ? &image : nullptr);
-    std::vector<data::Detection> drawn;
-    for (const track::TrackedObject& t : tracks) {
-      ++boxes;
-      results.push_back({.frame = number, .id = t.id, .xyxy = {t.box[0], t.box[1], t.box[2], t.box[3]}});
-      if (o.save.empty() && o.quiet) continue;
-      const std::string cls = t.cls < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(t.cls)]
-                                                                          : std::to_string(t.cls);
-      if (!o.quiet)
-        fmt::print("{} {}: id {} {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", number, name, t.id, cls, t.score, t.box[0],
-                   t.box[1], t.box[2], t.box[3]);
-      if (id_names.size() <= static_cast<size_t>(t.id)) id_names.resize(static_cast<size_t>(t.id) + 1);
-      id_names[static_cast<size_t>(t.id)] = fmt::format("id:{} {}", t.id, cls);
-      drawn.push_back({.box = t.box, .score = t.score, .cls = t.id});
+  std::vector<FrameSource::Item> items;
+  while (source.next(items)) {
+    // The frames of this round through the detector together (one per source); a frame that cannot be read is an
+    // empty frame: its tracks age by one, as a dropped frame would.
+    std::vector<data::Image> readable;
+    for (FrameSource::Item& it : items) {
+      ++frames;
+      if (!it.error.empty())
+        progress.message(fmt::format("vision track: frame {} skipped: {}", it.number, it.error));
+      else
+        readable.push_back(std::move(it.image));
     }
-    if (!o.save.empty() && error.empty()) {
-      data::draw_detections(image, drawn, id_names);
-      if (source.video()) {
-        // An annotated video beside (even-sized for yuv420p: an odd last row or column is left out).
-        image = data::even_sized(std::move(image));
-        if (!writer)
-          writer = std::make_unique<data::VideoWriter>(fs::path(o.save) / (fs::path(o.source).stem().string() + ".mp4"),
-                                                       image.width, image.height,
-                                                       fps / static_cast<double>(o.vid_stride));
-        writer->write(image);
-      } else {
-        data::write_image(image, fs::path(o.save) / name);
+    const std::vector<std::vector<data::Detection>> found =
+        readable.empty() ? std::vector<std::vector<data::Detection>>{} : detector.detect(readable);
+    size_t k = 0;
+    for (FrameSource::Item& it : items) {
+      SourceTracks& s = per[it.source];
+      data::Image* image = it.error.empty() ? &readable[k] : nullptr;
+      const std::vector<data::Detection> none;
+      const std::vector<data::Detection>& dets = image ? found[k++] : none;
+      const std::vector<track::TrackedObject> tracks = s.tracker->update(dets, image);
+      const std::string where = n_sources > 1 ? s.stem + " " : std::string();
+      std::vector<data::Detection> drawn;
+      for (const track::TrackedObject& t : tracks) {
+        ++boxes;
+        s.results.push_back({.frame = it.number, .id = t.id, .xyxy = {t.box[0], t.box[1], t.box[2], t.box[3]}});
+        if (o.save.empty() && o.quiet) continue;
+        const std::string cls = t.cls < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(t.cls)]
+                                                                            : std::to_string(t.cls);
+        if (!o.quiet)
+          fmt::print("{}{} {}: id {} {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", where, it.number, it.name, t.id, cls,
+                     t.score, t.box[0], t.box[1], t.box[2], t.box[3]);
+        if (s.id_names.size() <= static_cast<size_t>(t.id)) s.id_names.resize(static_cast<size_t>(t.id) + 1);
+        s.id_names[static_cast<size_t>(t.id)] = fmt::format("id:{} {}", t.id, cls);
+        drawn.push_back({.box = t.box, .score = t.score, .cls = t.id});
+      }
+      if (!o.save.empty() && image) {
+        data::draw_detections(*image, drawn, s.id_names);
+        if (source.video()) {
+          // An annotated video per source (even-sized for yuv420p: an odd last row or column is left out).
+          *image = data::even_sized(std::move(*image));
+          if (!s.writer)
+            s.writer = std::make_unique<data::VideoWriter>(fs::path(o.save) / (s.stem + ".mp4"), image->width,
+                                                           image->height, s.fps / static_cast<double>(o.vid_stride));
+          s.writer->write(*image);
+        } else {
+          data::write_image(*image, fs::path(o.save) / it.name);
+        }
       }
     }
     progress.update(static_cast<size_t>(frames));
   }
-  if (writer) writer->close();
+  for (SourceTracks& s : per)
+    if (s.writer) s.writer->close();
   for (const std::string& w : source.warnings()) fmt::print(stderr, "vision track: warning: {}\n", w);
   if (!o.save_txt.empty()) {
-    std::string text;
-    for (const track::MotBox& b : results)
-      text += fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.2f},1,-1,-1,-1\n", b.frame, b.id, b.xyxy[0], b.xyxy[1],
-                          b.xyxy[2] - b.xyxy[0], b.xyxy[3] - b.xyxy[1]);
-    data::write_file(o.save_txt, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    // One source: the file named; several: <stem of the file>_<source stem><extension> beside it, one per source.
+    const fs::path file(o.save_txt);
+    for (const SourceTracks& s : per)
+      write_mot_tracks(n_sources == 1 ? file
+                                      : file.parent_path() / (file.stem().string() + "_" + s.stem +
+                                                              file.extension().string()),
+                       s.results);
   }
   if (!o.quiet)
-    fmt::print(stderr, "vision track: {} frames, {} tracked boxes{}\n", frames, boxes,
+    fmt::print(stderr, "vision track: {} frames{}, {} tracked boxes{}\n", frames,
+               n_sources > 1 ? fmt::format(" of {} sources", n_sources) : "", boxes,
                o.save.empty() ? "" : fmt::format("; frames saved to {}", o.save));
   if (!o.eval.empty()) {
-    const track::MotMetrics m = track::evaluate_mot(track::read_mot_file(o.eval, true), results);
+    const track::MotMetrics m = track::evaluate_mot(track::read_mot_file(o.eval, true), per[0].results);
     fmt::print("MOTA {:.4f}  MOTP {:.4f}  IDF1 {:.4f}  HOTA {:.4f} (DetA {:.4f}, AssA {:.4f}, LocA {:.4f})\n"
                "TP {}  FN {}  FP {}  IDSW {}  IDTP {}  gt {} boxes of {} ids, tracks {} boxes of {} ids\n",
                m.mota, m.motp, m.idf1, m.hota, m.deta, m.assa, m.loca, m.tp, m.fn, m.fp, m.idsw, m.idtp, m.gt_dets,
@@ -197,7 +265,8 @@ void add_track_command(CLI::App& app) {
                                               "ByteTrack");
   cmd->add_option("--model", opts->model, "weights file (safetensors or an ultralytics .pt)")->required();
   cmd->add_option("--source", opts->source,
-                  "the frames: a folder or a glob of images (in name order), or a video file or stream URL")
+                  "the frames: a folder or a glob of images (in name order), a video file, stream URL or camera, or "
+                  "a .streams file listing several (each tracked on its own)")
       ->required();
   cmd->add_option("--tracker", opts->tracker,
                   "bytetrack, botsort (camera-motion compensation by sparse optical flow), or a tracker YAML file "
@@ -219,7 +288,9 @@ void add_track_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--save", opts->save,
                   "write the frames annotated with track ids into this folder (for a video: <stem>.mp4 there)");
-  cmd->add_option("--save-txt", opts->save_txt, "write the tracks to this file in the MOT Challenge format");
+  cmd->add_option("--save-txt", opts->save_txt,
+                  "write the tracks to this file in the MOT Challenge format (several sources: FILE_<source>.txt "
+                  "each)");
   cmd->add_option("--eval", opts->eval, "score the tracks against this MOT ground truth (gt.txt): MOTA, IDF1, HOTA");
   cmd->add_option("--workers", opts->workers, "frame decoding threads (default: the cores, at most 8)")
       ->check(CLI::NonNegativeNumber);

@@ -3,6 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 namespace vision::cli {
 
 void add_demo_command(CLI::App& app);
@@ -17,5 +20,9 @@ void add_bench_command(CLI::App& app);
 #ifdef VISION_HAS_CUDA
 void add_kernels_command(CLI::App& app);
 #endif
+
+// A name per video source for its outputs (<stem>.mp4, labels): a file's stem, "camera_<device>" for a camera,
+// "stream" when a URL has none; a stem taken twice gets _2, _3, ….
+std::vector<std::string> source_stems(const std::vector<std::string>& sources);
 
 }  // namespace vision::cli

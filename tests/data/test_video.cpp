@@ -338,6 +338,49 @@ TEST(VideoCli, SynthVideosAndTrackingThem) {
   EXPECT_EQ(track::read_mot_file(dir.path() / "t.txt", false).back().frame, 20);
 }
 
+// `vision track --source list.streams`: each source tracked on its own, as if alone — the same tracks as each video
+// tracked by itself — with a track file and an annotated mp4 per source; --eval takes one source.
+TEST(VideoCli, TrackAStreamsListSourceBySource) {
+  test::TempDir dir;
+  const test::CliRun synth = test::run_cli(fmt::format(
+      "'{}' synth --out '{}' --sequences 2 --video --frames 12 --imgsz 320 --seed 6 2>&1", VISION_CLI,
+      dir.path().string()));
+  ASSERT_EQ(synth.code, 0) << synth.out;
+  const fs::path v1 = dir.path() / "seq-01" / "seq-01.mp4", v2 = dir.path() / "seq-02" / "seq-02.mp4";
+  std::ofstream(dir.path() / "two.streams") << "# two sequences\n" << v1.string() << "\n" << v2.string() << "\n";
+  const std::string track = fmt::format("'{}' track --model '{}/assets/yolo26n_synth.safetensors' --device cpu --quiet",
+                                        VISION_CLI, VISION_SOURCE_DIR);
+  const test::CliRun r = test::run_cli(fmt::format("{} --source '{}' --save '{}' --save-txt '{}' 2>&1", track,
+                                                   (dir.path() / "two.streams").string(),
+                                                   (dir.path() / "out").string(), (dir.path() / "t.txt").string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const auto& [video, stem] : {std::pair{v1, "seq-01"}, std::pair{v2, "seq-02"}}) {
+    const fs::path alone = dir.path() / (std::string(stem) + "-alone.txt");
+    const test::CliRun one = test::run_cli(
+        fmt::format("{} --source '{}' --save-txt '{}' 2>&1", track, video.string(), alone.string()));
+    ASSERT_EQ(one.code, 0) << one.out;
+    const auto mine = track::read_mot_file(dir.path() / fmt::format("t_{}.txt", stem), false);
+    const auto ref = track::read_mot_file(alone, false);
+    ASSERT_EQ(mine.size(), ref.size()) << stem;
+    ASSERT_GE(mine.size(), 12u) << stem;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      EXPECT_EQ(mine[i].frame, ref[i].frame);
+      EXPECT_EQ(mine[i].id, ref[i].id);
+      for (int c = 0; c < 4; ++c) EXPECT_NEAR(mine[i].xyxy[c], ref[i].xyxy[c], 0.011) << stem << " row " << i;
+    }
+    VideoReader annotated((dir.path() / "out" / (std::string(stem) + ".mp4")).string());
+    VideoFrame f;
+    int64_t n = 0;
+    while (annotated.read(f)) ++n;
+    EXPECT_EQ(n, 12) << stem;
+  }
+  const test::CliRun bad = test::run_cli(fmt::format("{} --source '{}' --eval '{}' 2>&1", track,
+                                                     (dir.path() / "two.streams").string(),
+                                                     (dir.path() / "seq-01" / "gt" / "gt.txt").string()));
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--eval scores one source's tracks"), std::string::npos) << bad.out;
+}
+
 // `vision predict` on a video: JSON per kept frame (--vid-stride) with its index and time, and an annotated mp4.
 TEST(VideoCli, PredictOnAVideo) {
   test::TempDir dir;
