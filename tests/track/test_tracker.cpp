@@ -64,55 +64,6 @@ M of_state(const Mat8& p) {
   return m;
 }
 
-TEST(KalmanXyah, PredictAndUpdateAreTheTextbookFormulas) {
-  std::mt19937_64& rng = test::rng();
-  std::uniform_real_distribution<double> u(-1, 1);
-  KalmanState s = KalmanXyah::initiate({320, 240, 0.5, 80});
-  EXPECT_DOUBLE_EQ(s.covariance[0], std::pow(2.0 / 20 * 80, 2));
-  EXPECT_DOUBLE_EQ(s.covariance[2 * 8 + 2], 1e-4);
-  EXPECT_DOUBLE_EQ(s.covariance[4 * 8 + 4], std::pow(10.0 / 160 * 80, 2));
-  for (int step = 0; step < 5; ++step) {
-    // Predict: F x, F P Fᵀ + Q.
-    M f = zeros(8, 8);
-    for (size_t i = 0; i < 8; ++i) f[i][i] = 1;
-    for (size_t i = 0; i < 4; ++i) f[i][i + 4] = 1;
-    const double h = s.mean[3];
-    const std::vector<double> q = {h / 20, h / 20, 1e-2, h / 20, h / 160, h / 160, 1e-5, h / 160};
-    M p = mul(mul(f, of_state(s.covariance)), transpose(f));
-    for (size_t i = 0; i < 8; ++i) p[i][i] += q[i] * q[i];
-    M x = zeros(8, 1);
-    for (size_t i = 0; i < 8; ++i) x[i][0] = s.mean[i];
-    x = mul(f, x);
-    KalmanXyah::predict(s);
-    for (size_t i = 0; i < 8; ++i) {
-      EXPECT_NEAR(s.mean[i], x[i][0], 1e-9 * (1 + std::abs(x[i][0])));
-      for (size_t j = 0; j < 8; ++j) EXPECT_NEAR(s.covariance[i * 8 + j], p[i][j], 1e-9 * (1 + std::abs(p[i][j])));
-    }
-    // Update with z: K = P Hᵀ (H P Hᵀ + R)⁻¹, x + K (z − H x), P − K S Kᵀ.
-    const Vec4 z = {s.mean[0] + 5 * u(rng), s.mean[1] + 5 * u(rng), s.mean[2] + 0.05 * u(rng), s.mean[3] + 4 * u(rng)};
-    M hm = zeros(4, 8);
-    for (size_t i = 0; i < 4; ++i) hm[i][i] = 1;
-    const double h2 = s.mean[3];
-    const std::vector<double> r = {h2 / 20, h2 / 20, 1e-1, h2 / 20};
-    M sm = mul(mul(hm, p), transpose(hm));
-    for (size_t i = 0; i < 4; ++i) sm[i][i] += r[i] * r[i];
-    const M k = mul(mul(p, transpose(hm)), inverse(sm));
-    M innovation = zeros(4, 1);
-    for (size_t i = 0; i < 4; ++i) innovation[i][0] = z[i] - s.mean[i];
-    const M dx = mul(k, innovation);
-    const M dp = mul(mul(k, sm), transpose(k));
-    KalmanXyah::update(s, z);
-    for (size_t i = 0; i < 8; ++i) {
-      EXPECT_NEAR(s.mean[i], x[i][0] + dx[i][0], 1e-9 * (1 + std::abs(x[i][0])));
-      for (size_t j = 0; j < 8; ++j)
-        EXPECT_NEAR(s.covariance[i * 8 + j], p[i][j] - dp[i][j], 1e-9 * (1 + std::abs(p[i][j])));
-    }
-  }
-  KalmanState flat = KalmanXyah::initiate({0, 0, 1, 0});
-  EXPECT_NE(test::error_of([&] { KalmanXyah::update(flat, {0, 0, 1, 0}); }).find("not positive definite"),
-            std::string::npos);
-}
-
 data::Detection box_at(double cx, double cy, double w, double h, float score, int64_t cls = 0) {
   return {.box = {static_cast<float>(cx - w / 2), static_cast<float>(cy - h / 2), static_cast<float>(cx + w / 2),
                   static_cast<float>(cy + h / 2)},
@@ -120,34 +71,33 @@ data::Detection box_at(double cx, double cy, double w, double h, float score, in
           .cls = cls};
 }
 
-TEST(KalmanXywh, PredictAndUpdateAreTheTextbookFormulasWithWidthAndHeightNoise) {
+// Steps a filter through predict and update five times against the textbook formulas: F x and F P Fᵀ + Q with the
+// process noise q(x) (standard deviations); K = P Hᵀ (H P Hᵀ + R)⁻¹, x + K (z − H x) and P − K S Kᵀ with the
+// measurement noise r(x), for measurements z near the state (spread: the largest move of each coordinate).
+template <typename Filter, typename Noise>
+void check_textbook_kalman(KalmanState s, Noise q_of, Noise r_of, const Vec4& spread) {
   std::mt19937_64& rng = test::rng();
   std::uniform_real_distribution<double> u(-1, 1);
-  KalmanState s = KalmanXywh::initiate({320, 240, 40, 80});
-  const std::vector<double> first = {2 * 40 / 20.0, 2 * 80 / 20.0, 2 * 40 / 20.0, 2 * 80 / 20.0,
-                                     10 * 40 / 160.0, 10 * 80 / 160.0, 10 * 40 / 160.0, 10 * 80 / 160.0};
-  for (size_t i = 0; i < 8; ++i) EXPECT_DOUBLE_EQ(s.covariance[i * 8 + i], first[i] * first[i]);
   for (int step = 0; step < 5; ++step) {
     M f = zeros(8, 8);
     for (size_t i = 0; i < 8; ++i) f[i][i] = 1;
     for (size_t i = 0; i < 4; ++i) f[i][i + 4] = 1;
-    const double w = s.mean[2], h = s.mean[3];
-    const std::vector<double> q = {w / 20, h / 20, w / 20, h / 20, w / 160, h / 160, w / 160, h / 160};
+    const std::vector<double> q = q_of(s.mean);
     M p = mul(mul(f, of_state(s.covariance)), transpose(f));
     for (size_t i = 0; i < 8; ++i) p[i][i] += q[i] * q[i];
     M x = zeros(8, 1);
     for (size_t i = 0; i < 8; ++i) x[i][0] = s.mean[i];
     x = mul(f, x);
-    KalmanXywh::predict(s);
+    Filter::predict(s);
     for (size_t i = 0; i < 8; ++i) {
       EXPECT_NEAR(s.mean[i], x[i][0], 1e-9 * (1 + std::abs(x[i][0])));
       for (size_t j = 0; j < 8; ++j) EXPECT_NEAR(s.covariance[i * 8 + j], p[i][j], 1e-9 * (1 + std::abs(p[i][j])));
     }
-    const Vec4 z = {s.mean[0] + 5 * u(rng), s.mean[1] + 5 * u(rng), s.mean[2] + 3 * u(rng), s.mean[3] + 4 * u(rng)};
+    Vec4 z;
+    for (size_t i = 0; i < 4; ++i) z[i] = s.mean[i] + spread[i] * u(rng);
     M hm = zeros(4, 8);
     for (size_t i = 0; i < 4; ++i) hm[i][i] = 1;
-    const double w2 = s.mean[2], h2 = s.mean[3];
-    const std::vector<double> r = {w2 / 20, h2 / 20, w2 / 20, h2 / 20};
+    const std::vector<double> r = r_of(s.mean);
     M sm = mul(mul(hm, p), transpose(hm));
     for (size_t i = 0; i < 4; ++i) sm[i][i] += r[i] * r[i];
     const M k = mul(mul(p, transpose(hm)), inverse(sm));
@@ -155,13 +105,50 @@ TEST(KalmanXywh, PredictAndUpdateAreTheTextbookFormulasWithWidthAndHeightNoise) 
     for (size_t i = 0; i < 4; ++i) innovation[i][0] = z[i] - s.mean[i];
     const M dx = mul(k, innovation);
     const M dp = mul(mul(k, sm), transpose(k));
-    KalmanXywh::update(s, z);
+    Filter::update(s, z);
     for (size_t i = 0; i < 8; ++i) {
       EXPECT_NEAR(s.mean[i], x[i][0] + dx[i][0], 1e-9 * (1 + std::abs(x[i][0])));
       for (size_t j = 0; j < 8; ++j)
         EXPECT_NEAR(s.covariance[i * 8 + j], p[i][j] - dp[i][j], 1e-9 * (1 + std::abs(p[i][j])));
     }
   }
+}
+
+using Noise = std::function<std::vector<double>(const Vec8&)>;
+
+TEST(KalmanXyah, PredictAndUpdateAreTheTextbookFormulas) {
+  const KalmanState s = KalmanXyah::initiate({320, 240, 0.5, 80});
+  EXPECT_DOUBLE_EQ(s.covariance[0], std::pow(2.0 / 20 * 80, 2));
+  EXPECT_DOUBLE_EQ(s.covariance[2 * 8 + 2], 1e-4);
+  EXPECT_DOUBLE_EQ(s.covariance[4 * 8 + 4], std::pow(10.0 / 160 * 80, 2));
+  // Noise from the height (aspect fixed).
+  check_textbook_kalman<KalmanXyah>(
+      s,
+      Noise([](const Vec8& m) {
+        const double h = m[3];
+        return std::vector<double>{h / 20, h / 20, 1e-2, h / 20, h / 160, h / 160, 1e-5, h / 160};
+      }),
+      Noise([](const Vec8& m) { return std::vector<double>{m[3] / 20, m[3] / 20, 1e-1, m[3] / 20}; }),
+      {5, 5, 0.05, 4});
+  KalmanState flat = KalmanXyah::initiate({0, 0, 1, 0});
+  EXPECT_NE(test::error_of([&] { KalmanXyah::update(flat, {0, 0, 1, 0}); }).find("not positive definite"),
+            std::string::npos);
+}
+
+TEST(KalmanXywh, PredictAndUpdateAreTheTextbookFormulasWithWidthAndHeightNoise) {
+  const KalmanState s = KalmanXywh::initiate({320, 240, 40, 80});
+  const std::vector<double> first = {2 * 40 / 20.0, 2 * 80 / 20.0, 2 * 40 / 20.0, 2 * 80 / 20.0,
+                                     10 * 40 / 160.0, 10 * 80 / 160.0, 10 * 40 / 160.0, 10 * 80 / 160.0};
+  for (size_t i = 0; i < 8; ++i) EXPECT_DOUBLE_EQ(s.covariance[i * 8 + i], first[i] * first[i]);
+  // Noise from the width (x, w) and the height (y, h).
+  check_textbook_kalman<KalmanXywh>(
+      s,
+      Noise([](const Vec8& m) {
+        const double w = m[2], h = m[3];
+        return std::vector<double>{w / 20, h / 20, w / 20, h / 20, w / 160, h / 160, w / 160, h / 160};
+      }),
+      Noise([](const Vec8& m) { return std::vector<double>{m[2] / 20, m[3] / 20, m[2] / 20, m[3] / 20}; }),
+      {5, 5, 3, 4});
 }
 
 // multi_gmc: mean R₈ x + (t, 0, …), covariance R₈ P R₈ᵀ, R₈ = I₄ ⊗ R.
