@@ -302,7 +302,7 @@ PYBIND11_MODULE(_vision, m) {
              const std::optional<py::array>& frame, bool bgr) {
             const std::vector<data::Detection> found = detections_from(detections);
             std::optional<data::Image> image;
-            if (frame) image = data::to_image(view_of(*frame, bgr, 0));
+            if (frame && t.uses_frames()) image = data::to_image(view_of(*frame, bgr, 0));
             const std::vector<track::TrackedObject> tracks = t.update(found, image ? &*image : nullptr);
             py::array_t<float> out({static_cast<py::ssize_t>(tracks.size()), py::ssize_t{8}});
             auto o = out.mutable_unchecked<2>();
@@ -317,6 +317,7 @@ PYBIND11_MODULE(_vision, m) {
           },
           py::arg("detections"), py::arg("frame") = py::none(), py::arg("bgr") = false)
       .def("reset", &track::ByteTracker::reset)
+      .def_property_readonly("uses_frames", &track::ByteTracker::uses_frames)
       .def_property_readonly("frame", &track::ByteTracker::frame);
   // Video through FFmpeg: frames as (index, timestamp in s, H×W×3 RGB array); an annotated video out.
   m.def("is_video_source", &data::is_video_source, py::arg("source"),

@@ -267,7 +267,8 @@ class YOLO:
 
     def _track(self, results) -> Iterator[Results]:
         for r in results:
-            t = self._tracker.update(r.boxes.data, np.ascontiguousarray(r.orig_img))
+            frame = np.ascontiguousarray(r.orig_img) if self._tracker.uses_frames else None
+            t = self._tracker.update(r.boxes.data, frame)
             r.boxes = Boxes(np.ascontiguousarray(t[:, :7]), r.orig_shape)
             yield r
 

@@ -39,13 +39,6 @@ enum Saved { kBatchMean, kBatchVar };
 
 const auto kScaleShift = normalization_flags::use_scale | normalization_flags::use_shift;
 
-// SiLU and its derivative in the element-wise op's formulas (elementwise.cpp, elementwise.cuh).
-float silu_of(float y) { return y / (1.0f + std::exp(-y)); }
-float silu_backward_of(float y, float dz) {
-  const float s = 1.0f / (1.0f + std::exp(-y));
-  return dz * s * (1.0f + y * (1.0f - s));
-}
-
 // The CPU twin (f32 NCHW, oneDNN). With silu (BatchNorm → SiLU fused in a training plan) it applies SiLU in place
 // after the normalisation, and its backward recomputes the normalised y from x and the saved statistics to take the
 // gradient through SiLU before BatchNorm's own backward — the CUDA kernels' arithmetic, one pass at a time.
@@ -85,7 +78,7 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     if (silu_) {
       float* z = ctx.output.data<float>();
       cpu::parallel_for(
-          ctx.output.numel(), [&](int64_t i) { z[i] = silu_of(z[i]); }, ctx.output.numel());
+          ctx.output.numel(), [&](int64_t i) { z[i] = silu_value(z[i]); }, ctx.output.numel());
     }
   }
 
@@ -134,7 +127,7 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
           const int64_t ch = nc % c;
           const float a = gamma[ch] * (1.0f / std::sqrt(var[ch] + eps_)), m = mean[ch], b = beta[ch];
           for (int64_t i = nc * plane; i < (nc + 1) * plane; ++i)
-            dy[static_cast<size_t>(i)] = silu_backward_of((px[i] - m) * a + b, dz[i]);
+            dy[static_cast<size_t>(i)] = dz[i] * silu_derivative((px[i] - m) * a + b);
         },
         n);
     return dy;

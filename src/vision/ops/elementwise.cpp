@@ -11,13 +11,20 @@ namespace {
 
 inline float sigmoid_of(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+}  // namespace
+
+float silu_value(float x) { return x * sigmoid_of(x); }
+float silu_derivative(float x) {
+  const float s = sigmoid_of(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+
+namespace {
+
 struct SiluFn {
   static constexpr const char* name = "ops.silu";
-  static float f(float x) { return x * sigmoid_of(x); }
-  static float df(float x) {
-    const float s = sigmoid_of(x);
-    return s * (1.0f + x * (1.0f - s));
-  }
+  static float f(float x) { return silu_value(x); }
+  static float df(float x) { return silu_derivative(x); }
 };
 
 struct SigmoidFn {

@@ -22,6 +22,11 @@ class BinaryElementwiseOp : public FloatOp {
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
 };
 
+// The CPU ops' SiLU of one f32 value and its derivative (what SiluOp computes per element; the fused
+// BatchNorm → SiLU twin uses them too).
+float silu_value(float x);
+float silu_derivative(float x);
+
 // y = x·sigmoid(x)
 class SiluOp final : public UnaryElementwiseOp {
  public:

@@ -247,8 +247,8 @@ std::vector<TrackedObject> ByteTracker::update(std::span<const data::Detection> 
   }
   if (gmc_ && frame) {  // BoT-SORT: the camera's motion since the last frame, on every predicted and unconfirmed track
     warp_ = gmc_->apply(*frame);
-    for (const std::vector<TrackPtr>* list : {&pool, static_cast<const std::vector<TrackPtr>*>(&unconfirmed)})
-      for (const TrackPtr& t : *list) apply_camera_motion(t->kalman, warp_);
+    for (const TrackPtr& t : pool) apply_camera_motion(t->kalman, warp_);
+    for (const TrackPtr& t : unconfirmed) apply_camera_motion(t->kalman, warp_);
   }
   const Assignment first =
       associate(fused_distance(pool, high, config_.fuse_score), pool.size(), high.size(), config_.match_thresh);

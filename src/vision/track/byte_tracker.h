@@ -73,6 +73,8 @@ class ByteTracker {
   // image the detections are of) feeds BoT-SORT's camera-motion compensation; without it, or for ByteTrack, none is
   // applied.
   std::vector<TrackedObject> update(std::span<const data::Detection> detections, const data::Image* frame = nullptr);
+  // Whether update() uses the frame (BoT-SORT with camera-motion compensation): callers may skip preparing it.
+  bool uses_frames() const { return gmc_ != nullptr; }
   // The last camera-motion warp applied (2×3 row-major; the identity before any or without compensation).
   const std::array<double, 6>& last_warp() const { return warp_; }
   // Forgets every track; ids count from 1 again.

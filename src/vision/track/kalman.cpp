@@ -32,14 +32,65 @@ std::pair<Vec4, Mat4> project_with(const KalmanState& s, const Vec4& std) {
   return {mean, cov};
 }
 
-// The correction by a measurement against the state's projection (Cholesky of S; K = P Hᵀ S⁻¹).
-void update_with(KalmanState& s, const Vec4& m, const std::pair<Vec4, Mat4>& projection);
-
 KalmanState initiate_with(const Vec4& m, const Vec8& std) {
   KalmanState s;
   for (int i = 0; i < 4; ++i) s.mean[i] = m[i];
   for (int i = 0; i < 8; ++i) s.covariance[i * 8 + i] = std[i] * std[i];
   return s;
+}
+
+// The correction by a measurement against the state's projection (Cholesky of S; K = P Hᵀ S⁻¹).
+void update_with(KalmanState& s, const Vec4& m, const std::pair<Vec4, Mat4>& projection) {
+  const auto& [projected, sc] = projection;
+  // Cholesky S = L Lᵀ.
+  Mat4 l = {};
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j <= i; ++j) {
+      double sum = sc[i * 4 + j];
+      for (int k = 0; k < j; ++k) sum -= l[i * 4 + k] * l[j * 4 + k];
+      if (i == j) {
+        VISION_CHECK(sum > 0 && std::isfinite(sum),
+                     "Kalman update: the projected covariance is not positive definite (a box of height {})", s.mean[3]);
+        l[i * 4 + i] = std::sqrt(sum);
+      } else {
+        l[i * 4 + j] = sum / l[j * 4 + j];
+      }
+    }
+  // Kalman gain K = P Hᵀ S⁻¹ (8×4): solve S Kᵀ = H P (rows of P Hᵀ are P's first four columns).
+  std::array<double, 32> k;  // K row-major 8×4
+  for (int r = 0; r < 8; ++r) {
+    Vec4 b;
+    for (int c = 0; c < 4; ++c) b[c] = s.covariance[r * 8 + c];
+    Vec4 y;  // L y = b
+    for (int i = 0; i < 4; ++i) {
+      double sum = b[i];
+      for (int j = 0; j < i; ++j) sum -= l[i * 4 + j] * y[j];
+      y[i] = sum / l[i * 4 + i];
+    }
+    for (int i = 3; i >= 0; --i) {  // Lᵀ x = y
+      double sum = y[i];
+      for (int j = i + 1; j < 4; ++j) sum -= l[j * 4 + i] * k[r * 4 + j];
+      k[r * 4 + i] = sum / l[i * 4 + i];
+    }
+  }
+  Vec4 innovation;
+  for (int i = 0; i < 4; ++i) innovation[i] = m[i] - projected[i];
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 4; ++c) s.mean[r] += k[r * 4 + c] * innovation[c];
+  // P' = P − K S Kᵀ.
+  std::array<double, 32> ks;  // K S, 8×4
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 4; ++c) {
+      double sum = 0;
+      for (int t = 0; t < 4; ++t) sum += k[r * 4 + t] * sc[t * 4 + c];
+      ks[r * 4 + c] = sum;
+    }
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c) {
+      double sum = 0;
+      for (int t = 0; t < 4; ++t) sum += ks[r * 4 + t] * k[c * 4 + t];
+      s.covariance[r * 8 + c] -= sum;
+    }
 }
 
 }  // namespace
@@ -105,62 +156,5 @@ void apply_camera_motion(KalmanState& s, const std::array<double, 6>& warp) {
   rotate_rows([&](int r, int c) -> double& { return p[r * 8 + c]; });  // R₈ P
   rotate_rows([&](int r, int c) -> double& { return p[c * 8 + r]; });  // (R₈ P) R₈ᵀ: the same on the columns
 }
-
-namespace {
-
-void update_with(KalmanState& s, const Vec4& m, const std::pair<Vec4, Mat4>& projection) {
-  const auto& [projected, sc] = projection;
-  // Cholesky S = L Lᵀ.
-  Mat4 l = {};
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j <= i; ++j) {
-      double sum = sc[i * 4 + j];
-      for (int k = 0; k < j; ++k) sum -= l[i * 4 + k] * l[j * 4 + k];
-      if (i == j) {
-        VISION_CHECK(sum > 0 && std::isfinite(sum),
-                     "Kalman update: the projected covariance is not positive definite (a box of height {})", s.mean[3]);
-        l[i * 4 + i] = std::sqrt(sum);
-      } else {
-        l[i * 4 + j] = sum / l[j * 4 + j];
-      }
-    }
-  // Kalman gain K = P Hᵀ S⁻¹ (8×4): solve S Kᵀ = H P (rows of P Hᵀ are P's first four columns).
-  std::array<double, 32> k;  // K row-major 8×4
-  for (int r = 0; r < 8; ++r) {
-    Vec4 b;
-    for (int c = 0; c < 4; ++c) b[c] = s.covariance[r * 8 + c];
-    Vec4 y;  // L y = b
-    for (int i = 0; i < 4; ++i) {
-      double sum = b[i];
-      for (int j = 0; j < i; ++j) sum -= l[i * 4 + j] * y[j];
-      y[i] = sum / l[i * 4 + i];
-    }
-    for (int i = 3; i >= 0; --i) {  // Lᵀ x = y
-      double sum = y[i];
-      for (int j = i + 1; j < 4; ++j) sum -= l[j * 4 + i] * k[r * 4 + j];
-      k[r * 4 + i] = sum / l[i * 4 + i];
-    }
-  }
-  Vec4 innovation;
-  for (int i = 0; i < 4; ++i) innovation[i] = m[i] - projected[i];
-  for (int r = 0; r < 8; ++r)
-    for (int c = 0; c < 4; ++c) s.mean[r] += k[r * 4 + c] * innovation[c];
-  // P' = P − K S Kᵀ.
-  std::array<double, 32> ks;  // K S, 8×4
-  for (int r = 0; r < 8; ++r)
-    for (int c = 0; c < 4; ++c) {
-      double sum = 0;
-      for (int t = 0; t < 4; ++t) sum += k[r * 4 + t] * sc[t * 4 + c];
-      ks[r * 4 + c] = sum;
-    }
-  for (int r = 0; r < 8; ++r)
-    for (int c = 0; c < 8; ++c) {
-      double sum = 0;
-      for (int t = 0; t < 4; ++t) sum += ks[r * 4 + t] * k[c * 4 + t];
-      s.covariance[r * 8 + c] -= sum;
-    }
-}
-
-}  // namespace
 
 }  // namespace vision::track
