@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
             graph::Plan& plan = *t.executor().last_train_plan();
             const std::array<float, 2> w = t.loss_weights();
             const Tensor weights = Tensor::from_vector(Shape{2}, std::vector<float>{w[0], w[1]});
-            const auto fwd = plan.profile_forward({b.images, b.targets, b.count, weights}, 5);
+            const auto fwd = plan.profile_forward({t.model_input(b.images), b.targets, b.count, weights}, 5);
             std::vector<graph::Plan::StepTime> bwd;
             plan.set_backward_profile(&bwd);
             t.train_batch(b.images, b.targets, b.count);

@@ -122,6 +122,9 @@ class Yolo26Trainer {
   // ≥ the largest count (the trainer pads it to a bucket that only grows, so few plans are built). The images reach
   // the plan in its own input format (compute dtype and layout): the conversion runs on the backend.
   IterationResult train_batch(const core::Tensor& images, const core::Tensor& targets, const core::Tensor& count);
+  // The batch's images as train_batch feeds them to the plan: its input format (compute dtype and layout), on the
+  // backend (CUDA) or the host (CPU). On CUDA a view of the trainer's input buffer, which the next batch overwrites.
+  core::Tensor model_input(const core::Tensor& images);
   // Ends the epoch: the E2E weights move on, epoch() += 1. The iteration counter jumps to the next epoch's first batch
   // (a shorter epoch than batches_per_epoch is allowed).
   void end_epoch();
@@ -141,8 +144,6 @@ class Yolo26Trainer {
  private:
   void build_graph();
   void pad_targets(const core::Tensor& targets, const core::Tensor& count);
-  // The batch's images in the plan's input format, on the backend (CUDA) or the host (CPU).
-  core::Tensor model_input(const core::Tensor& images);
 
   std::shared_ptr<graph::BackendContext> backend_;
   ModelInfo info_;
