@@ -75,6 +75,18 @@ struct TimingOptions {
   int max_iters = 200;
 };
 
+// The median and minimum of per-call times (ms), measured `iters` calls at a time.
+inline Timing summarize(std::vector<double> per_call, int iters) {
+  std::sort(per_call.begin(), per_call.end());
+  const size_t m = per_call.size();
+  Timing t;
+  t.median_ms = m % 2 ? per_call[m / 2] : 0.5 * (per_call[m / 2 - 1] + per_call[m / 2]);
+  t.min_ms = per_call.front();
+  t.iters = iters;
+  t.repeats = static_cast<int>(m);
+  return t;
+}
+
 // warmup untimed calls, one timed call to pick `iters` so that a measurement takes about target_ms, then `repeats`
 // measurements of `iters` back-to-back calls; the median and minimum per call.
 inline Timing measure(Clock& clock, const std::function<void()>& f, const TimingOptions& o) {
@@ -83,14 +95,40 @@ inline Timing measure(Clock& clock, const std::function<void()>& f, const Timing
   const int iters = std::clamp(static_cast<int>(std::ceil(o.target_ms / std::max(one, 1e-3))), 1, o.max_iters);
   std::vector<double> per_call;
   for (int r = 0; r < o.repeats; ++r) per_call.push_back(clock.time(iters, f) / iters);
-  std::sort(per_call.begin(), per_call.end());
-  const size_t m = per_call.size();
-  Timing t;
-  t.median_ms = m % 2 ? per_call[m / 2] : 0.5 * (per_call[m / 2 - 1] + per_call[m / 2]);
-  t.min_ms = per_call.front();
-  t.iters = iters;
-  t.repeats = o.repeats;
-  return t;
+  return summarize(per_call, iters);
+}
+
+// As measure, timing the work the way a captured training step runs it: after the warm-up calls, `iters` calls of f
+// are captured once into a CUDA graph on `stream` and every measurement replays that graph, so the host's launch
+// cost (which dominates small kernels launched one by one) is not in the figures. f must only queue work on stream.
+inline Timing measure_graph(Clock& clock, cudaStream_t stream, const std::function<void()>& f,
+                            const TimingOptions& o) {
+  for (int i = 0; i < o.warmup; ++i) f();  // kernels compiled, lazily made buffers made
+  const double one = clock.time(1, f);
+  const int iters = std::clamp(static_cast<int>(std::ceil(o.target_ms / std::max(one, 1e-3))), 1, o.max_iters);
+  cudaGraph_t graph = nullptr;
+  VISION_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    for (int i = 0; i < iters; ++i) f();
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream, &graph);
+    if (graph) (void)cudaGraphDestroy(graph);
+    throw;
+  }
+  VISION_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  VISION_CUDA_CHECK(made);
+  struct ExecGuard {
+    cudaGraphExec_t e;
+    ~ExecGuard() { (void)cudaGraphExecDestroy(e); }
+  } guard{exec};
+  auto replay = [&] { VISION_CUDA_CHECK(cudaGraphLaunch(exec, stream)); };
+  clock.time(1, replay);  // the first replay uploads the graph
+  std::vector<double> per_call;
+  for (int r = 0; r < o.repeats; ++r) per_call.push_back(clock.time(1, replay) / iters);
+  return summarize(per_call, iters);
 }
 
 // A host tensor of uniform values in [lo, hi) in the given dtype and layout.

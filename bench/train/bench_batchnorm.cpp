@@ -5,6 +5,12 @@
 // bandwidth. bn_peer.py times PyTorch's BatchNorm2d + SiLU on the same shapes and prints the merged table.
 //
 //   bench_batchnorm [--scale n] [--batch 64] [--imgsz 640] [--dtype bf16] [--layout nhwc] [--json FILE] [--list]
+//                   [--eager] [--sweep GRIDS]
+//
+// Each figure is the work as a captured training step runs it: the calls captured once into a CUDA graph and replayed
+// (--eager: launched one by one, which adds the host's launch cost to the small shapes). --sweep times the fused
+// forward and backward under other grids (kernels::BatchNormGrid), e.g. --sweep 1024x8/1024x8,2048x2/4096x2: each
+// REDUCE_BLOCKS x REDUCE_MIN_UNITS / APPLY_BLOCKS x APPLY_MIN_UNITS, one column per grid and shape.
 //
 // Bytes counted: forward 3 passes' worth (x read twice, the output written once), backward 5 (x and dz read twice,
 // dx written once); the unfused forward adds y written and read again (2 more), its backward dy written and read
@@ -70,10 +76,26 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype_name)->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app.add_option("--layout", layout_name)->check(CLI::IsMember({"nchw", "nhwc"}));
   app.add_option("--json", json_path);
-  bool list = false;
+  bool list = false, eager = false;
+  std::string sweep;
   app.add_flag("--list", list, "print the shapes and how many BatchNorms share each, and stop (no GPU needed)");
+  app.add_flag("--eager", eager, "launch the calls one by one instead of replaying them as a captured graph");
+  app.add_option("--sweep", sweep,
+                 "time the fused passes under these grids instead: RB x RU / AB x AU, comma-separated (reduction "
+                 "passes' target blocks and fewest units a thread, the same for the element-wise passes)");
   CLI11_PARSE(app, argc, argv);
   try {
+    std::vector<kn::BatchNormGrid> grids;
+    for (const std::string& g : bench::split_list(sweep)) {
+      kn::BatchNormGrid b;
+      char x1 = 0, slash = 0, x2 = 0;
+      std::istringstream in(g);
+      in >> b.target_blocks >> x1 >> b.min_units_per_thread >> slash >> b.apply_target_blocks >> x2 >>
+          b.apply_min_units_per_thread;
+      if (!in || x1 != 'x' || slash != '/' || x2 != 'x' || !in.eof())
+        throw std::runtime_error(fmt::format("--sweep: '{}' is not REDUCE_BLOCKSxUNITS/APPLY_BLOCKSxUNITS", g));
+      grids.push_back(b);
+    }
     if (list) {
       for (const auto& [shape, count] : batchnorm_shapes(scale, batch, imgsz)) fmt::print("{} x{}\n", shape.str(), count);
       return 0;
@@ -96,12 +118,23 @@ int main(int argc, char** argv) {
           {.warmup = 2, .repeats = 9, .target_ms = 20, .max_iters = 20});
       copy_gbs = 2.0 * bytes / (t.median_ms * 1e6);
     }
+    auto time = [&](const std::function<void()>& f) {
+      return eager ? bench::measure(clock, f, topt) : bench::measure_graph(clock, stream, f, topt);
+    };
     const auto shapes = batchnorm_shapes(scale, batch, imgsz);
-    fmt::print("BatchNorm → SiLU of YOLO26{} training (batch {}, {}x{}), {} {}, on {}; device copy {:.0f} GB/s "
+    fmt::print("BatchNorm → SiLU of YOLO26{} training (batch {}, {}x{}), {} {}, on {}, {}; device copy {:.0f} GB/s "
                "(read + write)\n",
-               scale, batch, imgsz, imgsz, dtype_name, layout_name, bench::device_name(*backend), copy_gbs);
-    fmt::print("{:<20} {:>3} {:>9} {:>7} {:>6} {:>9} {:>7} {:>6} {:>10} {:>10}\n", "shape (NCHW)", "n", "fwd us",
-               "GB/s", "copy%", "bwd us", "GB/s", "copy%", "unf fwd us", "unf bwd us");
+               scale, batch, imgsz, imgsz, dtype_name, layout_name, bench::device_name(*backend),
+               eager ? "launched one by one" : "replayed as a captured graph", copy_gbs);
+    if (grids.empty()) {
+      fmt::print("{:<20} {:>3} {:>9} {:>7} {:>6} {:>9} {:>7} {:>6} {:>10} {:>10}\n", "shape (NCHW)", "n", "fwd us",
+                 "GB/s", "copy%", "bwd us", "GB/s", "copy%", "unf fwd us", "unf bwd us");
+    } else {
+      fmt::print("{:<20} {:>3}", "shape (NCHW)", "n");
+      for (const std::string& g : bench::split_list(sweep)) fmt::print(" {:>21}", g + " f+b");
+      fmt::print("\n");
+    }
+    std::vector<double> sweep_totals(grids.size(), 0.0);
     std::ofstream json;
     if (!json_path.empty()) json.open(json_path);
     std::mt19937 rng(1);
@@ -120,32 +153,40 @@ int main(int argc, char** argv) {
       Tensor rm = dev(DType::f32, Shape{c}, -0.1f, 0.1f), rv = dev(DType::f32, Shape{c}, 0.5f, 1.5f);
       Tensor mean = dev(DType::f32, Shape{c}, 0, 0), invstd = dev(DType::f32, Shape{c}, 0, 0);
       Tensor dg = dev(DType::f32, Shape{c}, 0, 0), db = dev(DType::f32, Shape{c}, 0, 0);
-      auto ws = cuda::device_alloc(kn::batchnorm_workspace_bytes(shape, layout));
+      size_t ws_bytes = kn::batchnorm_workspace_bytes(shape, layout);
+      for (const kn::BatchNormGrid& g : grids) ws_bytes = std::max(ws_bytes, kn::batchnorm_workspace_bytes(shape, layout, g));
+      auto ws = cuda::device_alloc(ws_bytes);
       auto f = [](const Tensor& t) { return static_cast<float*>(t.raw()); };
-      auto forward = [&](bool silu, void* out) {
+      auto forward = [&](bool silu, void* out, const kn::BatchNormGrid& g = {}) {
         kn::launch_batchnorm_forward_training(stream, dtype, layout, shape, x.raw(), out, f(gamma), f(beta), f(rm),
-                                              f(rv), f(mean), f(invstd), ws.get(), 0.03f, 1e-3f, silu);
+                                              f(rv), f(mean), f(invstd), ws.get(), 0.03f, 1e-3f, silu, g);
       };
-      auto backward = [&](bool silu, const void* grad) {
+      auto backward = [&](bool silu, const void* grad, const kn::BatchNormGrid& g = {}) {
         kn::launch_batchnorm_backward(stream, dtype, layout, shape, x.raw(), grad, dx.raw(), f(gamma), f(beta),
-                                      f(mean), f(invstd), f(dg), f(db), ws.get(), silu);
+                                      f(mean), f(invstd), f(dg), f(db), ws.get(), silu, g);
       };
-      const bench::Timing fwd = bench::measure(clock, [&] { forward(true, z.raw()); }, topt);
-      const bench::Timing bwd = bench::measure(clock, [&] { backward(true, dz.raw()); }, topt);
-      const bench::Timing unf_fwd = bench::measure(
-          clock,
-          [&] {
-            forward(false, y.raw());
-            kn::launch_silu_forward(stream, dtype, y.raw(), z.raw(), shape.numel());
-          },
-          topt);
-      const bench::Timing unf_bwd = bench::measure(
-          clock,
-          [&] {
-            kn::launch_silu_backward(stream, dtype, y.raw(), dz.raw(), dy.raw(), shape.numel());
-            backward(false, dy.raw());
-          },
-          topt);
+      if (!grids.empty()) {
+        fmt::print("{:<20} {:>3}", shape.str(), count);
+        for (size_t i = 0; i < grids.size(); ++i) {
+          const bench::Timing gf = time([&] { forward(true, z.raw(), grids[i]); });
+          const bench::Timing gb = time([&] { backward(true, dz.raw(), grids[i]); });
+          sweep_totals[i] += count * (gf.median_ms + gb.median_ms);
+          fmt::print(" {:>10.1f} {:>10.1f}", gf.median_us(), gb.median_us());
+        }
+        fmt::print("\n");
+        std::fflush(stdout);
+        continue;
+      }
+      const bench::Timing fwd = time([&] { forward(true, z.raw()); });
+      const bench::Timing bwd = time([&] { backward(true, dz.raw()); });
+      const bench::Timing unf_fwd = time([&] {
+        forward(false, y.raw());
+        kn::launch_silu_forward(stream, dtype, y.raw(), z.raw(), shape.numel());
+      });
+      const bench::Timing unf_bwd = time([&] {
+        kn::launch_silu_backward(stream, dtype, y.raw(), dz.raw(), dy.raw(), shape.numel());
+        backward(false, dy.raw());
+      });
       const double fwd_gbs = 3 * n * e / (fwd.median_ms * 1e6), bwd_gbs = 5 * n * e / (bwd.median_ms * 1e6);
       worst_fwd = std::min(worst_fwd, fwd_gbs / copy_gbs), worst_bwd = std::min(worst_bwd, bwd_gbs / copy_gbs);
       total_fused += count * (fwd.median_ms + bwd.median_ms);
@@ -159,9 +200,15 @@ int main(int argc, char** argv) {
         json << fmt::format(
             "{{\"side\": \"ours\", \"shape\": [{}, {}, {}, {}], \"count\": {}, \"dtype\": \"{}\", \"layout\": \"{}\", "
             "\"fwd_us\": {:.3f}, \"bwd_us\": {:.3f}, \"unfused_fwd_us\": {:.3f}, \"unfused_bwd_us\": {:.3f}, "
-            "\"copy_gbs\": {:.1f}}}\n",
+            "\"copy_gbs\": {:.1f}, \"captured\": {}}}\n",
             shape[0], shape[1], shape[2], shape[3], count, dtype_name, layout_name, fwd.median_us(), bwd.median_us(),
-            unf_fwd.median_us(), unf_bwd.median_us(), copy_gbs);
+            unf_fwd.median_us(), unf_bwd.median_us(), copy_gbs, !eager);
+    }
+    if (!grids.empty()) {
+      fmt::print("{:<24}", "one step (ms)");
+      for (double t : sweep_totals) fmt::print(" {:>21.2f}", t);
+      fmt::print("\n");
+      return 0;
     }
     fmt::print("one step's BatchNorm → SiLU: fused {:.2f} ms ({:.0f} GB/s, {:.0f}% of copy), unfused {:.2f} ms; the "
                "slowest shape at {:.0f}% (forward) and {:.0f}% (backward) of copy\n",

@@ -8,6 +8,9 @@ bandwidth ours measured.
 
 The dtype and layout follow ours: bf16 NHWC is a bf16 tensor in channels_last (PyTorch's BatchNorm takes bf16 input
 with f32 parameters and statistics, as under autocast); f32 NCHW is contiguous f32.
+
+PyTorch is timed both eagerly and with the calls captured into a CUDA graph (torch.cuda.graph) and replayed, as ours
+are (bench_batchnorm's default); the table keeps PyTorch's faster of the two for each pass and says which it was.
 """
 import argparse
 import json
@@ -32,6 +35,30 @@ def timed_us(fn, iters, repeats=11):
     return statistics.median(per_call)
 
 
+def graphed_us(fn, iters, repeats=11):
+    """fn called `iters` times inside one captured CUDA graph, replayed; None when PyTorch cannot capture it."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(iters):
+                fn()
+    except RuntimeError as e:
+        print(f"  (no captured timing: {str(e).splitlines()[0]})")
+        return None
+    g.replay()
+    return timed_us(g.replay, 1, repeats) / iters
+
+
+def best(eager, graphed):
+    return (eager, "eager") if graphed is None or eager <= graphed else (graphed, "graph")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ours", required=True)
@@ -43,7 +70,7 @@ def main():
     print(f"PyTorch {torch.__version__} BatchNorm2d + SiLU (training) beside ours; GB/s as in bench_batchnorm "
           f"(forward 3, backward 5 activation passes)")
     print(f"{'shape (NCHW)':<20} {'n':>3} {'ours fwd':>9} {'torch fwd':>10} {'ours bwd':>9} {'torch bwd':>10} "
-          f"{'ours %copy':>11} {'torch %copy':>12} {'speed-up':>9}")
+          f"{'ours %copy':>11} {'torch %copy':>12} {'speed-up':>9}  torch fwd/bwd timed")
     tot_ours = tot_torch = tot_bytes = 0.0
     for r in ours:
         n, c, h, w = r["shape"]
@@ -58,9 +85,13 @@ def main():
         def forward():
             return F.silu(bn(x))
 
-        fwd = timed_us(forward, iters)
+        fwd, fwd_mode = best(timed_us(forward, iters), graphed_us(forward, iters))
         z = forward()
-        bwd = timed_us(lambda: torch.autograd.grad(z, (x, bn.weight, bn.bias), dz, retain_graph=True), iters)
+
+        def backward():
+            return torch.autograd.grad(z, (x, bn.weight, bn.bias), dz, retain_graph=True)
+
+        bwd, bwd_mode = best(timed_us(backward, iters), graphed_us(backward, iters))
         e = x.element_size()
         numel = x.numel()
         copy = r["copy_gbs"]
@@ -73,9 +104,9 @@ def main():
         tot_bytes += k * 8 * numel * e
         shape = f"[{n}, {c}, {h}, {w}]"
         print(f"{shape:<20} {k:>3} {r['fwd_us']:>9.1f} {fwd:>10.1f} {r['bwd_us']:>9.1f} {bwd:>10.1f} "
-              f"{ours_pct:>10.0f}% {torch_pct:>11.0f}% {speed:>8.2f}x", flush=True)
+              f"{ours_pct:>10.0f}% {torch_pct:>11.0f}% {speed:>8.2f}x  {fwd_mode}/{bwd_mode}", flush=True)
         rows.append(dict(side="pytorch", shape=r["shape"], count=k, dtype=r["dtype"], layout=r["layout"], fwd_us=fwd,
-                         bwd_us=bwd))
+                         bwd_us=bwd, fwd_mode=fwd_mode, bwd_mode=bwd_mode))
         del x, dz, z, bn
         torch.cuda.empty_cache()
     copy = ours[0]["copy_gbs"] if ours else float("nan")

@@ -10,9 +10,7 @@ namespace vision::ops::kernels {
 namespace {
 
 constexpr const char* kBatchnormFile = "vision/ops/kernels/batchnorm.cuh";
-constexpr int kThreads = 256;         // per block, every BatchNorm kernel
-constexpr int64_t kBnTargetBlocks = 1024;  // enough to fill a large GPU (132 SMs × 8 resident blocks on the H200)
-constexpr int64_t kBnMinUnitsPerThread = 8;
+constexpr int kThreads = 256;  // per block, every BatchNorm kernel
 
 int wide_width(DType dtype) { return 16 / static_cast<int>(core::dtype_size(dtype)); }
 
@@ -64,7 +62,11 @@ struct Tiling {
   size_t partial_floats() const { return static_cast<size_t>(splits * channels * 2); }
 };
 
-Tiling tiling(const core::Shape& x, Layout layout, int vec) {
+// target_blocks: enough to fill a large GPU (132 SMs × 8 resident blocks on the H200); min_units: the fewest units a
+// thread takes (fewer splits for small activations: less per-block reduction and fewer partial results).
+Tiling tiling(const core::Shape& x, Layout layout, int vec, int64_t target_blocks, int64_t min_units) {
+  VISION_CHECK(target_blocks >= 1 && min_units >= 1, "batchnorm2d: a grid needs ≥ 1 block and ≥ 1 unit a thread, got {} and {}",
+               target_blocks, min_units);
   Tiling t;
   t.vec = vec;
   t.channels = x[1];
@@ -81,10 +83,12 @@ Tiling tiling(const core::Shape& x, Layout layout, int vec) {
   }
   t.tiles = bn_ceil_div(t.cols, int64_t{1} << t.tc_shift);
   const int64_t lanes = kThreads >> t.tc_shift;
-  const int64_t wanted = std::max<int64_t>(1, bn_ceil_div(kBnTargetBlocks, t.tiles));
-  const int64_t most = std::max<int64_t>(1, t.units / (lanes * kBnMinUnitsPerThread));
+  const int64_t wanted = std::max<int64_t>(1, bn_ceil_div(target_blocks, t.tiles));
+  const int64_t most = std::max<int64_t>(1, t.units / (lanes * min_units));
   t.units_per_split = bn_ceil_div(t.units, std::min(wanted, most));
   t.splits = bn_ceil_div(t.units, t.units_per_split);  // no empty split
+  VISION_CHECK(t.splits <= 65535, "batchnorm2d: {} splits of {} exceed the grid's 65535 (target {} blocks)", t.splits,
+               x.str(), target_blocks);
   return t;
 }
 
@@ -95,10 +99,17 @@ bool aligned16(std::initializer_list<const void*> ptrs) {
 }
 
 // The widest access the shape and every activation pointer allow.
-Tiling pick(DType dtype, Layout layout, const core::Shape& x, std::initializer_list<const void*> ptrs) {
+int pick_width(DType dtype, Layout layout, const core::Shape& x, std::initializer_list<const void*> ptrs) {
   const int wide = wide_width(dtype);
   const int64_t along = layout == Layout::nhwc ? x[1] : x[2] * x[3];
-  return tiling(x, layout, along % wide == 0 && aligned16(ptrs) ? wide : 1);
+  return along % wide == 0 && aligned16(ptrs) ? wide : 1;
+}
+// The reduction passes' tiling and the element-wise passes' one, at the same access width.
+Tiling reduce_tiling(const core::Shape& x, Layout layout, int vec, const BatchNormGrid& g) {
+  return tiling(x, layout, vec, g.target_blocks, g.min_units_per_thread);
+}
+Tiling apply_tiling(const core::Shape& x, Layout layout, int vec, const BatchNormGrid& g) {
+  return tiling(x, layout, vec, g.apply_target_blocks, g.apply_min_units_per_thread);
 }
 
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
@@ -174,13 +185,13 @@ std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, b
   return out;
 }
 
-size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout) {
+size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout, const BatchNormGrid& grid) {
   check_shape(x, "batchnorm2d workspace");
   size_t floats = 0;
   for (int vec : {1, 4, 8}) {
     const int64_t along = layout == Layout::nhwc ? x[1] : x[2] * x[3];
     if (along % vec != 0) continue;
-    const Tiling t = tiling(x, layout, vec);
+    const Tiling t = reduce_tiling(x, layout, vec, grid);
     floats = std::max(floats, t.partial_floats() + static_cast<size_t>(t.channels));  // + the scales
   }
   return floats * sizeof(float);
@@ -189,9 +200,11 @@ size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout) {
 void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                        const void* x_data, void* y, const float* gamma, const float* beta,
                                        float* running_mean, float* running_var, float* save_mean, float* save_invstd,
-                                       void* workspace, float momentum, float eps, bool silu) {
+                                       void* workspace, float momentum, float eps, bool silu,
+                                       const BatchNormGrid& grid) {
   check_shape(x, "batchnorm2d forward");
-  const Tiling t = pick(dtype, layout, x, {x_data, y});
+  const int vec = pick_width(dtype, layout, x, {x_data, y});
+  const Tiling t = reduce_tiling(x, layout, vec, grid), a = apply_tiling(x, layout, vec, grid);
   VISION_CHECK(t.count > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
   VISION_CHECK(workspace, "batchnorm2d forward (training): no workspace for the partial statistics");
   float* partial = static_cast<float*>(workspace);
@@ -203,17 +216,17 @@ void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout 
       stream, dim3(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0,
       static_cast<const float*>(partial), gamma, scale, save_mean, save_invstd, running_mean, running_var,
       i32(t.splits), i32(t.channels), t.count, i32(t.units), i32(t.units_per_split), momentum, eps);
-  cuda::kernel_instance<BatchNormApply>(dtype, layout, t.vec, silu)
-      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, y, static_cast<const float*>(save_mean),
-              static_cast<const float*>(scale), gamma, beta, i32(t.units), i32(t.cols), i32(t.inner_v),
-              int32_t{t.tc_shift}, i32(t.units_per_split), eps, int32_t{0});
+  cuda::kernel_instance<BatchNormApply>(dtype, layout, a.vec, silu)
+      .launch(stream, a.grid(), dim3(kThreads), 0, x_data, y, static_cast<const float*>(save_mean),
+              static_cast<const float*>(scale), gamma, beta, i32(a.units), i32(a.cols), i32(a.inner_v),
+              int32_t{a.tc_shift}, i32(a.units_per_split), eps, int32_t{0});
 }
 
 void launch_batchnorm_silu_from_saved(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                       const void* x_data, void* y, const float* gamma, const float* beta,
                                       const float* save_mean, const float* save_invstd) {
   check_shape(x, "batchnorm2d → silu forward");
-  const Tiling t = pick(dtype, layout, x, {x_data, y});
+  const Tiling t = apply_tiling(x, layout, pick_width(dtype, layout, x, {x_data, y}), BatchNormGrid{});
   cuda::kernel_instance<BatchNormApply>(dtype, layout, t.vec, true)
       .launch(stream, t.grid(), dim3(kThreads), 0, x_data, y, save_mean, save_invstd, gamma, beta, i32(t.units),
               i32(t.cols), i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split), 0.0f, int32_t{2});
@@ -223,7 +236,7 @@ void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout
                                         const void* x_data, void* y, const float* gamma, const float* beta,
                                         const float* running_mean, const float* running_var, float eps) {
   check_shape(x, "batchnorm2d forward");
-  const Tiling t = pick(dtype, layout, x, {x_data, y});
+  const Tiling t = apply_tiling(x, layout, pick_width(dtype, layout, x, {x_data, y}), BatchNormGrid{});
   cuda::kernel_instance<BatchNormApply>(dtype, layout, t.vec)
       .launch(stream, t.grid(), dim3(kThreads), 0, x_data, y, running_mean, running_var, gamma, beta, i32(t.units),
               i32(t.cols), i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split), eps, int32_t{1});
@@ -232,9 +245,10 @@ void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout
 void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                const void* x_data, const void* dy, void* dx, const float* gamma, const float* beta,
                                const float* save_mean, const float* save_invstd, float* dgamma, float* dbeta,
-                               void* workspace, bool silu) {
+                               void* workspace, bool silu, const BatchNormGrid& grid) {
   check_shape(x, "batchnorm2d backward");
-  const Tiling t = pick(dtype, layout, x, {x_data, dy, dx});
+  const int vec = pick_width(dtype, layout, x, {x_data, dy, dx});
+  const Tiling t = reduce_tiling(x, layout, vec, grid), a = apply_tiling(x, layout, vec, grid);
   VISION_CHECK(workspace, "batchnorm2d backward: no workspace for the partial sums");
   VISION_CHECK(beta || !silu, "batchnorm2d → silu backward: β recomputes the SiLU's input, none was given");
   float* partial = static_cast<float*>(workspace);
@@ -244,10 +258,10 @@ void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, 
   cuda::kernel_instance<BatchNormBackwardFinalize>().launch(
       stream, dim3(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0,
       static_cast<const float*>(partial), save_invstd, dgamma, dbeta, i32(t.splits), i32(t.channels));
-  cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout, t.vec, silu)
-      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, dy, dx, save_mean, save_invstd, gamma, beta,
-              static_cast<const float*>(dgamma), static_cast<const float*>(dbeta), i32(t.units), i32(t.cols),
-              i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split), t.count);
+  cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout, a.vec, silu)
+      .launch(stream, a.grid(), dim3(kThreads), 0, x_data, dy, dx, save_mean, save_invstd, gamma, beta,
+              static_cast<const float*>(dgamma), static_cast<const float*>(dbeta), i32(a.units), i32(a.cols),
+              i32(a.inner_v), int32_t{a.tc_shift}, i32(a.units_per_split), a.count);
 }
 
 }  // namespace vision::ops::kernels

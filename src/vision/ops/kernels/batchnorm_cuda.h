@@ -88,8 +88,17 @@ void launch_increment_counter(cudaStream_t stream, int64_t* counter);
 // backward); with silu, those of BatchNorm → SiLU fused (training only).
 std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, bool training, bool silu = false);
 
+// How the kernels cut an activation into blocks (batchnorm.cuh's grid): the blocks aimed at and the fewest units a
+// thread takes, for the reduction passes (statistics, backward sums: their partial results per split fill the
+// workspace) and for the element-wise passes (apply, backward apply) apart. The defaults are what the ops use;
+// bench_batchnorm --sweep times others. A launch must use the grid its workspace was sized for.
+struct BatchNormGrid {
+  int64_t target_blocks = 1024, min_units_per_thread = 8;              // statistics and backward sums
+  int64_t apply_target_blocks = 1024, apply_min_units_per_thread = 8;  // apply and backward apply
+};
+
 // Workspace bytes of the training forward and backward of an input of shape x (N, C, H, W) in layout.
-size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout);
+size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout, const BatchNormGrid& grid = {});
 
 // Training: y = (x − μ)·invstd·γ + β with the batch mean μ and inverse std invstd = 1/sqrt(var + eps) (biased
 // variance), saved for backward (f32, C each); running_mean and running_var (f32) are updated with `momentum` as
@@ -99,7 +108,8 @@ size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout);
 void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                        const void* x_data, void* y, const float* gamma, const float* beta,
                                        float* running_mean, float* running_var, float* save_mean, float* save_invstd,
-                                       void* workspace, float momentum, float eps, bool silu = false);
+                                       void* workspace, float momentum, float eps, bool silu = false,
+                                       const BatchNormGrid& grid = {});
 // y = silu((x − mean)·γ·invstd + β) from statistics saved elsewhere (cuDNN's training forward): the fused SiLU on
 // cuDNN's f32 NCHW path.
 void launch_batchnorm_silu_from_saved(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
@@ -114,6 +124,6 @@ void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout
 void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                const void* x_data, const void* dy, void* dx, const float* gamma, const float* beta,
                                const float* save_mean, const float* save_invstd, float* dgamma, float* dbeta,
-                               void* workspace, bool silu = false);
+                               void* workspace, bool silu = false, const BatchNormGrid& grid = {});
 
 }  // namespace vision::ops::kernels
