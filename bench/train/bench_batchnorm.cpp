@@ -9,8 +9,9 @@
 //
 // Each figure is the work as a captured training step runs it: the calls captured once into a CUDA graph and replayed
 // (--eager: launched one by one, which adds the host's launch cost to the small shapes). --sweep times the fused
-// forward and backward under other grids (kernels::BatchNormGrid), e.g. --sweep 1024x8/1024x8,2048x2/4096x2: each
-// REDUCE_BLOCKS x REDUCE_MIN_UNITS / APPLY_BLOCKS x APPLY_MIN_UNITS, one column per grid and shape.
+// forward and backward under other grids (kernels::BatchNormGrid), e.g. --sweep 1024x8/1024x8,256x8+100/1024x8: each
+// REDUCE_BLOCKS x REDUCE_MIN_UNITS [+ REDUCE_MIN_BLOCKS] / APPLY_BLOCKS x APPLY_MIN_UNITS, one column per grid and
+// shape.
 //
 // Bytes counted: forward 3 passes' worth (x read twice, the output written once), backward 5 (x and dz read twice,
 // dx written once); the unfused forward adds y written and read again (2 more), its backward dy written and read
@@ -88,12 +89,15 @@ int main(int argc, char** argv) {
     std::vector<kn::BatchNormGrid> grids;
     for (const std::string& g : bench::split_list(sweep)) {
       kn::BatchNormGrid b;
-      char x1 = 0, slash = 0, x2 = 0;
+      b.min_blocks = 0;
+      char x1 = 0, sep = 0, x2 = 0;
       std::istringstream in(g);
-      in >> b.target_blocks >> x1 >> b.min_units_per_thread >> slash >> b.apply_target_blocks >> x2 >>
-          b.apply_min_units_per_thread;
-      if (!in || x1 != 'x' || slash != '/' || x2 != 'x' || !in.eof())
-        throw std::runtime_error(fmt::format("--sweep: '{}' is not REDUCE_BLOCKSxUNITS/APPLY_BLOCKSxUNITS", g));
+      in >> b.target_blocks >> x1 >> b.min_units_per_thread >> sep;
+      if (sep == '+') in >> b.min_blocks >> sep;
+      in >> b.apply_target_blocks >> x2 >> b.apply_min_units_per_thread;
+      if (!in || x1 != 'x' || sep != '/' || x2 != 'x' || !in.eof())
+        throw std::runtime_error(
+            fmt::format("--sweep: '{}' is not REDUCE_BLOCKSxUNITS[+MIN_BLOCKS]/APPLY_BLOCKSxUNITS", g));
       grids.push_back(b);
     }
     if (list) {

@@ -164,6 +164,18 @@ struct BnGrid {
   __device__ __forceinline__ uint32_t channels() const { return NHWC ? cols * V : cols; }
 };
 
+// The apply pass's arithmetic: f64 for f32 activations (y correctly rounded), f32 for f16 and bf16.
+template <typename T>
+struct BnApplyMath {
+  using type = float;
+  static __device__ __forceinline__ float root(float v) { return sqrtf(v); }
+};
+template <>
+struct BnApplyMath<float> {
+  using type = double;
+  static __device__ __forceinline__ double root(double v) { return sqrt(v); }
+};
+
 template <typename T, int V>
 __device__ __forceinline__ BnVec<T, V> bn_load(const T* __restrict__ p, uint32_t i) {
   return reinterpret_cast<const BnVec<T, V>*>(p)[i];
@@ -302,7 +314,10 @@ __device__ __forceinline__ void batchnorm_stats_impl(const T* __restrict__ x, fl
 
 // y = (x − mean[c])·a[c] + β[c] (then z = silu(y) when ACT) with, by `from_var`: 0, a = scale_src[c] (γ·invstd,
 // rounded once by batchnorm_stats_finalize) in training; 1, a = γ[c]/sqrt(scale_src[c] + eps) (scale_src the running
-// variance); 2, a = γ[c]·scale_src[c] (scale_src the inverse std saved by cuDNN's training forward).
+// variance); 2, a = γ[c]·scale_src[c] (scale_src the inverse std saved by cuDNN's training forward). f32 activations
+// compute y in f64 from the f32 operands (a too) and round once — correctly rounded, never less exact than cuDNN's
+// own normalisation, which the f32 NCHW training path replaces with this kernel (the kernel is memory-bound: the f64
+// arithmetic costs nothing measurable); f16 and bf16 compute in f32.
 template <typename T, int NHWC, int V, int ACT>
 __device__ __forceinline__ void batchnorm_apply_impl(const T* __restrict__ x, T* __restrict__ y,
                                                      const float* __restrict__ mean,
@@ -312,20 +327,21 @@ __device__ __forceinline__ void batchnorm_apply_impl(const T* __restrict__ x, T*
                                                      int32_t units_per_split, float eps, int32_t from_var) {
   const BnGrid<T, NHWC, V> g(units, cols, inner_v, tc_shift, units_per_split);
   if (!g.active) return;
-  float mu[V], sc[V], be[V];
+  using F = typename BnApplyMath<T>::type;
+  F mu[V], sc[V], be[V];
   for (int j = 0; j < V; ++j) {
     const uint32_t c = g.channel(j);
     mu[j] = mean[c], be[j] = beta[c];
-    sc[j] = from_var == 1   ? gamma[c] / sqrtf(scale_src[c] + eps)
-            : from_var == 2 ? gamma[c] * scale_src[c]
-                            : scale_src[c];
+    sc[j] = from_var == 1   ? F(gamma[c]) / BnApplyMath<T>::root(F(scale_src[c]) + F(eps))
+            : from_var == 2 ? F(gamma[c]) * F(scale_src[c])
+                            : F(scale_src[c]);
   }
   bn_for_units(
       g.begin, g.end, g.step, [&](uint32_t u) { return bn_load<T, V>(x, g.at(u)); },
       [&](uint32_t u, const BnVec<T, V>& a) {
         BnVec<T, V> o;
         for (int j = 0; j < V; ++j) {
-          const float yj = (to_float(a.v[j]) - mu[j]) * sc[j] + be[j];
+          const float yj = static_cast<float>((F(to_float(a.v[j])) - mu[j]) * sc[j] + be[j]);
           o.v[j] = from_float<T>(ACT ? bn_silu(yj) : yj);
         }
         reinterpret_cast<BnVec<T, V>*>(y)[g.at(u)] = o;

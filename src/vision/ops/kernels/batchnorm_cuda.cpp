@@ -64,9 +64,11 @@ struct Tiling {
 
 // target_blocks: enough to fill a large GPU (132 SMs × 8 resident blocks on the H200); min_units: the fewest units a
 // thread takes (fewer splits for small activations: less per-block reduction and fewer partial results).
-Tiling tiling(const core::Shape& x, Layout layout, int vec, int64_t target_blocks, int64_t min_units) {
-  VISION_CHECK(target_blocks >= 1 && min_units >= 1, "batchnorm2d: a grid needs ≥ 1 block and ≥ 1 unit a thread, got {} and {}",
-               target_blocks, min_units);
+Tiling tiling(const core::Shape& x, Layout layout, int vec, int64_t target_blocks, int64_t min_units,
+              int64_t min_blocks) {
+  VISION_CHECK(target_blocks >= 1 && min_units >= 1 && min_blocks >= 0,
+               "batchnorm2d: a grid needs ≥ 1 block and ≥ 1 unit a thread, got {} blocks, {} units, {} at least",
+               target_blocks, min_units, min_blocks);
   Tiling t;
   t.vec = vec;
   t.channels = x[1];
@@ -84,8 +86,9 @@ Tiling tiling(const core::Shape& x, Layout layout, int vec, int64_t target_block
   t.tiles = bn_ceil_div(t.cols, int64_t{1} << t.tc_shift);
   const int64_t lanes = kThreads >> t.tc_shift;
   const int64_t wanted = std::max<int64_t>(1, bn_ceil_div(target_blocks, t.tiles));
-  const int64_t most = std::max<int64_t>(1, t.units / (lanes * min_units));
-  t.units_per_split = bn_ceil_div(t.units, std::min(wanted, most));
+  const int64_t by_units = std::max<int64_t>(1, t.units / (lanes * min_units));
+  const int64_t floor = std::min(bn_ceil_div(min_blocks, t.tiles), std::max<int64_t>(1, t.units / (lanes * 2)));
+  t.units_per_split = bn_ceil_div(t.units, std::min(wanted, std::max(by_units, floor)));
   t.splits = bn_ceil_div(t.units, t.units_per_split);  // no empty split
   VISION_CHECK(t.splits <= 65535, "batchnorm2d: {} splits of {} exceed the grid's 65535 (target {} blocks)", t.splits,
                x.str(), target_blocks);
@@ -106,10 +109,10 @@ int pick_width(DType dtype, Layout layout, const core::Shape& x, std::initialize
 }
 // The reduction passes' tiling and the element-wise passes' one, at the same access width.
 Tiling reduce_tiling(const core::Shape& x, Layout layout, int vec, const BatchNormGrid& g) {
-  return tiling(x, layout, vec, g.target_blocks, g.min_units_per_thread);
+  return tiling(x, layout, vec, g.target_blocks, g.min_units_per_thread, g.min_blocks);
 }
 Tiling apply_tiling(const core::Shape& x, Layout layout, int vec, const BatchNormGrid& g) {
-  return tiling(x, layout, vec, g.apply_target_blocks, g.apply_min_units_per_thread);
+  return tiling(x, layout, vec, g.apply_target_blocks, g.apply_min_units_per_thread, 0);
 }
 
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }

@@ -92,9 +92,14 @@ std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, b
 // thread takes, for the reduction passes (statistics, backward sums: their partial results per split fill the
 // workspace) and for the element-wise passes (apply, backward apply) apart. The defaults are what the ops use;
 // bench_batchnorm --sweep times others. A launch must use the grid its workspace was sized for.
+// The reduction passes take at most target_blocks blocks and min_units_per_thread units a thread, but at least
+// min_blocks blocks (down to 2 units a thread) when the activation is small: measured on the H100 over YOLO26n's
+// shapes (bench_batchnorm --sweep, bench/train/NOTES.md v6), the reductions run best at about 100–256 blocks
+// whatever the size — per-block and per-split costs (the in-block combination, the finalize over the splits) weigh
+// more than bytes in flight.
 struct BatchNormGrid {
-  int64_t target_blocks = 1024, min_units_per_thread = 8;              // statistics and backward sums
-  int64_t apply_target_blocks = 1024, apply_min_units_per_thread = 8;  // apply and backward apply
+  int64_t target_blocks = 256, min_units_per_thread = 8, min_blocks = 100;  // statistics and backward sums
+  int64_t apply_target_blocks = 1024, apply_min_units_per_thread = 8;       // apply and backward apply
 };
 
 // Workspace bytes of the training forward and backward of an input of shape x (N, C, H, W) in layout.
