@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "error_bounds.h"
 #include "models/small_net_reference.h"
@@ -124,6 +125,45 @@ TEST_P(SmallNetFormats, TrainingStepMatchesF32) {
               c.dtype == DType::f32 ? 1e-5 : 8 * u)
         << key;
   if (c.dtype != DType::f32) EXPECT_GT(low.state().compute_copies(), 0u);
+}
+
+// The training plans' BatchNorm → SiLU fusion does not make a low-precision step less exact: the same step with
+// the fusion on and off (PlanOptions::fuse_training), each gradient against the f32 NCHW plan's (fused: cuDNN's
+// statistics, the apply in f64, our fused backward); the fused error within 1.25× the unfused one plus u/4 (the
+// two differ in where y and dy are rounded, the fused keeping them in f32; f32 NHWC: both within 5e-5). Both errors
+// are printed.
+TEST_P(SmallNetFormats, TrainingStepFusionKeepsTheUnfusedError) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const FormatCase c = GetParam();
+  const SmallNetConfig cfg{.in_channels = 3, .width = 16, .loss = SmallNetConfig::Loss::projection};
+  const Shape xs{4, 3, 16, 16}, rs{4, 16, 16, 16};
+  Executor ref(models::demo::small_net(cfg), cuda_backend());
+  test::randomize_batchnorm_state(ref.state({xs, rs}));
+  const Tensor x = test::random_tensor(xs), r = test::random_tensor(rs);
+  (void)ref.forward_train({x, r});
+  ref.backward();
+  const auto g_ref = test::to_double(test::to_host(ref, ref.state().flat_grads()));
+  double err[2] = {0, 0};
+  for (const bool fuse : {false, true}) {
+    Executor low(models::demo::small_net(cfg), cuda_backend(),
+                 PlanOptions{.compute_dtype = c.dtype, .layout = c.layout, .fuse_training = fuse});
+    copy_state(ref.state(), low, {xs, rs});
+    LossScaler scaler(LossScaler::Options{.initial_scale = c.dtype == DType::f16 ? 65536.0f : 1.0f});
+    bool finite = false;
+    for (int attempt = 0; attempt < 24 && !finite; ++attempt) {
+      (void)low.forward_train({x, r});
+      low.backward({}, false, scaler.scale());
+      finite = scaler.unscale(low.state());
+    }
+    ASSERT_TRUE(finite) << "fuse " << fuse << ": the loss scale fell to " << scaler.scale();
+    err[fuse] = test::rel_error(test::to_host(low, low.state().flat_grads()), g_ref);
+  }
+  const double u = test::unit_roundoff(c.dtype);
+  std::printf("gradients' relative error against f32 NCHW: unfused %.4g, fused %.4g (u = %.3g)\n", err[0], err[1], u);
+  if (c.dtype == DType::f32)  // both at f32's level, where their ratio is noise
+    EXPECT_LT(err[1], 5e-5);
+  else
+    EXPECT_LE(err[1], 1.25 * err[0] + 0.25 * u);
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaFormats, SmallNetFormats,
