@@ -165,21 +165,35 @@ void postprocess_e2e_cpu(const Tensor& boxes, const Tensor& logits, const Postpr
         std::memset(det, 0, static_cast<size_t>(o.max_det) * 6 * sizeof(float));
         int32_t kept = 0;
         if (k > 0) {
-          // Stage 1: the k anchors of the highest max-class logits.
+          // Stage 1: the k anchors of the highest max-class logits. The best logit of every anchor, class by class
+          // over contiguous rows (a class replaces the best only when strictly greater: the lowest class on ties,
+          // as best_class).
+          std::vector<float> best(lb, lb + n);
+          for (float& v : best) v = sanitize(v);
+          for (int64_t c = 1; c < nc; ++c) {
+            const float* row = lb + c * n;
+            for (int64_t a = 0; a < n; ++a) {
+              const float x = sanitize(row[a]);
+              best[static_cast<size_t>(a)] = x > best[static_cast<size_t>(a)] ? x : best[static_cast<size_t>(a)];
+            }
+          }
           std::vector<uint64_t> anchors(static_cast<size_t>(n));
           for (int64_t a = 0; a < n; ++a)
-            anchors[static_cast<size_t>(a)] = rank_key(best_class(lb, n, nc, a).first, static_cast<uint32_t>(a));
+            anchors[static_cast<size_t>(a)] = rank_key(best[static_cast<size_t>(a)], static_cast<uint32_t>(a));
           std::nth_element(anchors.begin(), anchors.begin() + (k - 1), anchors.end(), std::greater<>());
-          // Stage 2: the top k of their k × nc (anchor, class) pairs, sorted.
+          // Stage 2: the top k of their k × nc (anchor, class) pairs, sorted. Only pairs above the score threshold
+          // can become rows, and they rank above every other pair: the top k of those alone are the rows the top k
+          // of all would give (the class filter, applied after, still takes its place among the k).
           std::vector<uint64_t> pairs;
           pairs.reserve(static_cast<size_t>(k * nc));
           for (int64_t s = 0; s < k; ++s) {
             const uint32_t a = key_index(anchors[static_cast<size_t>(s)]);
             for (int64_t c = 0; c < nc; ++c)
-              pairs.push_back(rank_key(lb[c * n + a], static_cast<uint32_t>(a * nc + c)));
+              if (lb[c * n + a] > threshold) pairs.push_back(rank_key(lb[c * n + a], static_cast<uint32_t>(a * nc + c)));
           }
-          std::partial_sort(pairs.begin(), pairs.begin() + k, pairs.end(), std::greater<>());
-          for (int64_t r = 0; r < k; ++r) {
+          const int64_t ranked = std::min<int64_t>(k, static_cast<int64_t>(pairs.size()));
+          std::partial_sort(pairs.begin(), pairs.begin() + ranked, pairs.end(), std::greater<>());
+          for (int64_t r = 0; r < ranked; ++r) {
             const uint64_t key = pairs[static_cast<size_t>(r)];
             const float logit = key_logit(key);
             const int64_t a = key_index(key) / nc, c = key_index(key) % nc;
