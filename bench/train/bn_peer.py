@@ -14,10 +14,15 @@ are (bench_batchnorm's default); the table keeps PyTorch's faster of the two for
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from peer_util import capture  # noqa: E402
 
 
 def timed_us(fn, iters, repeats=11):
@@ -36,18 +41,10 @@ def timed_us(fn, iters, repeats=11):
 
 
 def graphed_us(fn, iters, repeats=11):
-    """fn called `iters` times inside one captured CUDA graph, replayed; None when PyTorch cannot capture it."""
+    """fn called `iters` times inside one captured CUDA graph (peer_util.capture), replayed; None when PyTorch cannot
+    capture it."""
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(iters):
-                fn()
+        g, _ = capture(lambda: [fn() for _ in range(iters)])
     except RuntimeError as e:
         print(f"  (no captured timing: {str(e).splitlines()[0]})")
         return None
