@@ -20,10 +20,15 @@ done
 # A kernel cache compiled ahead of time (`vision kernels build --arch sm_90a`, no GPU needed) may be carried in.
 export VISION_CACHE_DIR=${VISION_CACHE_DIR:-/tmp/vision-kernel-cache}
 t0=$(date +%s)
-# OpenCV (BoT-SORT's camera motion) is optional: the host's image may lack it.
-opencv=ON
-find /usr/include /opt/gpu-host-deps/usr/include -maxdepth 2 -path '*opencv4/opencv2' 2>/dev/null | grep -q . || opencv=OFF
-cmake --preset default -DVISION_BENCH=$([ $bench = 1 ] && echo ON || echo OFF) -DVISION_OPENCV=$opencv >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+# OpenCV (BoT-SORT's camera motion), FFmpeg's libraries (video) and ONNX (export) are optional: the host's image may
+# lack them (the offline host's .gpu-host/debs carries the required packages, libzip-dev and libzip4 among them).
+has() { find /usr/include /usr/include/x86_64-linux-gnu /opt/gpu-host-deps/usr/include /opt/gpu-host-deps/usr/include/x86_64-linux-gnu -maxdepth 4 -path "*$1" 2>/dev/null | grep -q .; }
+opencv=ON; has 'opencv4/opencv2/video/tracking.hpp' || opencv=OFF
+video=ON; has 'libavformat/avformat.h' || video=OFF
+onnx=ON; has 'onnx/onnx_pb.h' || onnx=OFF
+echo "optional parts: opencv $opencv, video $video, onnx $onnx"
+cmake --preset default -DVISION_BENCH=$([ $bench = 1 ] && echo ON || echo OFF) -DVISION_OPENCV=$opencv \
+  -DVISION_VIDEO=$video -DVISION_ONNX=$onnx >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build -j16 >"$out/build.log" 2>&1 || { grep -E "error" -A5 "$out/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 VISION_REQUIRE_GPU=1 ctest --test-dir build -j8 --timeout 600 $ctest_args >"$out/ctest.log" 2>&1
