@@ -1,5 +1,6 @@
 #include "vision/models/yolo/kernels/attention/psa.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "vision/core/error.h"
@@ -44,30 +45,51 @@ std::vector<PsaRowsBlock> psa_merge_blocks(const PsaConfig& c, int64_t batch, in
 
 namespace {
 
-// Index of (batch b, channel c, pixel p) in an image of `channels` channels and n pixels.
-inline int64_t image_index(core::Layout layout, int64_t b, int64_t c, int64_t p, int64_t channels, int64_t n) {
-  return layout == core::Layout::nhwc ? (b * n + p) * channels + c : (b * channels + c) * n + p;
+// The copies run row by row: a row of a block (b·heads + h, p) is `width` channels of one pixel — contiguous in NHWC,
+// a stride of N apart in NCHW —, and extract_v's V channels of one head are 2·KEY_DIM consecutive qkv channels. So each
+// parallel task is one row, pixel or channel plane, with its offsets computed once (no division per element).
+
+// Calls f(row r, pointer to the row's first channel element, the stride between its channels) for every row of k in
+// the image `base` (a float* or const float*).
+template <typename P, typename F>
+void for_block_rows(const PsaRowsBlock& k, P base, F f) {
+  cpu::parallel_for(
+      k.batch * k.heads * k.n,
+      [&](int64_t r) {
+        const int64_t p = r % k.n, bh = r / k.n, b = bh / k.heads, h = bh % k.heads;
+        const int64_t c0 = h * k.head_stride + k.offset;
+        if (k.layout == core::Layout::nhwc)
+          f(r, base + (b * k.n + p) * k.channels + c0, int64_t{1});
+        else
+          f(r, base + (b * k.channels + c0) * k.n + p, k.n);
+      },
+      k.rows_numel());
 }
 
-// The one indexing helper of the rows ↔ channels layouts: the image index of row element i of `block`.
-inline int64_t channel_index(const PsaRowsBlock& k, int64_t i) {
-  const int64_t d = i % k.width, r = i / k.width, p = r % k.n, bh = r / k.n;
-  const int64_t b = bh / k.heads, h = bh % k.heads;
-  return image_index(k.layout, b, h * k.head_stride + k.offset + d, p, k.channels, k.n);
-}
-
-// The one indexing helper of extract_v: the qkv index of image element i (both in `layout`). Image element i is
-// (b, h·2·KEY_DIM + d, p); qkv channel h·4·KEY_DIM + 2·KEY_DIM + d.
-inline int64_t qkv_index_of_v(int64_t i, int64_t key_dim, int64_t heads, int64_t n, core::Layout layout) {
-  const int64_t ic = 2 * key_dim * heads;
-  int64_t p, ch, b;
+// Calls f(qkv offset, image offset, length, qk) for every contiguous run of V values: in NHWC one pixel's 2·KEY_DIM V
+// channels of one head, in NCHW one V channel's plane of N pixels (qkv channel h·4·KEY_DIM + 2·KEY_DIM + d is image
+// channel h·2·KEY_DIM + d). qk: the values of the head's Q and K right before the run (2·KEY_DIM channels, or their
+// planes) for the run that starts the head's V — once per head and pixel, or per head in NCHW —, 0 for the others.
+template <typename F>
+void for_v_runs(int64_t key_dim, int64_t heads, int64_t batch, int64_t n, core::Layout layout, F f) {
+  const int64_t qc = 4 * key_dim * heads, ic = 2 * key_dim * heads;
   if (layout == core::Layout::nhwc) {
-    ch = i % ic, p = (i / ic) % n, b = i / (ic * n);
+    cpu::parallel_for(
+        batch * n,
+        [&](int64_t px) {
+          for (int64_t h = 0; h < heads; ++h)
+            f(px * qc + h * 4 * key_dim + 2 * key_dim, px * ic + h * 2 * key_dim, 2 * key_dim, 2 * key_dim);
+        },
+        batch * n * ic);
   } else {
-    p = i % n, ch = (i / n) % ic, b = i / (n * ic);
+    cpu::parallel_for(
+        batch * ic,
+        [&](int64_t plane) {
+          const int64_t b = plane / ic, ch = plane % ic, h = ch / (2 * key_dim), d = ch % (2 * key_dim);
+          f((b * qc + h * 4 * key_dim + 2 * key_dim + d) * n, plane * n, n, d == 0 ? 2 * key_dim * n : 0);
+        },
+        batch * n * ic);
   }
-  const int64_t h = ch / (2 * key_dim), d = ch % (2 * key_dim);
-  return image_index(layout, b, h * 4 * key_dim + 2 * key_dim + d, p, 4 * key_dim * heads, n);
 }
 
 void check_f32(const Tensor& t, int64_t numel, std::string_view what) {
@@ -81,17 +103,23 @@ void check_f32(const Tensor& t, int64_t numel, std::string_view what) {
 void psa_channels_to_rows_cpu(const Tensor& channels, const PsaRowsBlock& block, const Tensor& rows) {
   check_f32(channels, block.batch * block.channels * block.n, "the channel-major tensor");
   check_f32(rows, block.rows_numel(), "the rows");
-  const float* src = channels.data<float>();
   float* dst = rows.data<float>();
-  cpu::parallel_for(block.rows_numel(), [&](int64_t i) { dst[i] = src[channel_index(block, i)]; });
+  const int64_t w = block.width;
+  for_block_rows(block, static_cast<const float*>(channels.data<float>()), [&](int64_t r, const float* in, int64_t stride) {
+    float* out = dst + r * w;
+    for (int64_t d = 0; d < w; ++d) out[d] = in[d * stride];
+  });
 }
 
 void psa_rows_to_channels_cpu(const Tensor& rows, const PsaRowsBlock& block, const Tensor& channels) {
   check_f32(channels, block.batch * block.channels * block.n, "the channel-major tensor");
   check_f32(rows, block.rows_numel(), "the rows");
   const float* src = rows.data<float>();
-  float* dst = channels.data<float>();
-  cpu::parallel_for(block.rows_numel(), [&](int64_t i) { dst[channel_index(block, i)] = src[i]; });
+  const int64_t w = block.width;
+  for_block_rows(block, channels.data<float>(), [&](int64_t r, float* out, int64_t stride) {
+    const float* in = src + r * w;
+    for (int64_t d = 0; d < w; ++d) out[d * stride] = in[d];
+  });
 }
 
 void psa_extract_v_cpu(const Tensor& qkv, int64_t key_dim, int64_t heads, const Tensor& image) {
@@ -101,8 +129,9 @@ void psa_extract_v_cpu(const Tensor& qkv, int64_t key_dim, int64_t heads, const 
   const float* src = qkv.data<float>();
   float* dst = image.data<float>();
   VISION_CHECK(qkv.layout() == image.layout(), "psa_extract_v: qkv is {}, the image {}", qkv.str(), image.str());
-  cpu::parallel_for(image.numel(),
-                    [&](int64_t i) { dst[i] = src[qkv_index_of_v(i, key_dim, heads, n, qkv.layout())]; });
+  for_v_runs(key_dim, heads, qkv.dim(0), n, qkv.layout(), [&](int64_t q, int64_t v, int64_t len, int64_t) {
+    std::copy(src + q, src + q + len, dst + v);
+  });
 }
 
 void psa_extract_v_backward_cpu(const Tensor& grad_image, int64_t key_dim, int64_t heads, const Tensor& grad_qkv) {
@@ -111,11 +140,14 @@ void psa_extract_v_backward_cpu(const Tensor& grad_image, int64_t key_dim, int64
   const int64_t n = grad_qkv.dim(2) * grad_qkv.dim(3);
   const float* src = grad_image.data<float>();
   float* dst = grad_qkv.data<float>();
-  cpu::parallel_for(grad_qkv.numel(), [&](int64_t i) { dst[i] = 0.0f; });  // Q and K get no gradient
   VISION_CHECK(grad_qkv.layout() == grad_image.layout(), "psa_extract_v backward: d_qkv is {}, the image gradient {}",
                grad_qkv.str(), grad_image.str());
-  cpu::parallel_for(grad_image.numel(),
-                    [&](int64_t i) { dst[qkv_index_of_v(i, key_dim, heads, n, grad_qkv.layout())] = src[i]; });
+  // Each run of V channels follows its head's Q and K (2·KEY_DIM channels, which get no gradient): zero those and
+  // copy the V run, so every d_qkv element is written once.
+  for_v_runs(key_dim, heads, grad_qkv.dim(0), n, grad_qkv.layout(), [&](int64_t q, int64_t v, int64_t len, int64_t qk) {
+    std::fill(dst + q - qk, dst + q, 0.0f);
+    std::copy(src + v, src + v + len, dst + q);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
