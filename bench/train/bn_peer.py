@@ -15,29 +15,20 @@ are (bench_batchnorm's default); the table keeps PyTorch's faster of the two for
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from peer_util import capture  # noqa: E402
+from peer_util import capture, time_us  # noqa: E402
 
 
 def timed_us(fn, iters, repeats=11):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    """Median µs per call of fn, `iters` back-to-back eager calls a measurement, after three warm-up calls."""
     for _ in range(3):
         fn()
-    per_call = []
-    for _ in range(repeats):
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        per_call.append(start.elapsed_time(end) * 1000 / iters)
-    return statistics.median(per_call)
+    return time_us(fn, iters, repeats, "cuda")[0]
 
 
 def graphed_us(fn, iters, repeats=11):

@@ -62,8 +62,8 @@ struct Tiling {
   size_t partial_floats() const { return static_cast<size_t>(splits * channels * 2); }
 };
 
-// target_blocks: enough to fill a large GPU (132 SMs × 8 resident blocks on the H200); min_units: the fewest units a
-// thread takes (fewer splits for small activations: less per-block reduction and fewer partial results).
+// At most target_blocks blocks, each thread taking at least min_units units, but at least min_blocks blocks (down to 2
+// units a thread) when that leaves too few (BatchNormGrid says why: the defaults were measured).
 Tiling tiling(const core::Shape& x, Layout layout, int vec, int64_t target_blocks, int64_t min_units,
               int64_t min_blocks) {
   VISION_CHECK(target_blocks >= 1 && min_units >= 1 && min_blocks >= 0,
