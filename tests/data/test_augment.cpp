@@ -311,3 +311,86 @@ TEST(Augment, FlipsMirrorImageAndBoxes) {
 
 }  // namespace
 }  // namespace vision::data
+
+namespace vision::data {
+namespace {
+
+// augment_sample as its steps compose (header comment): the reference for the one-pass pipeline.
+LabeledImage augment_step_by_step(size_t index, size_t n, const SampleLoader& load, int64_t imgsz,
+                                  const AugmentOptions& o, bool mosaic, Random& rng) {
+  LabeledImage x;
+  if (mosaic && o.mosaic > 0 && rng.chance(o.mosaic)) {
+    std::array<LabeledImage, 4> four;
+    four[0] = load(index);
+    for (size_t i = 1; i < 4; ++i) four[i] = load(static_cast<size_t>(rng.integer(0, static_cast<int64_t>(n) - 1)));
+    x = random_affine(mosaic4(four, imgsz, rng), rng, o, imgsz, imgsz);
+  } else {
+    x = random_affine(letterbox_square(load(index), imgsz), rng, o, imgsz, imgsz);
+  }
+  random_hsv(x.image, rng, o);
+  if (o.flipud > 0 && rng.chance(o.flipud)) flip_ud(x);
+  if (o.fliplr > 0 && rng.chance(o.fliplr)) flip_lr(x);
+  return x;
+}
+
+// A w × h image of noise (every pixel independent, so a sample taken from a neighbour shows) with three boxes.
+LabeledImage noise_image(int64_t w, int64_t h, uint64_t seed) {
+  LabeledImage x;
+  x.image = Image(w, h, 3);
+  Random rng(seed);
+  for (uint8_t& p : x.image.pixels) p = static_cast<uint8_t>(rng.integer(0, 255));
+  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+  x.boxes = {{0, 0.1f * fw, 0.1f * fh, 0.4f * fw, 0.5f * fh},
+             {1, 0.5f * fw, 0.2f * fh, 0.95f * fw, 0.6f * fh},
+             {2, 0.2f * fw, 0.6f * fh, 0.7f * fw, 0.98f * fh}};
+  return x;
+}
+
+}  // namespace
+
+// The one-pass pipeline (warp, flips and HSV fused, into the caller's buffer, buffers reused) gives exactly the
+// pixels, boxes and random draws of its steps composed: mosaic on and off, every option set below, the flips forced
+// and random, an identity affine (the composed path copies, the one-pass one warps), one scratch reused throughout.
+TEST(Augment, OnePassEqualsTheStepsComposed) {
+  constexpr int64_t imgsz = 96;
+  const std::vector<LabeledImage> images = {noise_image(96, 72, 1), noise_image(50, 96, 2), noise_image(96, 96, 3),
+                                            noise_image(80, 61, 4), noise_image(96, 90, 5)};
+  const SampleLoader load = [&](size_t i) { return images[i]; };
+  std::vector<AugmentOptions> options(6);
+  options[1].degrees = 10, options[1].shear = 5, options[1].perspective = 0.0008;
+  options[2].flipud = 1, options[2].fliplr = 1;
+  options[3].flipud = 0.5, options[3].hsv_h = options[3].hsv_s = options[3].hsv_v = 0;
+  options[4].scale = 0, options[4].translate = 0, options[4].hsv_h = 0.5;  // identity affine for the 96 × 96 image
+  options[5].fliplr = 0, options[5].hsv_s = 0.9, options[5].degrees = 180;
+  AugmentScratch scratch;
+  std::vector<uint8_t> out(imgsz * imgsz * 3);
+  int64_t compared = 0;
+  for (size_t k = 0; k < options.size(); ++k)
+    for (uint64_t seed = 0; seed < 12; ++seed)
+      for (const bool mosaic : {true, false}) {
+        SCOPED_TRACE(testing::Message() << "options " << k << " seed " << seed << " mosaic " << mosaic);
+        const size_t index = seed % images.size();
+        Random a(derive_seed(3, seed, k)), b(derive_seed(3, seed, k));
+        const LabeledImage want = augment_step_by_step(index, images.size(), load, imgsz, options[k], mosaic, a);
+        std::fill(out.begin(), out.end(), uint8_t{7});
+        const std::vector<TargetBox> boxes =
+            augment_sample_into(index, images.size(), load, imgsz, options[k], mosaic, b, out.data(), scratch);
+        ASSERT_EQ(want.image.pixels.size(), out.size());
+        EXPECT_TRUE(want.image.pixels == out);
+        ASSERT_EQ(want.boxes.size(), boxes.size());
+        for (size_t i = 0; i < boxes.size(); ++i) {
+          EXPECT_EQ(want.boxes[i].cls, boxes[i].cls);
+          EXPECT_EQ(want.boxes[i].x1, boxes[i].x1);
+          EXPECT_EQ(want.boxes[i].y1, boxes[i].y1);
+          EXPECT_EQ(want.boxes[i].x2, boxes[i].x2);
+          EXPECT_EQ(want.boxes[i].y2, boxes[i].y2);
+        }
+        EXPECT_EQ(a.integer(0, 1 << 30), b.integer(0, 1 << 30));  // the same number of draws
+        Random c(derive_seed(3, seed, k));
+        EXPECT_EQ(augment_sample(index, images.size(), load, imgsz, options[k], mosaic, c).image, want.image);
+        compared += static_cast<int64_t>(boxes.size());
+      }
+  EXPECT_GT(compared, 100);
+}
+
+}  // namespace vision::data

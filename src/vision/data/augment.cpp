@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "vision/core/error.h"
@@ -91,21 +93,33 @@ Matrix3 random_affine_matrix(Random& rng, const AugmentOptions& o, int64_t in_w,
   return matmul(T, matmul(S, matmul(R, matmul(P, C))));
 }
 
-Image warp(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_h, uint8_t fill) {
-  VISION_CHECK(image.channels == 3 && !image.empty(), "augment: warp needs a 3-channel image");
-  VISION_CHECK(out_w > 0 && out_h > 0, "augment: warp to {}×{}: the output must not be empty", out_w, out_h);
-  const bool affine = m[6] == 0 && m[7] == 0 && m[8] == 1;
-  Matrix3 inv;
-  if (affine) {  // the inverse as OpenCV's invertAffineTransform computes it
+namespace {
+
+// The inverse M⁻¹ warp samples by: OpenCV's invertAffineTransform for an affine M, the full inverse otherwise.
+Matrix3 warp_inverse(const Matrix3& m) {
+  if (m[6] == 0 && m[7] == 0 && m[8] == 1) {
     double d = m[0] * m[4] - m[1] * m[3];
     VISION_CHECK(d != 0, "augment: the affine matrix is singular (scale 0?)");
     d = 1.0 / d;
     const double a11 = m[4] * d, a22 = m[0] * d, a12 = -m[1] * d, a21 = -m[3] * d;
-    inv = {a11, a12, -a11 * m[2] - a12 * m[5], a21, a22, -a21 * m[2] - a22 * m[5], 0, 0, 1};
-  } else {
-    inv = inverse(m);
+    return {a11, a12, -a11 * m[2] - a12 * m[5], a21, a22, -a21 * m[2] - a22 * m[5], 0, 0, 1};
   }
-  Image out(out_w, out_h, 3, fill);
+  return inverse(m);
+}
+
+// Where the warp writes output pixel (x, y): out_w × out_h × 3 bytes from `base`, rows back to back, mirrored
+// left–right and/or upside down (the flips, fused into the warp: a mirrored write gives flip_lr/flip_ud's pixels).
+struct WarpTarget {
+  uint8_t* base = nullptr;
+  bool mirror_x = false, mirror_y = false;
+};
+
+// warp's pixels written through `target`.
+void warp_into(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_h, uint8_t fill, WarpTarget target) {
+  VISION_CHECK(image.channels == 3 && !image.empty(), "augment: warp needs a 3-channel image");
+  VISION_CHECK(out_w > 0 && out_h > 0, "augment: warp to {}×{}: the output must not be empty", out_w, out_h);
+  const bool affine = m[6] == 0 && m[7] == 0 && m[8] == 1;
+  const Matrix3 inv = warp_inverse(m);
   const int64_t w = image.width, h = image.height;
   const uint8_t border[3] = {fill, fill, fill};
   // Affine: input positions in 1/1024 steps per row and column (rounded separately), then to 1/32 — OpenCV's
@@ -120,12 +134,13 @@ Image warp(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_h, u
       ady[static_cast<size_t>(x)] = std::lrint(std::clamp(inv[3] * static_cast<double>(x) * kAb, -1e12, 1e12));
     }
   }
+  const int64_t step = target.mirror_x ? -3 : 3;
   for (int64_t y = 0; y < out_h; ++y) {
-    uint8_t* dst = out.row(y);
+    uint8_t* dst = target.base + (target.mirror_y ? out_h - 1 - y : y) * out_w * 3 + (target.mirror_x ? (out_w - 1) * 3 : 0);
     const double yd = static_cast<double>(y);
     const int64_t x0r = affine ? std::lrint(std::clamp((inv[1] * yd + inv[2]) * kAb, -1e12, 1e12)) + 16 : 0;
     const int64_t y0r = affine ? std::lrint(std::clamp((inv[4] * yd + inv[5]) * kAb, -1e12, 1e12)) + 16 : 0;
-    for (int64_t x = 0; x < out_w; ++x, dst += 3) {
+    for (int64_t x = 0; x < out_w; ++x, dst += step) {
       int64_t fx, fy;
       if (affine) {
         fx = (x0r + adx[static_cast<size_t>(x)]) >> 5;
@@ -138,7 +153,10 @@ Image warp(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_h, u
         fy = std::lrint(std::clamp((inv[3] * xd + inv[4] * yd + inv[5]) * r, -1e12, 1e12));
       }
       const int64_t x0 = fx >> 5, y0 = fy >> 5;  // floor
-      if (x0 < -1 || y0 < -1 || x0 >= w || y0 >= h) continue;  // all four neighbours outside: the fill
+      if (x0 < -1 || y0 < -1 || x0 >= w || y0 >= h) {  // all four neighbours outside: the fill
+        dst[0] = dst[1] = dst[2] = fill;
+        continue;
+      }
       const int ax = static_cast<int>(fx & 31), ay = static_cast<int>(fy & 31);
       const int w00 = (32 - ax) * (32 - ay), w10 = ax * (32 - ay), w01 = (32 - ax) * ay, w11 = ax * ay;
       const uint8_t *p00, *p10, *p01, *p11;
@@ -160,6 +178,14 @@ Image warp(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_h, u
         dst[c] = static_cast<uint8_t>((p00[c] * w00 + p10[c] * w10 + p01[c] * w01 + p11[c] * w11 + 512) >> 10);
     }
   }
+}
+
+}  // namespace
+
+Image warp(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_h, uint8_t fill) {
+  VISION_CHECK(out_w > 0 && out_h > 0, "augment: warp to {}×{}: the output must not be empty", out_w, out_h);
+  Image out(out_w, out_h, 3);
+  warp_into(image, m, out_w, out_h, fill, {out.pixels.data()});
   return out;
 }
 
@@ -187,6 +213,21 @@ bool box_candidate(const TargetBox& before, const TargetBox& after, double scale
   return w2 > kMinSide && h2 > kMinSide && w2 * h2 / (w1 * h1 + kEps) > kMinAreaRatio && aspect < kMaxAspect;
 }
 
+namespace {
+
+// The boxes through M (transform_box), those that pass box_candidate.
+std::vector<TargetBox> affine_boxes(std::span<const TargetBox> boxes, const Matrix3& m, double scale, int64_t out_w,
+                                    int64_t out_h) {
+  std::vector<TargetBox> out;
+  for (const TargetBox& b : boxes) {
+    const TargetBox t = transform_box(b, m, out_w, out_h);
+    if (box_candidate(b, t, scale)) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
 LabeledImage random_affine(const LabeledImage& in, Random& rng, const AugmentOptions& o, int64_t out_w,
                            int64_t out_h) {
   double s = 1;
@@ -196,23 +237,28 @@ LabeledImage random_affine(const LabeledImage& in, Random& rng, const AugmentOpt
     out.image = in.image;
   else
     out.image = warp(in.image, m, out_w, out_h, kLetterboxFill);
-  for (const TargetBox& b : in.boxes) {
-    const TargetBox t = transform_box(b, m, out_w, out_h);
-    if (box_candidate(b, t, s)) out.boxes.push_back(t);
-  }
+  out.boxes = affine_boxes(in.boxes, m, s, out_w, out_h);
   return out;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Mosaic
 
-LabeledImage mosaic4(std::span<const LabeledImage> images, int64_t imgsz, Random& rng) {
+namespace {
+
+// mosaic4 onto `canvas`, whose buffer is reused when it has the room (it is resized to 2·imgsz square and filled).
+std::vector<TargetBox> mosaic4_onto(std::span<const LabeledImage> images, int64_t imgsz, Random& rng, Image& canvas) {
   VISION_CHECK(images.size() == 4, "augment: a mosaic takes 4 images, got {}", images.size());
   const int64_t s = imgsz, S = 2 * imgsz;
   const int64_t xc = static_cast<int64_t>(rng.uniform(static_cast<double>(s / 2), static_cast<double>(S - s / 2)));
   const int64_t yc = static_cast<int64_t>(rng.uniform(static_cast<double>(s / 2), static_cast<double>(S - s / 2)));
-  LabeledImage out;
-  out.image = Image(S, S, 3, kLetterboxFill);
+  struct Out {
+    Image& image;
+    std::vector<TargetBox> boxes;
+  } out{canvas, {}};
+  canvas.width = canvas.height = S;
+  canvas.channels = 3;
+  canvas.pixels.assign(static_cast<size_t>(S * S * 3), kLetterboxFill);
   for (size_t i = 0; i < 4; ++i) {
     const Image& img = images[i].image;
     const int64_t w = img.width, h = img.height;
@@ -246,6 +292,14 @@ LabeledImage mosaic4(std::span<const LabeledImage> images, int64_t imgsz, Random
       if (t.x2 > t.x1 && t.y2 > t.y1) out.boxes.push_back(t);
     }
   }
+  return std::move(out.boxes);
+}
+
+}  // namespace
+
+LabeledImage mosaic4(std::span<const LabeledImage> images, int64_t imgsz, Random& rng) {
+  LabeledImage out;
+  out.boxes = mosaic4_onto(images, imgsz, rng, out.image);
   return out;
 }
 
@@ -278,24 +332,18 @@ const HsvTables& hsv_tables() {
   return t;
 }
 
-inline std::array<uint8_t, 3> rgb_to_hsv_inline(int r, int g, int b) {
-  const HsvTables& t = hsv_tables();
+inline std::array<uint8_t, 3> rgb_to_hsv_inline(const HsvTables& t, int r, int g, int b) {
   const int v = std::max({r, g, b}), vmin = std::min({r, g, b}), diff = v - vmin;
   const int s = (diff * t.sdiv[v] + (1 << (kHsvShift - 1))) >> kHsvShift;
-  int h;
-  if (v == r)
-    h = g - b;
-  else if (v == g)
-    h = b - r + 2 * diff;
-  else
-    h = r - g + 4 * diff;
+  // Selects rather than branches (the hue's sector is as random as the pixels).
+  int h = v == r ? g - b : v == g ? b - r + 2 * diff : r - g + 4 * diff;
   h = (h * t.hdiv[diff] + (1 << (kHsvShift - 1))) >> kHsvShift;
-  if (h < 0) h += 180;
+  h += h < 0 ? 180 : 0;
   return {static_cast<uint8_t>(h), static_cast<uint8_t>(s), static_cast<uint8_t>(v)};
 }
 }  // namespace
 
-std::array<uint8_t, 3> rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b) { return rgb_to_hsv_inline(r, g, b); }
+std::array<uint8_t, 3> rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b) { return rgb_to_hsv_inline(hsv_tables(), r, g, b); }
 
 namespace {
 
@@ -326,57 +374,69 @@ inline uint8_t round_byte(float x) {
   return static_cast<uint8_t>(static_cast<int>((std::clamp(x, 0.0f, 255.0f) + kMagic) - kMagic));
 }
 
-inline void hsv_to_rgb_into(int h8, int s8, int v8, uint8_t* out) {
-  const HueTable& ht = hue_table();
+inline void hsv_to_rgb_into(const HueTable& ht, int h8, int s8, int v8, uint8_t* out) {
   const float s = static_cast<float>(s8) * (1.0f / 255.0f), v = static_cast<float>(v8) * (1.0f / 255.0f);
   const float f = ht.frac[h8];
-  const float p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
-  float r, g, b;
-  switch (ht.sector[h8]) {
-    case 0: r = v, g = t, b = p; break;
-    case 1: r = q, g = v, b = p; break;
-    case 2: r = p, g = v, b = t; break;
-    case 3: r = p, g = q, b = v; break;
-    case 4: r = t, g = p, b = v; break;
-    default: r = v, g = p, b = q; break;
-  }
-  out[0] = round_byte(r * 255.0f);
-  out[1] = round_byte(g * 255.0f);
-  out[2] = round_byte(b * 255.0f);
+  // v, p, q, t of the six-sector formula, and per sector which of them r, g and b take: a lookup, not a branch.
+  const float vpqt[4] = {v, v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))};
+  static constexpr uint8_t kPick[6][3] = {{0, 3, 1}, {2, 0, 1}, {1, 0, 3}, {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
+  const uint8_t* pick = kPick[ht.sector[h8]];
+  out[0] = round_byte(vpqt[pick[0]] * 255.0f);
+  out[1] = round_byte(vpqt[pick[1]] * 255.0f);
+  out[2] = round_byte(vpqt[pick[2]] * 255.0f);
 }
 
 }  // namespace
 
 std::array<uint8_t, 3> hsv_to_rgb(uint8_t h, uint8_t s, uint8_t v) {
   std::array<uint8_t, 3> out;
-  hsv_to_rgb_into(h, s, v, out.data());
+  hsv_to_rgb_into(hue_table(), h, s, v, out.data());
   return out;
 }
+
+namespace {
+
+// The HSV jitter of one set of gains: its three lookup tables, applied to one RGB pixel in place.
+struct HsvJitter {
+  std::array<uint8_t, 256> h{}, s{}, v{};
+  const HsvTables& to_hsv = hsv_tables();
+  const HueTable& to_rgb = hue_table();
+  HsvJitter(double gain_h, double gain_s, double gain_v) {
+    for (int x = 0; x < 256; ++x) {
+      const double xd = x;
+      h[x] = static_cast<uint8_t>(std::fmod(xd * gain_h, 180.0));  // gains are positive: x · g ≥ 0
+      s[x] = static_cast<uint8_t>(std::clamp(xd * gain_s, 0.0, 255.0));
+      v[x] = static_cast<uint8_t>(std::clamp(xd * gain_v, 0.0, 255.0));
+    }
+  }
+  void operator()(uint8_t* p) const {
+    const auto hsv = rgb_to_hsv_inline(to_hsv, p[0], p[1], p[2]);
+    hsv_to_rgb_into(to_rgb, h[hsv[0]], s[hsv[1]], v[hsv[2]], p);
+  }
+};
+
+// random_hsv's three draws (none when every option is 0).
+std::optional<std::array<double, 3>> draw_hsv_gains(Random& rng, const AugmentOptions& o) {
+  if (o.hsv_h == 0 && o.hsv_s == 0 && o.hsv_v == 0) return std::nullopt;
+  const double gh = rng.uniform(-1, 1) * o.hsv_h + 1;
+  const double gs = rng.uniform(-1, 1) * o.hsv_s + 1;
+  const double gv = rng.uniform(-1, 1) * o.hsv_v + 1;
+  return std::array<double, 3>{gh, gs, gv};
+}
+
+}  // namespace
 
 void apply_hsv(Image& image, double gain_h, double gain_s, double gain_v) {
   if (gain_h == 1 && gain_s == 1 && gain_v == 1) return;
   VISION_CHECK(image.channels == 3, "augment: HSV needs a 3-channel image");
-  std::array<uint8_t, 256> lut_h{}, lut_s{}, lut_v{};
-  for (int x = 0; x < 256; ++x) {
-    const double xd = x;
-    lut_h[x] = static_cast<uint8_t>(std::fmod(xd * gain_h, 180.0));  // gains are positive: x · g ≥ 0
-    lut_s[x] = static_cast<uint8_t>(std::clamp(xd * gain_s, 0.0, 255.0));
-    lut_v[x] = static_cast<uint8_t>(std::clamp(xd * gain_v, 0.0, 255.0));
-  }
+  const HsvJitter jitter(gain_h, gain_s, gain_v);
   uint8_t* p = image.pixels.data();
   const size_t n = image.pixels.size();
-  for (size_t i = 0; i < n; i += 3) {
-    const auto hsv = rgb_to_hsv_inline(p[i], p[i + 1], p[i + 2]);
-    hsv_to_rgb_into(lut_h[hsv[0]], lut_s[hsv[1]], lut_v[hsv[2]], p + i);
-  }
+  for (size_t i = 0; i < n; i += 3) jitter(p + i);
 }
 
 void random_hsv(Image& image, Random& rng, const AugmentOptions& o) {
-  if (o.hsv_h == 0 && o.hsv_s == 0 && o.hsv_v == 0) return;
-  const double gh = rng.uniform(-1, 1) * o.hsv_h + 1;
-  const double gs = rng.uniform(-1, 1) * o.hsv_s + 1;
-  const double gv = rng.uniform(-1, 1) * o.hsv_v + 1;
-  apply_hsv(image, gh, gs, gv);
+  if (const auto g = draw_hsv_gains(rng, o)) apply_hsv(image, (*g)[0], (*g)[1], (*g)[2]);
 }
 
 void flip_lr(LabeledImage& x) {
@@ -405,21 +465,55 @@ void flip_ud(LabeledImage& x) {
 // ---------------------------------------------------------------------------------------------------------------
 // The pipeline
 
-LabeledImage augment_sample(size_t index, size_t n, const SampleLoader& load, int64_t imgsz, const AugmentOptions& o,
-                            bool mosaic, Random& rng) {
+std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleLoader& load, int64_t imgsz,
+                                           const AugmentOptions& o, bool mosaic, Random& rng, uint8_t* out,
+                                           AugmentScratch& scratch) {
   VISION_CHECK(n > 0 && index < n, "augment: sample {} of a dataset of {}", index, n);
-  LabeledImage x;
+  VISION_CHECK(imgsz > 0, "augment: imgsz must be positive, got {}", imgsz);
+  // The draws in augment_sample's order: the mosaic's (its partners, its centre), the affine's, HSV's, the flips'.
+  const Image* source = nullptr;
+  std::vector<TargetBox> boxes;
+  LabeledImage single;
   if (mosaic && o.mosaic > 0 && rng.chance(o.mosaic)) {
-    std::array<LabeledImage, 4> four;
+    std::array<LabeledImage, 4>& four = scratch.four;
     four[0] = load(index);
     for (size_t i = 1; i < 4; ++i) four[i] = load(static_cast<size_t>(rng.integer(0, static_cast<int64_t>(n) - 1)));
-    x = random_affine(mosaic4(four, imgsz, rng), rng, o, imgsz, imgsz);
+    boxes = mosaic4_onto(four, imgsz, rng, scratch.canvas);
+    source = &scratch.canvas;
   } else {
-    x = random_affine(letterbox_square(load(index), imgsz), rng, o, imgsz, imgsz);
+    single = letterbox_square(load(index), imgsz);
+    boxes = std::move(single.boxes);
+    source = &single.image;
   }
-  random_hsv(x.image, rng, o);
-  if (o.flipud > 0 && rng.chance(o.flipud)) flip_ud(x);
-  if (o.fliplr > 0 && rng.chance(o.fliplr)) flip_lr(x);
+  double s = 1;
+  const Matrix3 m = random_affine_matrix(rng, o, source->width, source->height, imgsz, imgsz, &s);
+  boxes = affine_boxes(boxes, m, s, imgsz, imgsz);
+  const auto gains = draw_hsv_gains(rng, o);
+  const bool up_down = o.flipud > 0 && rng.chance(o.flipud);
+  const bool left_right = o.fliplr > 0 && rng.chance(o.fliplr);
+  const float side = static_cast<float>(imgsz);
+  for (TargetBox& b : boxes) {
+    if (up_down) b.y1 = side - std::exchange(b.y2, side - b.y1);
+    if (left_right) b.x1 = side - std::exchange(b.x2, side - b.x1);
+  }
+  // Each output pixel warped (bilinear from the source; an identity M samples every pixel exactly) and written at its
+  // mirrored place, then the HSV jitter over the output (a pass of its own: fused into the warp's loop it ran slower).
+  warp_into(*source, m, imgsz, imgsz, kLetterboxFill, {out, left_right, up_down});
+  if (gains && !((*gains)[0] == 1 && (*gains)[1] == 1 && (*gains)[2] == 1)) {
+    const HsvJitter jitter((*gains)[0], (*gains)[1], (*gains)[2]);
+    const size_t bytes = static_cast<size_t>(imgsz * imgsz * 3);
+    for (size_t i = 0; i < bytes; i += 3) jitter(out + i);
+  }
+  return boxes;
+}
+
+LabeledImage augment_sample(size_t index, size_t n, const SampleLoader& load, int64_t imgsz, const AugmentOptions& o,
+                            bool mosaic, Random& rng) {
+  VISION_CHECK(imgsz > 0, "augment: imgsz must be positive, got {}", imgsz);
+  LabeledImage x;
+  x.image = Image(imgsz, imgsz, 3);
+  AugmentScratch scratch;
+  x.boxes = augment_sample_into(index, n, load, imgsz, o, mosaic, rng, x.image.pixels.data(), scratch);
   return x;
 }
 

@@ -131,4 +131,18 @@ using SampleLoader = std::function<LabeledImage(size_t index)>;
 LabeledImage augment_sample(size_t index, size_t n, const SampleLoader& load, int64_t imgsz, const AugmentOptions& o,
                             bool mosaic, Random& rng);
 
+// Buffers augment_sample_into reuses from one sample to the next (one per thread): the mosaic's four images and its
+// canvas (2·imgsz square), which would otherwise be allocated — and their pages faulted in — for every sample.
+struct AugmentScratch {
+  std::array<LabeledImage, 4> four;
+  Image canvas;
+};
+
+// augment_sample's pixels written to `out` (imgsz × imgsz × 3 bytes, RGB, rows back to back; e.g. a batch slot) and
+// its boxes returned — the same draws, pixels and boxes, in one pass over the output: the random draws come first,
+// then each pixel is warped, written at its flipped place and HSV-jittered there.
+std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleLoader& load, int64_t imgsz,
+                                           const AugmentOptions& o, bool mosaic, Random& rng, uint8_t* out,
+                                           AugmentScratch& scratch);
+
 }  // namespace vision::data

@@ -124,6 +124,7 @@ void TrainLoader::start_epoch(int64_t epoch, bool mosaic) {
 
 void TrainLoader::work() {
   const int64_t n = static_cast<int64_t>(order_.size()), B = o_.batch;
+  WorkerScratch scratch;  // this thread's buffers, reused item after item
   std::unique_lock lk(mu_);
   for (;;) {
     work_cv_.wait(lk, [&] {
@@ -154,7 +155,7 @@ void TrainLoader::work() {
     Slot& s = slots_.at(b);  // map nodes stay put while other batches come and go
     lk.unlock();
     try {
-      make_item(b, slot, s);
+      make_item(b, slot, s, scratch);
     } catch (...) {
       lk.lock();
       if (!error_) error_ = std::current_exception();
@@ -222,7 +223,7 @@ LabeledImage TrainLoader::load(size_t index, size_t& used) {
        dataset_.split, dataset_.config.file.string(), n, counts().problems.empty() ? "?" : counts().problems[0]);
 }
 
-void TrainLoader::make_item(int64_t b, int64_t slot, Slot& s) {
+void TrainLoader::make_item(int64_t b, int64_t slot, Slot& s, WorkerScratch& scratch) {
   const int64_t k = b * o_.batch + slot;
   const size_t sample = order_[static_cast<size_t>(k)];
   const size_t n = dataset_.samples.size();  // mosaic partners come from the whole dataset
@@ -235,18 +236,34 @@ void TrainLoader::make_item(int64_t b, int64_t slot, Slot& s) {
     if (first) used = j, first = false;  // the batch records the sample its image (not a mosaic partner) came from
     return x;
   };
-  LabeledImage x = o_.augment ? augment_sample(sample, n, loader, o_.imgsz, o_.aug, mosaic_, rng)
-                              : letterbox_square(loader(sample), o_.imgsz);
-  if (o_.pixels == BatchPixels::u8_nhwc) {
-    const size_t bytes = static_cast<size_t>(o_.imgsz * o_.imgsz * 3);
-    VISION_CHECK(x.image.width == o_.imgsz && x.image.height == o_.imgsz && x.image.pixels.size() == bytes,
-                 "TrainLoader: an augmented image of {}×{} for a batch of {}×{}", x.image.width, x.image.height,
-                 o_.imgsz, o_.imgsz);
-    std::memcpy(s.batch.images.data<uint8_t>() + static_cast<size_t>(slot) * bytes, x.image.pixels.data(), bytes);
+  const size_t bytes = static_cast<size_t>(o_.imgsz * o_.imgsz * 3);
+  std::vector<TargetBox> boxes;
+  if (o_.augment) {
+    // u8 batches: augmented straight into the batch's slot; f32: into the worker's image, then normalised.
+    uint8_t* dst;
+    if (o_.pixels == BatchPixels::u8_nhwc) {
+      dst = s.batch.images.data<uint8_t>() + static_cast<size_t>(slot) * bytes;
+    } else {
+      scratch.staged.width = scratch.staged.height = o_.imgsz;
+      scratch.staged.channels = 3;
+      scratch.staged.pixels.resize(bytes);
+      dst = scratch.staged.pixels.data();
+    }
+    boxes = augment_sample_into(sample, n, loader, o_.imgsz, o_.aug, mosaic_, rng, dst, scratch.augment);
+    if (o_.pixels != BatchPixels::u8_nhwc) write_normalized(scratch.staged, s.batch.images, slot);
   } else {
-    write_normalized(x.image, s.batch.images, slot);
+    LabeledImage x = letterbox_square(loader(sample), o_.imgsz);
+    if (o_.pixels == BatchPixels::u8_nhwc) {
+      VISION_CHECK(x.image.width == o_.imgsz && x.image.height == o_.imgsz && x.image.pixels.size() == bytes,
+                   "TrainLoader: an image of {}×{} for a batch of {}×{}", x.image.width, x.image.height, o_.imgsz,
+                   o_.imgsz);
+      std::memcpy(s.batch.images.data<uint8_t>() + static_cast<size_t>(slot) * bytes, x.image.pixels.data(), bytes);
+    } else {
+      write_normalized(x.image, s.batch.images, slot);
+    }
+    boxes = std::move(x.boxes);
   }
-  s.batch.boxes[static_cast<size_t>(slot)] = std::move(x.boxes);
+  s.batch.boxes[static_cast<size_t>(slot)] = std::move(boxes);
   s.batch.samples[static_cast<size_t>(slot)] = used;
 }
 

@@ -105,7 +105,12 @@ class TrainLoader {
   void work();
   // The training load of sample `index`, or of the next readable one (its index in `used`).
   LabeledImage load(size_t index, size_t& used);
-  void make_item(int64_t batch, int64_t slot, Slot& s);
+  // A worker's buffers: the augmentation's and, for f32 batches, the augmented image before its normalisation.
+  struct WorkerScratch {
+    AugmentScratch augment;
+    Image staged;
+  };
+  void make_item(int64_t batch, int64_t slot, Slot& s, WorkerScratch& scratch);
 
   struct BatchPool;
   core::Tensor allocate_batch(const core::Shape& shape, core::DType dtype);
