@@ -34,7 +34,8 @@ struct Row {
 };
 
 Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, bool augment, int epochs,
-            data::CacheMode cache = data::CacheMode::none, data::BatchPixels pixels = data::BatchPixels::f32_nchw) {
+            data::CacheMode cache = data::CacheMode::none, data::BatchPixels pixels = data::BatchPixels::f32_nchw,
+            bool hsv_on_device = false) {
   data::LoaderOptions o;
   o.imgsz = imgsz;
   o.batch = batch;
@@ -42,6 +43,7 @@ Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, b
   o.augment = augment;
   o.cache = cache;
   o.pixels = pixels;
+  o.hsv_on_device = hsv_on_device;
   data::TrainLoader loader(d, o);
   std::vector<double> seconds;
   for (int e = 0; e <= epochs; ++e) {
@@ -57,7 +59,7 @@ Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, b
   const double n = static_cast<double>(d.samples.size());
   const std::string what =
       augment ? fmt::format("default aug, cache {}, {}", data::cache_mode_name(cache),
-                            pixels == data::BatchPixels::u8_nhwc ? "u8" : "f32")
+                            hsv_on_device ? "u8, HSV left to GPU" : pixels == data::BatchPixels::u8_nhwc ? "u8" : "f32")
               : "decode only";
   return {imgsz, what, loader.workers(), n / med, 1000.0 * med / static_cast<double>(loader.batches_per_epoch())};
 }
@@ -73,7 +75,10 @@ int main(int argc, char** argv) {
   std::string keep;
   std::vector<std::string> caches = {"none", "ram"}, pixel_formats = {"f32", "u8"};
   app.add_option("--cache", caches, "image cache modes: none, ram, disk")->delimiter(',');
-  app.add_option("--pixels", pixel_formats, "batch pixel formats: f32 (NCHW / 255), u8 (NHWC)")->delimiter(',');
+  app.add_option("--pixels", pixel_formats,
+                 "batch pixel formats: f32 (NCHW / 255), u8 (NHWC), u8-gpu-hsv (u8, the HSV jitter left to the "
+                 "consumer, as the CUDA trainer takes it)")
+      ->delimiter(',');
   app.add_option("--imgsz", sizes, "image sizes (the synth images are made at each size)");
   app.add_option("--workers", workers, "worker counts; 0 = every hardware thread (up to 8)");
   app.add_option("--images", images, "images in the synth dataset")->check(CLI::PositiveNumber);
@@ -96,18 +101,19 @@ int main(int argc, char** argv) {
       for (int w : workers)
         for (const std::string& c : caches)
           for (const std::string& p : pixel_formats) {
-            VISION_CHECK(p == "f32" || p == "u8", "--pixels {}: use f32 or u8", p);
+            VISION_CHECK(p == "f32" || p == "u8" || p == "u8-gpu-hsv", "--pixels {}: use f32, u8 or u8-gpu-hsv", p);
             rows.push_back(measure(d, imgsz, batch, w, true, epochs, data::parse_cache_mode(c),
-                                   p == "u8" ? data::BatchPixels::u8_nhwc : data::BatchPixels::f32_nchw));
+                                   p == "f32" ? data::BatchPixels::f32_nchw : data::BatchPixels::u8_nhwc,
+                                   p == "u8-gpu-hsv"));
           }
       rows.push_back(measure(d, imgsz, batch, 0, false, epochs));
     }
     if (keep.empty()) fs::remove_all(root);
     fmt::print("TrainLoader: {} synth JPEG images (made at imgsz), batch {}, median of {} epochs; {} hardware threads\n",
                images, batch, epochs, std::thread::hardware_concurrency());
-    fmt::print("{:>6}  {:<34} {:>8} {:>10} {:>10}\n", "imgsz", "pipeline", "workers", "images/s", "ms/batch");
+    fmt::print("{:>6}  {:<42} {:>8} {:>10} {:>10}\n", "imgsz", "pipeline", "workers", "images/s", "ms/batch");
     for (const Row& r : rows)
-      fmt::print("{:>6}  {:<34} {:>8} {:>10.1f} {:>10.1f}\n", r.imgsz, r.what, r.workers, r.images_per_s,
+      fmt::print("{:>6}  {:<42} {:>8} {:>10.1f} {:>10.1f}\n", r.imgsz, r.what, r.workers, r.images_per_s,
                  r.ms_per_batch);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_loader: {}\n", e.what());

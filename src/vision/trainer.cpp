@@ -296,6 +296,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
     // u8 batches (4× fewer bytes than f32) in pinned memory: the trainer copies them without staging and normalises
     // them on the device.
     lo.pixels = data::BatchPixels::u8_nhwc;
+    lo.hsv_on_device = true;  // the HSV jitter, half the augmentation's CPU time, runs on the GPU
     lo.host_memory = [](size_t bytes) {
       cuda::PinnedBytes p = cuda::pinned_alloc(bytes);
       return std::shared_ptr<void>(p.release(), cuda::PinnedFree{});
@@ -413,7 +414,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
       const int64_t rows = yolo::loss_target_rows(data::max_boxes(*b));
       core::Tensor targets, count;
       data::fill_targets(*b, rows, targets, count);
-      const yolo::IterationResult r = trainer.train_batch(b->images, targets, count);
+      const yolo::IterationResult r = trainer.train_batch(b->images, targets, count, b->hsv);
       for (size_t k = 0; k < 3; ++k) sums[k] += r.items[k];
       ++seen;
       images_done += b->images.dim(0);

@@ -38,6 +38,7 @@ const std::vector<std::string> kSnapshotIds = {
     "upsample_nearest2x_backward__f16",
     "maxpool2d_forward__f32__k5_s1_p2",
     "letterbox_normalize__f16",
+    "hsv_jitter__u8",
     "maxpool2d_backward__f16__k5_s1_p2",
     // NHWC: upsampling and pooling with consecutive threads on consecutive channels.
     "upsample_nearest2x_forward_nhwc__f16",

@@ -81,6 +81,41 @@ TEST(Loader, SameSeedSameBatchesWhateverTheWorkers) {
   EXPECT_EQ(one.counts().corrupt, 0);
 }
 
+// hsv_on_device: the same draws and boxes, pixels without the jitter, and the gains that, applied afterwards
+// (apply_hsv), give the batch the loader makes with the jitter applied; f32 batches refuse the option.
+TEST(Loader, DeferredHsvGivesTheSameBatchOnceApplied) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir);
+  LoaderOptions o = small(2);
+  o.pixels = BatchPixels::u8_nhwc;
+  TrainLoader applied(d, o);
+  o.hsv_on_device = true;
+  TrainLoader deferred(d, o);
+  const auto a = epoch(applied, 1), b = epoch(deferred, 1);
+  ASSERT_EQ(a.size(), b.size());
+  int64_t jittered = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].hsv.empty());
+    ASSERT_EQ(b[i].hsv.size(), static_cast<size_t>(b[i].images.dim(0)));
+    EXPECT_EQ(a[i].boxes, b[i].boxes);
+    EXPECT_EQ(a[i].samples, b[i].samples);
+    const size_t bytes = 64 * 64 * 3;
+    for (int64_t k = 0; k < b[i].images.dim(0); ++k) {
+      Image im(64, 64, 3);
+      std::memcpy(im.pixels.data(), b[i].images.data<uint8_t>() + static_cast<size_t>(k) * bytes, bytes);
+      const bool same_before = std::memcmp(im.pixels.data(), a[i].images.data<uint8_t>() + k * bytes, bytes) == 0;
+      const HsvGains& g = b[i].hsv[static_cast<size_t>(k)];
+      apply_hsv(im, g[0], g[1], g[2]);
+      EXPECT_EQ(std::memcmp(im.pixels.data(), a[i].images.data<uint8_t>() + k * bytes, bytes), 0)
+          << "batch " << i << " image " << k;
+      jittered += !same_before;  // the deferred batch lacked the jitter
+    }
+  }
+  EXPECT_GT(jittered, 0);
+  o.pixels = BatchPixels::f32_nchw;
+  EXPECT_THROW(TrainLoader(d, o), Error);
+}
+
 TEST(Loader, EpochsDiffer) {
   test::TempDir dir;
   const Dataset d = make_dataset(dir);

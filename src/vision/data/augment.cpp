@@ -398,33 +398,38 @@ namespace {
 
 // The HSV jitter of one set of gains: its three lookup tables, applied to one RGB pixel in place.
 struct HsvJitter {
-  std::array<uint8_t, 256> h{}, s{}, v{};
+  std::array<uint8_t, kHsvRecordBytes> record{};  // the tables: hue at 0, saturation at 256, value at 512
   const HsvTables& to_hsv = hsv_tables();
   const HueTable& to_rgb = hue_table();
-  HsvJitter(double gain_h, double gain_s, double gain_v) {
-    for (int x = 0; x < 256; ++x) {
-      const double xd = x;
-      h[x] = static_cast<uint8_t>(std::fmod(xd * gain_h, 180.0));  // gains are positive: x · g ≥ 0
-      s[x] = static_cast<uint8_t>(std::clamp(xd * gain_s, 0.0, 255.0));
-      v[x] = static_cast<uint8_t>(std::clamp(xd * gain_v, 0.0, 255.0));
-    }
-  }
+  HsvJitter(double gain_h, double gain_s, double gain_v) { hsv_record({gain_h, gain_s, gain_v}, record.data()); }
   void operator()(uint8_t* p) const {
     const auto hsv = rgb_to_hsv_inline(to_hsv, p[0], p[1], p[2]);
-    hsv_to_rgb_into(to_rgb, h[hsv[0]], s[hsv[1]], v[hsv[2]], p);
+    hsv_to_rgb_into(to_rgb, record[hsv[0]], record[256 + hsv[1]], record[512 + hsv[2]], p);
   }
 };
 
 // random_hsv's three draws (none when every option is 0).
-std::optional<std::array<double, 3>> draw_hsv_gains(Random& rng, const AugmentOptions& o) {
+std::optional<HsvGains> draw_hsv_gains(Random& rng, const AugmentOptions& o) {
   if (o.hsv_h == 0 && o.hsv_s == 0 && o.hsv_v == 0) return std::nullopt;
   const double gh = rng.uniform(-1, 1) * o.hsv_h + 1;
   const double gs = rng.uniform(-1, 1) * o.hsv_s + 1;
   const double gv = rng.uniform(-1, 1) * o.hsv_v + 1;
-  return std::array<double, 3>{gh, gs, gv};
+  return HsvGains{gh, gs, gv};
 }
 
 }  // namespace
+
+void hsv_record(const HsvGains& gains, uint8_t* record) {
+  const auto [gain_h, gain_s, gain_v] = gains;
+  for (int x = 0; x < 256; ++x) {
+    const double xd = x;
+    record[x] = static_cast<uint8_t>(std::fmod(xd * gain_h, 180.0));  // gains are positive: x · g ≥ 0
+    record[256 + x] = static_cast<uint8_t>(std::clamp(xd * gain_s, 0.0, 255.0));
+    record[512 + x] = static_cast<uint8_t>(std::clamp(xd * gain_v, 0.0, 255.0));
+  }
+  std::fill(record + 768, record + kHsvRecordBytes, uint8_t{0});
+  record[768] = gain_h == 1 && gain_s == 1 && gain_v == 1 ? 0 : 1;
+}
 
 void apply_hsv(Image& image, double gain_h, double gain_s, double gain_v) {
   if (gain_h == 1 && gain_s == 1 && gain_v == 1) return;
@@ -467,7 +472,7 @@ void flip_ud(LabeledImage& x) {
 
 std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleLoader& load, int64_t imgsz,
                                            const AugmentOptions& o, bool mosaic, Random& rng, uint8_t* out,
-                                           AugmentScratch& scratch) {
+                                           AugmentScratch& scratch, HsvGains* defer_hsv) {
   VISION_CHECK(n > 0 && index < n, "augment: sample {} of a dataset of {}", index, n);
   VISION_CHECK(imgsz > 0, "augment: imgsz must be positive, got {}", imgsz);
   // The draws in augment_sample's order: the mosaic's (its partners, its centre), the affine's, HSV's, the flips'.
@@ -499,7 +504,9 @@ std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleL
   // Each output pixel warped (bilinear from the source; an identity M samples every pixel exactly) and written at its
   // mirrored place, then the HSV jitter over the output (a pass of its own: fused into the warp's loop it ran slower).
   warp_into(*source, m, imgsz, imgsz, kLetterboxFill, {out, left_right, up_down});
-  if (gains && !((*gains)[0] == 1 && (*gains)[1] == 1 && (*gains)[2] == 1)) {
+  if (defer_hsv) {
+    *defer_hsv = gains.value_or(HsvGains{1, 1, 1});
+  } else if (gains && !((*gains)[0] == 1 && (*gains)[1] == 1 && (*gains)[2] == 1)) {
     const HsvJitter jitter((*gains)[0], (*gains)[1], (*gains)[2]);
     const size_t bytes = static_cast<size_t>(imgsz * imgsz * 3);
     for (size_t i = 0; i < bytes; i += 3) jitter(out + i);

@@ -115,6 +115,13 @@ void apply_hsv(Image& image, double gain_h, double gain_s, double gain_v);
 // or changed when all three options are 0.
 void random_hsv(Image& image, Random& rng, const AugmentOptions& o);
 
+// apply_hsv's jitter as the GPU kernel takes it (hsv.cuh, data/hsv_cuda.h): a record of kHsvRecordBytes — the three
+// lookup tables (hue, saturation, value, 256 bytes each) and then one byte, 1 when the jitter changes the image and 0
+// when apply_hsv would leave it as it is (every gain exactly 1).
+inline constexpr size_t kHsvRecordBytes = 1024;
+using HsvGains = std::array<double, 3>;  // (gain_h, gain_s, gain_v)
+void hsv_record(const HsvGains& gains, uint8_t* record);
+
 // Mirror left–right / upside down, boxes with the image.
 void flip_lr(LabeledImage& x);
 void flip_ud(LabeledImage& x);
@@ -139,10 +146,12 @@ struct AugmentScratch {
 };
 
 // augment_sample's pixels written to `out` (imgsz × imgsz × 3 bytes, RGB, rows back to back; e.g. a batch slot) and
-// its boxes returned — the same draws, pixels and boxes, in one pass over the output: the random draws come first,
-// then each pixel is warped, written at its flipped place and HSV-jittered there.
+// its boxes returned — the same draws, pixels and boxes: the random draws come first, then each pixel is warped and
+// written at its flipped place, then the HSV jitter. With `defer_hsv`, the jitter is drawn but not applied: its gains
+// go there ({1, 1, 1} when none are drawn) for the caller to apply (apply_hsv, or the GPU's hsv_jitter), which gives
+// the same pixels (the jitter is per pixel, so it commutes with the flips).
 std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleLoader& load, int64_t imgsz,
                                            const AugmentOptions& o, bool mosaic, Random& rng, uint8_t* out,
-                                           AugmentScratch& scratch);
+                                           AugmentScratch& scratch, HsvGains* defer_hsv = nullptr);
 
 }  // namespace vision::data

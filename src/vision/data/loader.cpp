@@ -37,6 +37,9 @@ const LoaderOptions& checked(const Dataset& dataset, const LoaderOptions& o) {
                o.batch);
   VISION_CHECK(o.world >= 1 && o.rank >= 0 && o.rank < o.world, "TrainLoader: rank {} of a world of {}", o.rank,
                o.world);
+  VISION_CHECK(!o.hsv_on_device || o.pixels == BatchPixels::u8_nhwc,
+               "TrainLoader: hsv_on_device leaves the HSV jitter to the consumer of u8 batches; f32 batches are "
+               "normalised on the loader's threads, after which it cannot be applied");
   return o;
 }
 
@@ -145,6 +148,7 @@ void TrainLoader::work() {
         s.batch.images = std::move(images);
         s.batch.boxes.resize(static_cast<size_t>(size));
         s.batch.samples.resize(static_cast<size_t>(size));
+        s.batch.hsv.assign(o_.hsv_on_device ? static_cast<size_t>(size) : 0, HsvGains{1, 1, 1});
         s.remaining = size;
       } catch (...) {
         if (!error_) error_ = std::current_exception();
@@ -249,7 +253,8 @@ void TrainLoader::make_item(int64_t b, int64_t slot, Slot& s, WorkerScratch& scr
       scratch.staged.pixels.resize(bytes);
       dst = scratch.staged.pixels.data();
     }
-    boxes = augment_sample_into(sample, n, loader, o_.imgsz, o_.aug, mosaic_, rng, dst, scratch.augment);
+    boxes = augment_sample_into(sample, n, loader, o_.imgsz, o_.aug, mosaic_, rng, dst, scratch.augment,
+                                o_.hsv_on_device ? &s.batch.hsv[static_cast<size_t>(slot)] : nullptr);
     if (o_.pixels != BatchPixels::u8_nhwc) write_normalized(scratch.staged, s.batch.images, slot);
   } else {
     LabeledImage x = letterbox_square(loader(sample), o_.imgsz);

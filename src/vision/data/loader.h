@@ -52,6 +52,10 @@ struct LoaderOptions {
   int rank = 0, world = 1;
   BatchPixels pixels = BatchPixels::f32_nchw;
   CacheMode cache = CacheMode::none;  // decoded, resized images kept in memory or on disk (image_cache.h)
+  // The HSV jitter drawn but left to the consumer (augment_sample_into's defer_hsv): each batch carries the gains
+  // (TrainBatch::hsv) and its pixels are the rest of the pipeline's. The CUDA trainer applies them on the device (the
+  // jitter is about half the augmentation's CPU time); the pixels after it are the same.
+  bool hsv_on_device = false;
   // Host memory for a new batch buffer of `bytes` (e.g. pinned memory, for uploads without staging); default:
   // aligned_alloc. Buffers are pooled: a batch's buffer is reused for a later batch of the same size once every tensor
   // using it is dropped; buffers are not zeroed, since every image overwrites its whole slot.
@@ -63,6 +67,7 @@ struct TrainBatch {
   core::Tensor images;                       // host: f32 [B, 3, S, S] NCHW RGB / 255, or u8 [B, S, S, 3] RGB
   std::vector<std::vector<TargetBox>> boxes;  // per image, in its pixels
   std::vector<size_t> samples;               // the dataset sample each image came from (after any replacement)
+  std::vector<HsvGains> hsv;                 // per image, with LoaderOptions::hsv_on_device (else empty)
 };
 
 struct LoaderCounts {

@@ -10,6 +10,7 @@
 
 #include "vision/core/error.h"
 #include "vision/core/json.h"
+#include "vision/data/augment.h"
 #include "vision/data/image_tensor.h"
 #include "vision/graph/loss_scaler.h"
 #include "vision/models/yolo/loss.h"
@@ -189,7 +190,7 @@ void Yolo26Trainer::pad_targets(const Tensor& targets, const Tensor& count) {
                 static_cast<size_t>(rows * 5) * sizeof(float));
 }
 
-Tensor Yolo26Trainer::model_input(const Tensor& images) {
+Tensor Yolo26Trainer::model_input(const Tensor& images, std::span<const data::HsvGains> hsv) {
   const bool u8 = images.defined() && images.dtype() == DType::u8;
   VISION_CHECK(images.defined() && images.rank() == 4 &&
                    (u8 ? images.dim(3) == 3 && images.device() == core::Device::cpu
@@ -201,7 +202,22 @@ Tensor Yolo26Trainer::model_input(const Tensor& images) {
   const DType dtype = options_.dtype;
   const core::Layout layout = options_.layout;
   if (!u8 && dtype == DType::f32 && images.layout() == layout) return images;  // the plan's format already
+  VISION_CHECK(hsv.empty() || (u8 && static_cast<int64_t>(hsv.size()) == b),
+               "train: HSV gains ({}) come with u8 images, one per image ({} given)", hsv.size(),
+               u8 ? b : int64_t{0});
   if (backend_->backend() == graph::Backend::cpu) {  // the CPU plans compute in f32
+    if (u8 && !hsv.empty()) {  // the jitter on a copy: the caller's batch stays as it is
+      Tensor jittered = Tensor::zeros(images.shape(), DType::u8);
+      data::Image item(w, h, 3);
+      const size_t bytes = item.pixels.size();
+      for (int64_t i = 0; i < b; ++i) {
+        std::memcpy(item.pixels.data(), images.data<uint8_t>() + static_cast<size_t>(i) * bytes, bytes);
+        data::apply_hsv(item, hsv[static_cast<size_t>(i)][0], hsv[static_cast<size_t>(i)][1],
+                        hsv[static_cast<size_t>(i)][2]);
+        std::memcpy(jittered.data<uint8_t>() + static_cast<size_t>(i) * bytes, item.pixels.data(), bytes);
+      }
+      return data::normalize_u8_batch(jittered, layout);
+    }
     if (u8) return data::normalize_u8_batch(images, layout);
     Tensor out = Tensor::zeros(images.shape(), DType::f32, layout);
     backend_->convert(out, images);
@@ -217,15 +233,16 @@ Tensor Yolo26Trainer::model_input(const Tensor& images) {
   const Tensor dst = Tensor::view(input_buffer_.get(), shape, dtype, core::Device::cuda, layout);
   if (u8) {
     if (!u8_upload_) u8_upload_ = std::make_unique<U8BatchUpload>();
-    u8_upload_->run(*backend_, images, dst);
+    u8_upload_->run(*backend_, images, dst, hsv);
   } else {
     backend_->convert(dst, images.device() == core::Device::cpu ? backend_->upload(images) : images);
   }
   return dst;
 }
 
-IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& targets, const Tensor& count) {
-  const Tensor input = model_input(images);
+IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& targets, const Tensor& count,
+                                           std::span<const data::HsvGains> hsv) {
+  const Tensor input = model_input(images, hsv);
   VISION_CHECK(images.dim(0) == targets.dim(0), "train: {} images but targets for {}", images.dim(0), targets.dim(0));
   pad_targets(targets, count);
 

@@ -27,6 +27,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -120,11 +121,14 @@ class Yolo26Trainer {
   // the loader's BatchPixels::u8_nhwc batches; on CUDA copied as bytes and normalised on the device, best from pinned
   // memory), targets [B, M, 5] f32 (class, x1, y1, x2, y2 in input pixels) and count [B] i32 (host). M may be any size
   // ≥ the largest count (the trainer pads it to a bucket that only grows, so few plans are built). The images reach
-  // the plan in its own input format (compute dtype and layout): the conversion runs on the backend.
-  IterationResult train_batch(const core::Tensor& images, const core::Tensor& targets, const core::Tensor& count);
+  // the plan in its own input format (compute dtype and layout): the conversion runs on the backend. `hsv` (u8 images
+  // only): one set of HSV gains per image, the loader's deferred jitter (data::TrainBatch::hsv), applied before the
+  // normalisation — on the device on CUDA, on a copy of the images on the CPU.
+  IterationResult train_batch(const core::Tensor& images, const core::Tensor& targets, const core::Tensor& count,
+                              std::span<const data::HsvGains> hsv = {});
   // The batch's images as train_batch feeds them to the plan: its input format (compute dtype and layout), on the
   // backend (CUDA) or the host (CPU). On CUDA a view of the trainer's input buffer, which the next batch overwrites.
-  core::Tensor model_input(const core::Tensor& images);
+  core::Tensor model_input(const core::Tensor& images, std::span<const data::HsvGains> hsv = {});
   // Ends the epoch: the E2E weights move on, epoch() += 1. The iteration counter jumps to the next epoch's first batch
   // (a shorter epoch than batches_per_epoch is allowed).
   void end_epoch();

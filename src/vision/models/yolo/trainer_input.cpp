@@ -9,7 +9,8 @@ namespace vision::models::yolo {
 struct U8BatchUpload::Impl {};
 U8BatchUpload::U8BatchUpload() = default;
 U8BatchUpload::~U8BatchUpload() = default;
-void U8BatchUpload::run(graph::BackendContext&, const core::Tensor&, const core::Tensor&) {
+void U8BatchUpload::run(graph::BackendContext&, const core::Tensor&, const core::Tensor&,
+                        std::span<const data::HsvGains>) {
   fail("train: the u8 batch upload needs the CUDA backend, and this build has no CUDA");
 }
 #endif

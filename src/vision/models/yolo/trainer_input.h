@@ -2,13 +2,16 @@
 // BatchPixels::u8_nhwc) copied to the device — straight from the batch's memory when it is pinned (the DMA reads it
 // where it is; the batch is held until that copy has finished), through pinned staging otherwise — and normalised by
 // the GPU letterbox kernel (data/letterbox_cuda.h, an identity transform: sample / 255 rounded to the plan's dtype)
-// into the plan's input, in its dtype and layout. 4× fewer bytes cross PCIe than an f32 batch, and no host thread
+// into the plan's input, in its dtype and layout; the loader's deferred HSV jitter (LoaderOptions::hsv_on_device) is
+// applied on the device first. 4× fewer bytes cross PCIe than an f32 batch, and no host thread
 // converts pixels. Internal.
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "vision/core/tensor.h"
+#include "vision/data/augment.h"
 #include "vision/graph/backend.h"
 
 namespace vision::models::yolo {
@@ -21,9 +24,11 @@ class U8BatchUpload {
   U8BatchUpload& operator=(const U8BatchUpload&) = delete;
 
   // dst (a device tensor [B, 3, H, W] of f32, f16 or bf16 in its layout) = images (a host u8 tensor [B, H, W, 3],
-  // RGB) / 255, queued on the backend's stream. Throws vision::Error for other shapes or a backend that is not CUDA
-  // (and in a build without CUDA).
-  void run(graph::BackendContext& backend, const core::Tensor& images, const core::Tensor& dst);
+  // RGB) / 255, queued on the backend's stream. With `hsv` (one set of gains per image, data::TrainBatch::hsv), each
+  // image is first HSV-jittered on the device (data/hsv_cuda.h; the bytes apply_hsv gives). Throws vision::Error for
+  // other shapes or counts, or a backend that is not CUDA (and in a build without CUDA).
+  void run(graph::BackendContext& backend, const core::Tensor& images, const core::Tensor& dst,
+           std::span<const data::HsvGains> hsv = {});
 
  private:
   struct Impl;

@@ -13,7 +13,10 @@
 
 #include "models/yolo/trainer_test_util.h"
 #include "test_util.h"
+#include "vision/core/error.h"
+#include "vision/cuda/check.h"
 #include "vision/cuda/device.h"
+#include "vision/data/augment.h"
 #include "vision/graph/backend.h"
 
 namespace vision::test {
@@ -78,6 +81,33 @@ TEST(Yolo26TrainerGpu, U8ImagesTrainAsTheirF32Normalisation) {
     EXPECT_EQ(la, lc) << core::dtype_name(dtype);
     EXPECT_NE(la.front(), la.back());
   }
+}
+
+// The loader's deferred HSV jitter (TrainBatch::hsv), applied on the device before the normalisation, gives the
+// plan's input the CPU trainer gives it (apply_hsv on a copy, then the normalisation): the same f32 values, an image
+// with gains of exactly 1 untouched; the caller's u8 batch is not modified on either backend.
+TEST(Yolo26TrainerGpu, DeferredHsvOnTheDeviceEqualsTheCpus) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const yolo::ModelInfo info = tiny_info();
+  const auto init = yolo::initial_weights(info);
+  Tensor normalized;
+  const Batch u8 = make_u8_batch(3, 11, normalized);
+  const std::vector<uint8_t> before(u8.images.data<uint8_t>(), u8.images.data<uint8_t>() + u8.images.numel());
+  const std::vector<data::HsvGains> gains = {{1.01, 1.5, 0.7}, {1, 1, 1}, {0.99, 0.4, 1.3}};
+  yolo::TrainerOptions o = tiny_options();
+  yolo::Yolo26Trainer cpu(graph::cpu_backend(), info, init, o), gpu(cuda_backend(), info, init, o);
+  const std::vector<float> want = cpu.model_input(u8.images, gains).to_vector();
+  const Tensor device = gpu.model_input(u8.images, gains);
+  VISION_CUDA_CHECK(cudaDeviceSynchronize());
+  Tensor got = Tensor::zeros(device.shape(), device.dtype(), device.layout());
+  VISION_CUDA_CHECK(cudaMemcpy(got.raw(), device.raw(), got.nbytes(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got.to_vector(), want);
+  const std::vector<float> plain = normalized.to_vector();
+  const size_t item = plain.size() / 3;
+  EXPECT_TRUE(std::equal(plain.begin() + item, plain.begin() + 2 * item, want.begin() + item));  // gains of 1
+  EXPECT_FALSE(std::equal(plain.begin(), plain.begin() + item, want.begin()));                   // jittered
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), u8.images.data<uint8_t>()));
+  EXPECT_THROW(gpu.model_input(u8.images, std::vector<data::HsvGains>(2, {1, 1, 1})), Error);
 }
 
 // The step as one captured graph, replayed (graph::Plan::train_step), gives the eager steps' numbers bit for bit in
