@@ -405,11 +405,16 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
     int64_t images_done = 0;
     double lr = 0, waited = 0;  // waited: seconds this epoch spent in loader.next()
     bool stop = false;
+    std::optional<data::TrainBatch> ahead;  // the next batch, taken before this one trains
     for (int64_t i = 0;; ++i) {
       const auto asked = std::chrono::steady_clock::now();
-      std::optional<data::TrainBatch> b = loader.next();
+      std::optional<data::TrainBatch> b = ahead ? std::move(ahead) : loader.next();
+      ahead.reset();
       if (!b) break;
       if (i < first) continue;
+      // The next batch now (the loader is usually ahead: it waits rarely), so that on CUDA its copy to the device
+      // overlaps this batch's step.
+      if (i + 1 < nb && (ahead = loader.next())) trainer.stage_input(ahead->images, ahead->hsv);
       waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
       const int64_t rows = yolo::loss_target_rows(data::max_boxes(*b));
       core::Tensor targets, count;

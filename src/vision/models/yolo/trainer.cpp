@@ -190,6 +190,14 @@ void Yolo26Trainer::pad_targets(const Tensor& targets, const Tensor& count) {
                 static_cast<size_t>(rows * 5) * sizeof(float));
 }
 
+void Yolo26Trainer::stage_input(const Tensor& images, std::span<const data::HsvGains> hsv) {
+  if (backend_->backend() != graph::Backend::cuda || !images.defined() || images.dtype() != DType::u8 ||
+      images.device() != core::Device::cpu)
+    return;
+  if (!u8_upload_) u8_upload_ = std::make_unique<U8BatchUpload>();
+  u8_upload_->stage(*backend_, images, hsv);
+}
+
 Tensor Yolo26Trainer::model_input(const Tensor& images, std::span<const data::HsvGains> hsv) {
   const bool u8 = images.defined() && images.dtype() == DType::u8;
   VISION_CHECK(images.defined() && images.rank() == 4 &&

@@ -126,6 +126,10 @@ class Yolo26Trainer {
   // normalisation — on the device on CUDA, on a copy of the images on the CPU.
   IterationResult train_batch(const core::Tensor& images, const core::Tensor& targets, const core::Tensor& count,
                               std::span<const data::HsvGains> hsv = {});
+  // The next batch's images (and gains) ahead of its train_batch: on CUDA, u8 images start their copy to the device
+  // now, on a stream of their own, overlapping the step queued before (the images must not change until then);
+  // elsewhere nothing happens. Optional: train_batch uploads what was not staged.
+  void stage_input(const core::Tensor& images, std::span<const data::HsvGains> hsv = {});
   // The batch's images as train_batch feeds them to the plan: its input format (compute dtype and layout), on the
   // backend (CUDA) or the host (CPU). On CUDA a view of the trainer's input buffer, which the next batch overwrites.
   core::Tensor model_input(const core::Tensor& images, std::span<const data::HsvGains> hsv = {});

@@ -13,6 +13,9 @@ void U8BatchUpload::run(graph::BackendContext&, const core::Tensor&, const core:
                         std::span<const data::HsvGains>) {
   fail("train: the u8 batch upload needs the CUDA backend, and this build has no CUDA");
 }
+void U8BatchUpload::stage(graph::BackendContext&, const core::Tensor&, std::span<const data::HsvGains>) {
+  fail("train: the u8 batch upload needs the CUDA backend, and this build has no CUDA");
+}
 #endif
 
 }  // namespace vision::models::yolo

@@ -3,7 +3,8 @@
 // where it is; the batch is held until that copy has finished), through pinned staging otherwise — and normalised by
 // the GPU letterbox kernel (data/letterbox_cuda.h, an identity transform: sample / 255 rounded to the plan's dtype)
 // into the plan's input, in its dtype and layout; the loader's deferred HSV jitter (LoaderOptions::hsv_on_device) is
-// applied on the device first. 4× fewer bytes cross PCIe than an f32 batch, and no host thread
+// applied on the device first. The copy and the jitter run on a stream of their own, so a batch staged ahead (stage)
+// crosses PCIe while the previous step computes. 4× fewer bytes cross PCIe than an f32 batch, and no host thread
 // converts pixels. Internal.
 #pragma once
 
@@ -29,6 +30,10 @@ class U8BatchUpload {
   // other shapes or counts, or a backend that is not CUDA (and in a build without CUDA).
   void run(graph::BackendContext& backend, const core::Tensor& images, const core::Tensor& dst,
            std::span<const data::HsvGains> hsv = {});
+  // Queues the copy (and the jitter) of a batch that run() will be given next, on a copy stream of its own, so that
+  // it overlaps the work already queued (the step before): run() with the same images and gains then only waits for
+  // it and normalises. Two batches can be staged at a time; the images must not change in between.
+  void stage(graph::BackendContext& backend, const core::Tensor& images, std::span<const data::HsvGains> hsv = {});
 
  private:
   struct Impl;

@@ -1,5 +1,7 @@
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <optional>
 #include <vector>
 
 #include "vision/core/error.h"
@@ -12,83 +14,146 @@
 
 namespace vision::models::yolo {
 
+namespace {
+
+void check_images(const core::Tensor& images, std::span<const data::HsvGains> hsv) {
+  VISION_CHECK(images.defined() && images.dtype() == core::DType::u8 && images.device() == core::Device::cpu &&
+                   images.rank() == 4 && images.dim(3) == 3,
+               "train: u8 images must be a host tensor [B, H, W, 3], got {}",
+               images.defined() ? images.str() : std::string("an undefined tensor"));
+  VISION_CHECK(hsv.empty() || static_cast<int64_t>(hsv.size()) == images.dim(0),
+               "train: HSV gains for {} images with a batch of {}", hsv.size(), images.dim(0));
+}
+
+}  // namespace
+
+// Two slots, used in turn: a batch staged into one (copied, jittered: on the copy stream) while the step reads the
+// other's normalised input.
 struct U8BatchUpload::Impl {
+  struct Slot {
+    std::shared_ptr<void> device;  // the u8 pixels on the device
+    size_t capacity = 0;
+    std::vector<uint8_t> records;  // the HSV jitter's records (data::hsv_record), one per image
+    std::shared_ptr<void> device_records;
+    size_t records_capacity = 0;
+    cuda::Event ready{cudaEventDisableTiming};     // on the copy stream: pixels copied and jittered
+    cuda::Event consumed{cudaEventDisableTiming};  // on the compute stream: the normalisation has read the pixels
+    bool consumed_recorded = false;
+    core::Tensor held;  // the host batch, until the slot is staged again
+    // What is staged here, not yet normalised: the batch's memory, shape and gains.
+    bool staged = false;
+    const void* source = nullptr;
+    core::Shape shape;
+    std::vector<data::HsvGains> gains;
+  };
+  std::optional<cuda::Stream> copy_stream;
   cuda::StagedUploader staged;
-  std::shared_ptr<void> device;  // the u8 pixels on the device
-  size_t capacity = 0;
-  cuda::Event copied{cudaEventDisableTiming};  // recorded after a direct copy from a pinned batch
-  core::Tensor held;                            // that batch, until `copied` has happened
-  // The HSV jitter's records (data::hsv_record), one per image: built here, staged, on the device.
-  std::vector<uint8_t> records;
-  cuda::StagedUploader staged_records;
-  std::shared_ptr<void> device_records;
-  size_t records_capacity = 0;
+  std::array<Slot, 2> slots;
+  size_t next = 0;
+
+  Slot* find(const core::Tensor& images, std::span<const data::HsvGains> hsv) {
+    for (Slot& s : slots)
+      if (s.staged && s.source == images.raw() && s.shape == images.shape() &&
+          std::equal(s.gains.begin(), s.gains.end(), hsv.begin(), hsv.end()))
+        return &s;
+    return nullptr;
+  }
+  Slot& stage(graph::BackendContext& backend, const core::Tensor& images, std::span<const data::HsvGains> hsv);
 };
+
+U8BatchUpload::Impl::Slot& U8BatchUpload::Impl::stage(graph::BackendContext& backend, const core::Tensor& images,
+                                                       std::span<const data::HsvGains> hsv) {
+  if (!copy_stream) copy_stream.emplace();
+  const cudaStream_t copy = copy_stream->get();
+  Slot& s = slots[next];
+  next = (next + 1) % slots.size();
+  if (s.held.defined()) {  // its previous copy has finished before that batch goes back to the loader
+    s.ready.synchronize();
+    s.held = {};
+  }
+  const size_t bytes = images.nbytes();
+  if (s.capacity < bytes) {
+    if (s.consumed_recorded) s.consumed.synchronize();  // the old buffer may still be read by queued kernels
+    s.device = backend.allocate(bytes);
+    s.capacity = bytes;
+  }
+  // The copy overwrites what the compute stream's last normalisation from this slot read: after it, on the device.
+  if (s.consumed_recorded) VISION_CUDA_CHECK(cudaStreamWaitEvent(copy, s.consumed.get(), 0));
+  auto* pixels = static_cast<uint8_t*>(s.device.get());
+  cudaPointerAttributes attributes{};
+  VISION_CUDA_CHECK(cudaPointerGetAttributes(&attributes, images.raw()));
+  if (attributes.type == cudaMemoryTypeHost)
+    VISION_CUDA_CHECK(cudaMemcpyAsync(pixels, images.raw(), bytes, cudaMemcpyHostToDevice, copy));
+  else
+    staged.upload(pixels, images.raw(), bytes, copy);
+  // Held in both cases: a direct copy reads the batch where it is, and while the batch lives its memory cannot come
+  // back as another batch's that find() would take for this one.
+  s.held = images;
+  if (!hsv.empty()) {
+    s.records.resize(hsv.size() * data::kHsvRecordBytes);
+    bool any = false;
+    for (size_t i = 0; i < hsv.size(); ++i) {
+      uint8_t* record = s.records.data() + i * data::kHsvRecordBytes;
+      data::hsv_record(hsv[i], record);
+      any = any || record[768] != 0;
+    }
+    if (any) {
+      if (s.records_capacity < s.records.size()) {
+        if (s.consumed_recorded) s.consumed.synchronize();  // an earlier jitter from it has run (it precedes that)
+        s.device_records = backend.allocate(s.records.size());
+        s.records_capacity = s.records.size();
+      }
+      auto* records = static_cast<uint8_t*>(s.device_records.get());
+      staged.upload(records, s.records.data(), s.records.size(), copy);
+      data::launch_hsv_jitter(copy, pixels, images.dim(1) * images.dim(2), images.dim(0), records);
+    }
+  }
+  s.ready.record(copy);
+  s.staged = true;
+  s.source = images.raw();
+  s.shape = images.shape();
+  s.gains.assign(hsv.begin(), hsv.end());
+  return s;
+}
 
 U8BatchUpload::U8BatchUpload() : impl_(std::make_unique<Impl>()) {}
 U8BatchUpload::~U8BatchUpload() {
-  if (impl_ && impl_->held.defined()) impl_->copied.synchronize();
+  if (!impl_) return;
+  for (Impl::Slot& s : impl_->slots) {
+    if (s.held.defined()) s.ready.synchronize();
+    if (s.consumed_recorded) s.consumed.synchronize();
+  }
+}
+
+void U8BatchUpload::stage(graph::BackendContext& backend, const core::Tensor& images,
+                          std::span<const data::HsvGains> hsv) {
+  VISION_CHECK(backend.backend() == graph::Backend::cuda, "train: the u8 batch upload needs the CUDA backend");
+  check_images(images, hsv);
+  if (!impl_->find(images, hsv)) impl_->stage(backend, images, hsv);
 }
 
 void U8BatchUpload::run(graph::BackendContext& backend, const core::Tensor& images, const core::Tensor& dst,
                         std::span<const data::HsvGains> hsv) {
   VISION_CHECK(backend.backend() == graph::Backend::cuda, "train: the u8 batch upload needs the CUDA backend");
-  VISION_CHECK(images.defined() && images.dtype() == core::DType::u8 && images.device() == core::Device::cpu &&
-                   images.rank() == 4 && images.dim(3) == 3,
-               "train: u8 images must be a host tensor [B, H, W, 3], got {}",
-               images.defined() ? images.str() : std::string("an undefined tensor"));
+  check_images(images, hsv);
   VISION_CHECK(dst.device() == core::Device::cuda && dst.rank() == 4 && dst.dim(0) == images.dim(0) &&
                    dst.dim(1) == 3 && dst.dim(2) == images.dim(1) && dst.dim(3) == images.dim(2),
                "train: the device input {} does not fit the u8 images {}", dst.str(), images.shape().str());
-  VISION_CHECK(hsv.empty() || static_cast<int64_t>(hsv.size()) == images.dim(0),
-               "train: HSV gains for {} images with a batch of {}", hsv.size(), images.dim(0));
   Impl& m = *impl_;
+  Impl::Slot* slot = m.find(images, hsv);
+  if (!slot) slot = &m.stage(backend, images, hsv);
   const cudaStream_t stream = graph::CudaBackendContext::of(&backend).stream();
-  if (m.held.defined()) {  // the previous direct copy has finished before its batch goes back to the loader
-    m.copied.synchronize();
-    m.held = {};
-  }
-  const size_t bytes = images.nbytes();
-  if (m.capacity < bytes) {
-    backend.synchronize();  // the old buffer may still be read by queued kernels
-    m.device = backend.allocate(bytes);
-    m.capacity = bytes;
-  }
-  auto* pixels = static_cast<uint8_t*>(m.device.get());
-  cudaPointerAttributes attributes{};
-  VISION_CUDA_CHECK(cudaPointerGetAttributes(&attributes, images.raw()));
-  if (attributes.type == cudaMemoryTypeHost) {
-    VISION_CUDA_CHECK(cudaMemcpyAsync(pixels, images.raw(), bytes, cudaMemcpyHostToDevice, stream));
-    m.copied.record(stream);
-    m.held = images;
-  } else {
-    m.staged.upload(pixels, images.raw(), bytes, stream);
-  }
+  VISION_CUDA_CHECK(cudaStreamWaitEvent(stream, slot->ready.get(), 0));
+  const auto* pixels = static_cast<const uint8_t*>(slot->device.get());
   const int64_t h = images.dim(1), w = images.dim(2);
-  if (!hsv.empty()) {
-    m.records.resize(hsv.size() * data::kHsvRecordBytes);
-    bool any = false;
-    for (size_t i = 0; i < hsv.size(); ++i) {
-      uint8_t* record = m.records.data() + i * data::kHsvRecordBytes;
-      data::hsv_record(hsv[i], record);
-      any = any || record[768] != 0;
-    }
-    if (any) {
-      if (m.records_capacity < m.records.size()) {
-        backend.synchronize();  // queued kernels may still read the old buffer
-        m.device_records = backend.allocate(m.records.size());
-        m.records_capacity = m.records.size();
-      }
-      auto* records = static_cast<uint8_t*>(m.device_records.get());
-      m.staged_records.upload(records, m.records.data(), m.records.size(), stream);
-      data::launch_hsv_jitter(stream, pixels, h * w, images.dim(0), records);
-    }
-  }
   data::LetterboxTransform t;  // the identity: the image is the input
   t.orig_w = t.resized_w = t.input_w = w;
   t.orig_h = t.resized_h = t.input_h = h;
   for (int64_t i = 0; i < images.dim(0); ++i)
     data::launch_letterbox_normalize(stream, pixels + i * h * w * 3, t, dst, i);
+  slot->consumed.record(stream);
+  slot->consumed_recorded = true;
+  slot->staged = false;
 }
 
 }  // namespace vision::models::yolo

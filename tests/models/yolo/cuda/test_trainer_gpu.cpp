@@ -110,6 +110,37 @@ TEST(Yolo26TrainerGpu, DeferredHsvOnTheDeviceEqualsTheCpus) {
   EXPECT_THROW(gpu.model_input(u8.images, std::vector<data::HsvGains>(2, {1, 1, 1})), Error);
 }
 
+// Batches staged ahead (stage_input: copied and jittered on the upload's own stream while the previous step runs)
+// train exactly as batches uploaded when their step comes: three different u8 batches with HSV gains, each staged
+// before the previous one trains, deterministic bf16 NHWC, the same losses bit for bit; staging one batch and then
+// training another (not staged) still trains the right one.
+TEST(Yolo26TrainerGpu, StagedBatchesTrainAsUnstagedOnes) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const yolo::ModelInfo info = tiny_info();
+  const auto init = yolo::initial_weights(info);
+  Tensor unused;
+  const std::vector<Batch> batches = {make_u8_batch(2, 21, unused), make_u8_batch(2, 22, unused),
+                                      make_u8_batch(2, 23, unused)};
+  const std::vector<std::vector<data::HsvGains>> gains = {
+      {{1.01, 1.4, 0.8}, {1, 1, 1}}, {{0.99, 0.5, 1.2}, {1.005, 1.1, 0.9}}, {{1, 1, 1}, {1.012, 0.7, 1.35}}};
+  yolo::TrainerOptions o = tiny_options();
+  o.deterministic = true;
+  o.dtype = core::DType::bf16;
+  o.layout = core::Layout::nhwc;
+  yolo::Yolo26Trainer plain(cuda_backend(), info, init, o), staged(cuda_backend(), info, init, o);
+  std::vector<float> a, b;
+  for (int it = 0; it < 6; ++it) {
+    const size_t k = static_cast<size_t>(it) % 3, next = (k + 1) % 3;
+    a.push_back(plain.train_batch(batches[k].images, batches[k].targets, batches[k].count, gains[k]).loss);
+    if (it == 0) staged.stage_input(batches[k].images, gains[k]);
+    if (it == 3) staged.stage_input(batches[(k + 2) % 3].images, gains[(k + 2) % 3]);  // staged, never trained
+    else staged.stage_input(batches[next].images, gains[next]);
+    b.push_back(staged.train_batch(batches[k].images, batches[k].targets, batches[k].count, gains[k]).loss);
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a.front(), a.back());
+}
+
 // The step as one captured graph, replayed (graph::Plan::train_step), gives the eager steps' numbers bit for bit in
 // deterministic mode: f32 NCHW, bf16 NHWC and f16 NHWC (the seed is the dynamic loss scale, on the device), with
 // gradient accumulation (nbs 4 at batch 2: a graph for the first batch of a step and one for the second).
