@@ -136,7 +136,8 @@ void warp_into(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_
   }
   const int64_t step = target.mirror_x ? -3 : 3;
   for (int64_t y = 0; y < out_h; ++y) {
-    uint8_t* dst = target.base + (target.mirror_y ? out_h - 1 - y : y) * out_w * 3 + (target.mirror_x ? (out_w - 1) * 3 : 0);
+    uint8_t* dst = target.base + (target.mirror_y ? out_h - 1 - y : y) * out_w * 3 +
+                   (target.mirror_x ? (out_w - 1) * 3 : 0);
     const double yd = static_cast<double>(y);
     const int64_t x0r = affine ? std::lrint(std::clamp((inv[1] * yd + inv[2]) * kAb, -1e12, 1e12)) + 16 : 0;
     const int64_t y0r = affine ? std::lrint(std::clamp((inv[4] * yd + inv[5]) * kAb, -1e12, 1e12)) + 16 : 0;
@@ -252,10 +253,7 @@ std::vector<TargetBox> mosaic4_onto(std::span<const LabeledImage> images, int64_
   const int64_t s = imgsz, S = 2 * imgsz;
   const int64_t xc = static_cast<int64_t>(rng.uniform(static_cast<double>(s / 2), static_cast<double>(S - s / 2)));
   const int64_t yc = static_cast<int64_t>(rng.uniform(static_cast<double>(s / 2), static_cast<double>(S - s / 2)));
-  struct Out {
-    Image& image;
-    std::vector<TargetBox> boxes;
-  } out{canvas, {}};
+  std::vector<TargetBox> boxes;
   canvas.width = canvas.height = S;
   canvas.channels = 3;
   canvas.pixels.assign(static_cast<size_t>(S * S * 3), kLetterboxFill);
@@ -283,16 +281,16 @@ std::vector<TargetBox> mosaic4_onto(std::span<const LabeledImage> images, int64_
     }
     const int64_t cw = std::min(x2a - x1a, w - x1b), ch = std::min(y2a - y1a, h - y1b);
     for (int64_t y = 0; y < ch; ++y)
-      std::copy_n(img.at(x1b, y1b + y), cw * 3, out.image.at(x1a, y1a + y));
+      std::copy_n(img.at(x1b, y1b + y), cw * 3, canvas.at(x1a, y1a + y));
     const float padw = static_cast<float>(x1a - x1b), padh = static_cast<float>(y1a - y1b);
     const float lim = static_cast<float>(S);
     for (const TargetBox& b : images[i].boxes) {
       TargetBox t{b.cls, std::clamp(b.x1 + padw, 0.0f, lim), std::clamp(b.y1 + padh, 0.0f, lim),
                   std::clamp(b.x2 + padw, 0.0f, lim), std::clamp(b.y2 + padh, 0.0f, lim)};
-      if (t.x2 > t.x1 && t.y2 > t.y1) out.boxes.push_back(t);
+      if (t.x2 > t.x1 && t.y2 > t.y1) boxes.push_back(t);
     }
   }
-  return std::move(out.boxes);
+  return boxes;
 }
 
 }  // namespace
@@ -401,7 +399,8 @@ struct HsvJitter {
   std::array<uint8_t, kHsvRecordBytes> record{};  // the tables: hue at 0, saturation at 256, value at 512
   const HsvTables& to_hsv = hsv_tables();
   const HueTable& to_rgb = hue_table();
-  HsvJitter(double gain_h, double gain_s, double gain_v) { hsv_record({gain_h, gain_s, gain_v}, record.data()); }
+  explicit HsvJitter(const HsvGains& gains) { hsv_record(gains, record.data()); }
+  bool applies() const { return record[kHsvRecordApplies] != 0; }
   void operator()(uint8_t* p) const {
     const auto hsv = rgb_to_hsv_inline(to_hsv, p[0], p[1], p[2]);
     hsv_to_rgb_into(to_rgb, record[hsv[0]], record[256 + hsv[1]], record[512 + hsv[2]], p);
@@ -427,17 +426,20 @@ void hsv_record(const HsvGains& gains, uint8_t* record) {
     record[256 + x] = static_cast<uint8_t>(std::clamp(xd * gain_s, 0.0, 255.0));
     record[512 + x] = static_cast<uint8_t>(std::clamp(xd * gain_v, 0.0, 255.0));
   }
-  std::fill(record + 768, record + kHsvRecordBytes, uint8_t{0});
-  record[768] = gain_h == 1 && gain_s == 1 && gain_v == 1 ? 0 : 1;
+  std::fill(record + kHsvRecordApplies, record + kHsvRecordBytes, uint8_t{0});
+  record[kHsvRecordApplies] = gain_h == 1 && gain_s == 1 && gain_v == 1 ? 0 : 1;
+}
+
+void apply_hsv(uint8_t* rgb, int64_t pixels, const HsvGains& gains) {
+  const HsvJitter jitter(gains);
+  if (!jitter.applies()) return;
+  for (int64_t i = 0; i < pixels; ++i) jitter(rgb + i * 3);
 }
 
 void apply_hsv(Image& image, double gain_h, double gain_s, double gain_v) {
-  if (gain_h == 1 && gain_s == 1 && gain_v == 1) return;
+  if (gain_h == 1 && gain_s == 1 && gain_v == 1) return;  // any image, as before: nothing to do
   VISION_CHECK(image.channels == 3, "augment: HSV needs a 3-channel image");
-  const HsvJitter jitter(gain_h, gain_s, gain_v);
-  uint8_t* p = image.pixels.data();
-  const size_t n = image.pixels.size();
-  for (size_t i = 0; i < n; i += 3) jitter(p + i);
+  apply_hsv(image.pixels.data(), image.width * image.height, {gain_h, gain_s, gain_v});
 }
 
 void random_hsv(Image& image, Random& rng, const AugmentOptions& o) {
@@ -504,13 +506,10 @@ std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleL
   // Each output pixel warped (bilinear from the source; an identity M samples every pixel exactly) and written at its
   // mirrored place, then the HSV jitter over the output (a pass of its own: fused into the warp's loop it ran slower).
   warp_into(*source, m, imgsz, imgsz, kLetterboxFill, {out, left_right, up_down});
-  if (defer_hsv) {
+  if (defer_hsv)
     *defer_hsv = gains.value_or(HsvGains{1, 1, 1});
-  } else if (gains && !((*gains)[0] == 1 && (*gains)[1] == 1 && (*gains)[2] == 1)) {
-    const HsvJitter jitter((*gains)[0], (*gains)[1], (*gains)[2]);
-    const size_t bytes = static_cast<size_t>(imgsz * imgsz * 3);
-    for (size_t i = 0; i < bytes; i += 3) jitter(out + i);
-  }
+  else if (gains)
+    apply_hsv(out, imgsz * imgsz, *gains);
   return boxes;
 }
 

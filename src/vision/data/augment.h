@@ -108,9 +108,13 @@ std::array<uint8_t, 3> rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b);
 // rounded to the nearest.
 std::array<uint8_t, 3> hsv_to_rgb(uint8_t h, uint8_t s, uint8_t v);
 
+using HsvGains = std::array<double, 3>;  // (gain_h, gain_s, gain_v)
+
 // HSV jitter with the multipliers (gain_h, gain_s, gain_v): through lookup tables, hue (x · gain_h) mod 180, saturation
 // and value min(x · gain, 255), each truncated to an integer. Gains of exactly 1 leave the image unchanged.
 void apply_hsv(Image& image, double gain_h, double gain_s, double gain_v);
+// The same on `pixels` RGB pixels (3 bytes each, back to back) in place: one image of a u8 NHWC batch.
+void apply_hsv(uint8_t* rgb, int64_t pixels, const HsvGains& gains);
 // The random HSV step: multipliers uniform(−1, 1) · (hsv_h, hsv_s, hsv_v) + 1 (three draws, h first); nothing is drawn
 // or changed when all three options are 0.
 void random_hsv(Image& image, Random& rng, const AugmentOptions& o);
@@ -119,7 +123,7 @@ void random_hsv(Image& image, Random& rng, const AugmentOptions& o);
 // lookup tables (hue, saturation, value, 256 bytes each) and then one byte, 1 when the jitter changes the image and 0
 // when apply_hsv would leave it as it is (every gain exactly 1).
 inline constexpr size_t kHsvRecordBytes = 1024;
-using HsvGains = std::array<double, 3>;  // (gain_h, gain_s, gain_v)
+inline constexpr size_t kHsvRecordApplies = 768;  // the flag byte's offset
 void hsv_record(const HsvGains& gains, uint8_t* record);
 
 // Mirror left–right / upside down, boxes with the image.

@@ -58,7 +58,7 @@ TEST(HsvGpu, EqualsApplyHsvOnTheCpu) {
     std::memcpy(host.data() + i * pixels * 3, images[static_cast<size_t>(i)].pixels.data(), pixels * 3);
     data::hsv_record(gains[static_cast<size_t>(i)], records.data() + i * data::kHsvRecordBytes);
   }
-  EXPECT_EQ(records[768], 0);  // gains of exactly 1
+  EXPECT_EQ(records[data::kHsvRecordApplies], 0);  // gains of exactly 1
   DeviceBuffer d_images(host.size()), d_records(records.size());
   d_images.upload(host);
   d_records.upload(records);

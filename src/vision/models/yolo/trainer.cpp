@@ -215,15 +215,10 @@ Tensor Yolo26Trainer::model_input(const Tensor& images, std::span<const data::Hs
                u8 ? b : int64_t{0});
   if (backend_->backend() == graph::Backend::cpu) {  // the CPU plans compute in f32
     if (u8 && !hsv.empty()) {  // the jitter on a copy: the caller's batch stays as it is
-      Tensor jittered = Tensor::zeros(images.shape(), DType::u8);
-      data::Image item(w, h, 3);
-      const size_t bytes = item.pixels.size();
-      for (int64_t i = 0; i < b; ++i) {
-        std::memcpy(item.pixels.data(), images.data<uint8_t>() + static_cast<size_t>(i) * bytes, bytes);
-        data::apply_hsv(item, hsv[static_cast<size_t>(i)][0], hsv[static_cast<size_t>(i)][1],
-                        hsv[static_cast<size_t>(i)][2]);
-        std::memcpy(jittered.data<uint8_t>() + static_cast<size_t>(i) * bytes, item.pixels.data(), bytes);
-      }
+      const Tensor jittered = images.clone();
+      const int64_t pixels = h * w;
+      for (int64_t i = 0; i < b; ++i)
+        data::apply_hsv(jittered.data<uint8_t>() + i * pixels * 3, pixels, hsv[static_cast<size_t>(i)]);
       return data::normalize_u8_batch(jittered, layout);
     }
     if (u8) return data::normalize_u8_batch(images, layout);

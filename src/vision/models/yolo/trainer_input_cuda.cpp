@@ -95,7 +95,7 @@ U8BatchUpload::Impl::Slot& U8BatchUpload::Impl::stage(graph::BackendContext& bac
     for (size_t i = 0; i < hsv.size(); ++i) {
       uint8_t* record = s.records.data() + i * data::kHsvRecordBytes;
       data::hsv_record(hsv[i], record);
-      any = any || record[768] != 0;
+      any = any || record[data::kHsvRecordApplies] != 0;
     }
     if (any) {
       if (s.records_capacity < s.records.size()) {
