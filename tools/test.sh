@@ -4,7 +4,11 @@
 # GPU tests skip cleanly without a usable GPU; VISION_REQUIRE_GPU=1 turns those skips into failures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's time goes into the log (docs/getting-started.md records them).
+t0=$SECONDS
+phase() { echo "test: $1 took $((SECONDS - t0)) s"; t0=$SECONDS; }
 tools/install-deps.sh --test
+phase "checking the packages"
 # The CPU-only engine is tested under AddressSanitizer and UndefinedBehaviorSanitizer (preset cpu-sanitize: the same
 # code as preset cpu, at -O1 with the sanitizers), so every CPU test also checks for memory errors and undefined
 # behaviour in the host code, and for leaks (LeakSanitizer). Preset cpu-tsan builds the CPU-only engine under
@@ -25,7 +29,8 @@ failed=0
 # Three checks of the sources: the library and the tests are unity builds, so no private helper may silently overload
 # another source's (tools/check-private-names.py, over each); every include keeps the layer order
 # (tools/check-layers.py).
-for check in "tools/check-private-names.py src/vision" "tools/check-private-names.py tests" tools/check-layers.py; do
+for check in "tools/check-private-names.py src/vision" "tools/check-private-names.py apps/vision" \
+             "tools/check-private-names.py tests" tools/check-layers.py; do
   # shellcheck disable=SC2086
   if python3 $check; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
@@ -45,14 +50,17 @@ for p in "${presets[@]}"; do
   echo "=== preset $p"
   cmake --preset "$p" >/dev/null
   cmake --build --preset "$p"
+  phase "building preset $p"
   ctest --preset "$p" -j2 2>&1 | tee "$log" || status=1
   count
+  phase "the tests of preset $p"
 done
 # The parsers of outside input under libFuzzer with ASan and UBSan, each for VISION_FUZZ_SECONDS (default 60) from
 # its seed corpus (tests/fuzz/corpus): a crash or sanitizer report fails the run.
 echo "=== fuzz"
 tools/fuzz.sh "${VISION_FUZZ_SECONDS:-60}" 2>&1 | tee "$log" || status=1
 passed=$((passed + $(grep -c "no finding$" "$log" || true)))
+phase "fuzzing (build and runs)"
 failed=$((failed + $(grep -c "FINDING" "$log" || true)))
 # One closing line for the whole run: CTest's tests of every preset and the fuzz targets.
 echo "test: $passed passed, $failed failed"
