@@ -28,6 +28,10 @@
 #include "vision/data/video_streams.h"
 #include "vision/track/mot_metrics.h"
 
+extern "C" {
+#include <libavutil/mem.h>
+}
+
 namespace vision::data {
 namespace {
 
@@ -171,6 +175,42 @@ TEST(Video, SourcesThatAreVideos) {
   const bool camera = is_camera_source("0");
   fs::current_path(cwd);
   EXPECT_FALSE(camera);
+}
+
+// Found by fuzz_video: a 1.9 KB mp4 whose tables declare a huge count made the mov demuxer ask for 1.6 GB. libav*'s
+// allocations are now bounded by what the largest allowed frame needs (≈ 1.3 GB at the default 160 megapixels): the
+// file is an error naming it, and an allocation of 1.5 GB is refused. A relative file name that reads as a protocol
+// ("concat:…") is a file, read as one.
+TEST(Video, FilesAreReadAsFilesWithBoundedAllocations) {
+  const fs::path bomb = fs::path(VISION_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_video/regression-mov-table-1.6GB.mp4";
+  ASSERT_TRUE(fs::exists(bomb)) << bomb;
+  try {
+    VideoReader r(bomb.string());
+    VideoFrame f;
+    for (int i = 0; i < 100 && r.read(f); ++i) EXPECT_LE(f.image.width * f.image.height, kDefaultMaxPixels);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("video " + bomb.string()), std::string::npos) << e.what();
+  }
+  void* big = av_malloc(size_t{1536} << 20);
+  EXPECT_EQ(big, nullptr) << "libav*'s allocations are not bounded";
+  av_free(big);
+  void* small = av_malloc(size_t{1} << 20);
+  EXPECT_NE(small, nullptr);
+  av_free(small);
+
+  test::TempDir dir;
+  write_test_video(dir.path() / "concat:missing.mp4", 3);
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir.path());
+  int64_t frames = 0;
+  const std::string e = test::error_of([&] {
+    VideoReader r("concat:missing.mp4");
+    VideoFrame f;
+    while (r.read(f)) ++frames;
+  });
+  fs::current_path(cwd);
+  EXPECT_EQ(e, "(no error)");
+  EXPECT_EQ(frames, 3);
 }
 
 // A camera that is not there is a clear error naming it and its device, before anything is opened.

@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <chrono>
+#include <climits>
 #include <cstdarg>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,7 @@ extern "C" {
 #include <libavdevice/avdevice.h>
 #include <libavformat/avformat.h>
 #include <libavutil/imgutils.h>
+#include <libavutil/mem.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 }
@@ -84,6 +86,22 @@ void keep_last_error(void* avcl, int level, const char* format, va_list args) {
   std::string text(line);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   t_last_log = text;
+}
+
+// libav*'s largest single allocation: what the biggest frame a reader allows needs (8 bytes a pixel covers every pixel
+// format up to 16-bit RGBA, plus padding), at least 256 MiB and at most FFmpeg's own default (INT_MAX). The demuxers
+// size some tables from counts a file declares: a 1.9 KB mp4 made the mov demuxer ask for 1.6 GB (fuzz_video).
+// av_max_alloc is one setting for the process: it is only raised here, never lowered below what an open reader needs.
+void bound_libav_allocations(int64_t max_pixels) {
+  static std::mutex mutex;
+  static size_t bound = 0;
+  const size_t need = std::min<size_t>(
+      INT_MAX, std::max<size_t>(size_t{256} << 20, static_cast<size_t>(max_pixels) * 8 + (size_t{16} << 20)));
+  std::lock_guard lock(mutex);
+  if (need > bound) {
+    bound = need;
+    av_max_alloc(bound);
+  }
 }
 
 void quiet_libav_logs() {
@@ -166,6 +184,13 @@ struct VideoReader::Impl {
     arm();
     AVDictionary* open_options = nullptr;
     av_dict_set(&open_options, "rw_timeout", "15000000", 0);  // microseconds, for the protocols that take it
+    if (!live && !is_camera_source(source)) {
+      // A file is read as a file: its path never names a protocol ("concat:…", "subfile,…", "http:…" are file
+      // names), and nothing the file holds (an HLS or concat playlist) makes libavformat open another protocol —
+      // no network request and no pipe from a file someone handed us.
+      url = "file:" + source;
+      av_dict_set(&open_options, "protocol_whitelist", "file", 0);
+    }
     int ret = avformat_open_input(&format, url.c_str(), input_format, &open_options);
     av_dict_free(&open_options);
     if (ret < 0) {
@@ -192,6 +217,7 @@ struct VideoReader::Impl {
     ret = avcodec_parameters_to_context(decoder, par);
     VISION_CHECK_INPUT(ret >= 0, "video {}: bad codec parameters: {}", source, av_error(ret));
     decoder->thread_count = 0;  // as many as libavcodec picks
+    decoder->max_pixels = options.max_pixels;  // frames the stream grows to mid-way are refused by the decoder too
     ret = avcodec_open2(decoder, codec, nullptr);
     VISION_CHECK_INPUT(ret >= 0, "video {}: the {} decoder does not open: {}", source, codec->name, av_error(ret));
     packet = av_packet_alloc();
@@ -253,6 +279,9 @@ struct VideoReader::Impl {
 
 VideoReader::VideoReader(const std::string& source, const VideoReaderOptions& options) : impl_(new Impl) {
   quiet_libav_logs();
+  VISION_CHECK(options.max_pixels > 0 && options.max_pixels <= (int64_t{1} << 36),
+               "video: max_pixels must be in [1, 2^36], got {}", options.max_pixels);
+  bound_libav_allocations(options.max_pixels);
   Impl& d = *impl_;
   d.source = source;
   d.options = options;

@@ -4,7 +4,10 @@
 // a camera (video4linux2) and decodes its best video stream to upright RGB frames; a live source that drops is opened
 // again with back-off. Frames larger than max_pixels are refused before anything
 // is allocated for them; packets that do not decode are skipped and counted (a warning each, at most 16 kept); a
-// source with no decodable frame is an error naming it. Every libav* status is checked.
+// source with no decodable frame is an error naming it. Every libav* status is checked. A file is read as a file
+// (`file:` and that protocol alone: its name is never a protocol, and no playlist in it reaches the network), and
+// libav*'s single allocations are bounded (av_max_alloc, a process-wide setting: 8 bytes a pixel of the largest
+// max_pixels of the readers opened so far, at least 256 MiB, at most FFmpeg's own INT_MAX).
 // VideoWriter encodes RGB frames as H.264 (libx264, yuv420p, crf 23) in an mp4 — MPEG-4 part 2 when the build of
 // libavcodec has no H.264 encoder —, at a constant frame rate. It writes "<path>.tmp.<pid>" and renames it over path
 // when closed, so an interrupted write never leaves a half file at path; the destructor closes (an exception
