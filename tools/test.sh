@@ -26,8 +26,8 @@ echo "test: VISION_TEST_SEED=$VISION_TEST_SEED"
 status=0
 passed=0
 failed=0
-# Three checks of the sources: the library and the tests are unity builds, so no private helper may silently overload
-# another source's (tools/check-private-names.py, over each); every include keeps the layer order
+# Four checks of the sources: the library, the CLI and the tests are unity builds, so no private helper may silently
+# overload another source's (tools/check-private-names.py, over each); every include keeps the layer order
 # (tools/check-layers.py).
 for check in "tools/check-private-names.py src/vision" "tools/check-private-names.py apps/vision" \
              "tools/check-private-names.py tests" tools/check-layers.py; do
