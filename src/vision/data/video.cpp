@@ -184,7 +184,7 @@ struct VideoReader::Impl {
     arm();
     AVDictionary* open_options = nullptr;
     av_dict_set(&open_options, "rw_timeout", "15000000", 0);  // microseconds, for the protocols that take it
-    if (!live && !is_camera_source(source)) {
+    if (!live) {  // live: a stream URL or a camera
       // A file is read as a file: its path never names a protocol ("concat:…", "subfile,…", "http:…" are file
       // names), and nothing the file holds (an HLS or concat playlist) makes libavformat open another protocol —
       // no network request and no pipe from a file someone handed us.
