@@ -38,14 +38,18 @@ if [ -z "$filter" ]; then
   # Every test of the gpu label, by name, less those that run no GPU work of their own: kernel sources, snapshots,
   # descriptors and NVRTC compiles (no launch), the library loaders, and the tests that hide the GPU from a child
   # process (under the sanitizer the child sees its injection library, not the plain driver they expect).
+  # CTest's names are tests ("Suite.Test") or, with VISION_TEST_PER_SUITE (the default preset), suites ("Suite").
   skip='(^|/)(KernelSnapshot|KernelRegistry|KernelsCommand|KernelDescriptor|KernelCacheNvrtc|Nvrtc|Sha256|Embedded|'
-  skip+='LazyLibrary|CudaCheck|[A-Za-z0-9]*Descriptors)\.|WithoutA?Gpu'
+  skip+='LazyLibrary|CudaCheck|[A-Za-z0-9]*Descriptors)(\.|$)|WithoutA?Gpu'
   # The whole-model training runs and the benchmark CLI (whose child process dies under the sanitizer).
   [ $all = 1 ] || skip+='|(^|/)(Yolo26TrainerGpu|Yolo26TrainTrajectoryGpu|LibraryTrainingGpu|Yolo26ReferenceGpuTraining|'
-  [ $all = 1 ] || skip+='Yolo26GradsGpu|BenchCliGpu)\.'
-  names=$(ctest --test-dir build -N -L gpu | sed -nE 's/^ *Test +#[0-9]+: (.*)$/\1/p' | grep -vE "$skip")
+  [ $all = 1 ] || skip+='Yolo26GradsGpu|BenchCliGpu)(\.|$)'
+  names=$(ctest --test-dir build -N -L gpu | sed -nE 's/^ *Test +#[0-9]+: (.*)$/\1/p' | grep -vE "$skip" |
+          sed -E 's/^([^.]+)$/\1.*/')
   [ -n "$names" ] || { echo "no gpu-labelled tests found in build/ (ctest -N -L gpu)"; exit 2; }
   filter=$(tr '\n' ':' <<<"$names")
+  # Within a suite, the tests that hide the GPU from a child process.
+  exclude+="${exclude:+:}*WithoutGpu*:*WithoutAGpu*"
   echo "compute-sanitizer: $(wc -l <<<"$names") tests of the gpu label, in $shards shards per tool"
 fi
 out=${OUT:-gpu-logs}/compute-sanitizer
