@@ -210,6 +210,35 @@ TEST(KernelRegistry, EveryKernelCompilesForSm80AndSm90a) {
   for (const auto& f : failures) ADD_FAILURE() << f;
 }
 
+// The kernels whose per-element arithmetic their CPU twins share take it from the shared header, one source for both
+// (docs/architecture.md): the source of every registered kernel of each family inlines that header.
+TEST(KernelRegistry, TwinnedKernelsInlineTheirSharedMath) {
+  const std::vector<std::pair<std::string, std::string>> families = {
+      {"ciou_", "vision/models/yolo/kernels/loss/ciou_math.cuh"},
+      {"bce_cls_", "vision/models/yolo/kernels/loss/cls_math.cuh"},
+      {"l1_distance_", "vision/models/yolo/kernels/loss/cls_math.cuh"},
+      {"assigner_", "vision/models/yolo/kernels/loss/assigner_math.cuh"},
+      {"detect_decode_", "vision/models/yolo/kernels/detect_decode_math.cuh"},
+      {"postprocess_", "vision/models/yolo/kernels/postprocess_math.cuh"},
+      {"sgd_step_", "vision/train/optim_math.cuh"},
+      {"adamw_step_", "vision/train/optim_math.cuh"},
+      {"muon_prepare_", "vision/train/optim_math.cuh"},
+      {"muon_normalize_", "vision/train/optim_math.cuh"},
+      {"ema_update_", "vision/train/optim_math.cuh"},
+  };
+  const std::vector<const Kernel*> kernels = KernelRegistry::global().kernels();
+  for (const auto& [prefix, header] : families) {
+    int count = 0;
+    for (const Kernel* k : kernels) {
+      if (!k->id().starts_with(prefix)) continue;
+      ++count;
+      EXPECT_NE(k->source().find("// ---- " + header + " ----\n"), std::string::npos)
+          << k->id() << " does not take its arithmetic from " << header;
+    }
+    EXPECT_GT(count, 0) << "no registered kernel starts with " << prefix;
+  }
+}
+
 // Whether the CLI source check covers this kernel: the first instantiation of each kernel family (name), every one
 // with VISION_TEST_ALL_KERNELS=1. `vision kernels source` takes the same path for every id (one CLI run per kernel
 // costs ~0.5 s on CI), and what it prints must equal Kernel::source(), which EveryKernelCompilesForSm80AndSm90a

@@ -16,8 +16,8 @@
 //     top-topk2 of align · own over all anchors), the normalisation, and the outputs of its positive anchors (each
 //     anchor has one owner, so no two CTAs write one element).
 // Keys (u64): the value's f32 bits (values ≥ 0, so the bits order them) above, ~index below: a larger key ranks first.
-// Arithmetic of the candidate test and the CIoU uses the _rn intrinsics (never contracted into FMA), so the value a
-// key was ranked by is the value recomputed for it, and both follow the CPU twin's operation order.
+// The candidate test, the CIoU and the align metric are assigner_math.cuh, which the CPU twin calls too: correctly
+// rounded operations never contracted into FMA, so the value a key was ranked by is the value recomputed for it.
 
 // ---- vision/cuda/kernel_common.cuh ----
 // Shared device helpers for vision's NVRTC kernels: fixed-width integers, f32 load/store conversions of the element
@@ -106,6 +106,129 @@ __device__ __forceinline__ void map(const T* const (&in)[NIn], T* const (&out)[N
 
 }  // namespace vk
 // ---- vision/models/yolo/kernels/loss/assigner.cuh (continued) ----
+// ---- vision/models/yolo/kernels/loss/assigner_math.cuh ----
+// The task-aligned assigner's per-(gt, anchor) arithmetic, one source for the kernels (assigner.cuh) and the CPU twin
+// (assigner.cpp): the CIoU of two boxes, the STAL candidate box, the candidate test, the predicted box in pixels and
+// the align metric. Every operation is correctly rounded and never contracted (hd::*_rn), so the value an anchor was
+// ranked by is the value recomputed for it later, on either side.
+
+// ---- vision/cuda/host_device.cuh ----
+// One source for a kernel's per-element math and its CPU twin's. A function marked VISION_HD compiles as a device
+// function under NVRTC (the header is inlined into each kernel's source, see cuda/kernel.cpp) and as a plain inline
+// function in the host's C++ (the CPU twins, in the CPU-only builds too), so the kernel and its twin cannot drift
+// apart. Such functions use only what both sides have: float arithmetic, the C math functions (atanf, sqrtf, expf,
+// fminf, fmaxf, …), the fixed-width integers (kernel_common.cuh defines them under NVRTC, so a kernel includes it
+// first), vision::hd::infinity() and the correctly rounded operations below.
+
+#ifdef __CUDACC_RTC__
+#define VISION_HD __device__ __forceinline__
+#else
+#include <math.h>
+
+#include <bit>
+#include <cstdint>
+#include <limits>
+#define VISION_HD inline
+#endif
+
+namespace vision::hd {
+
+// Device and host spellings of the same primitives: +∞, a float's bits and the float of bits, and correctly rounded f32
+// operations that are never contracted into an FMA with a neighbour (the _rn intrinsics on the device; on the host the
+// plain operators: x86-64's baseline has no FMA, so GCC contracts nothing there).
+#ifdef __CUDACC_RTC__
+VISION_HD float infinity() { return __int_as_float(0x7f800000); }
+VISION_HD uint32_t float_bits(float x) { return __float_as_uint(x); }
+VISION_HD float bits_float(uint32_t u) { return __uint_as_float(u); }
+VISION_HD float add_rn(float a, float b) { return __fadd_rn(a, b); }
+VISION_HD float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+VISION_HD float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+VISION_HD float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+VISION_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
+VISION_HD float rcp_rn(float a) { return __frcp_rn(a); }
+#else
+VISION_HD float infinity() { return std::numeric_limits<float>::infinity(); }
+VISION_HD uint32_t float_bits(float x) { return std::bit_cast<uint32_t>(x); }
+VISION_HD float bits_float(uint32_t u) { return std::bit_cast<float>(u); }
+VISION_HD float add_rn(float a, float b) { return a + b; }
+VISION_HD float sub_rn(float a, float b) { return a - b; }
+VISION_HD float mul_rn(float a, float b) { return a * b; }
+VISION_HD float div_rn(float a, float b) { return a / b; }
+VISION_HD float sqrt_rn(float a) { return sqrtf(a); }
+VISION_HD float rcp_rn(float a) { return 1.0f / a; }
+#endif
+
+// The C math functions a twin may call in f32 or f64 (a template over the float type): fabsf/fabs, fmaxf/fmax,
+// expf/exp, log1pf/log1p.
+VISION_HD float abs(float x) { return fabsf(x); }
+VISION_HD double abs(double x) { return fabs(x); }
+VISION_HD float max(float a, float b) { return fmaxf(a, b); }
+VISION_HD double max(double a, double b) { return fmax(a, b); }
+VISION_HD float exp(float x) { return expf(x); }
+VISION_HD double exp(double x) { return ::exp(x); }
+VISION_HD float log1p(float x) { return log1pf(x); }
+VISION_HD double log1p(double x) { return ::log1p(x); }
+
+}  // namespace vision::hd
+// ---- vision/models/yolo/kernels/loss/assigner_math.cuh (continued) ----
+
+namespace vision::models::yolo::kernels::loss::tal_math {
+
+// CIoU of boxes b1 and b2 (x1, y1, x2, y2), eps 1e-7 as upstream's bbox_iou.
+VISION_HD float ciou(const float* b1, const float* b2) {
+  using namespace hd;
+  const float e = 1e-7f;
+  const float w1 = sub_rn(b1[2], b1[0]), h1 = add_rn(sub_rn(b1[3], b1[1]), e);
+  const float w2 = sub_rn(b2[2], b2[0]), h2 = add_rn(sub_rn(b2[3], b2[1]), e);
+  const float iw = fmaxf(sub_rn(fminf(b1[2], b2[2]), fmaxf(b1[0], b2[0])), 0.0f);
+  const float ih = fmaxf(sub_rn(fminf(b1[3], b2[3]), fmaxf(b1[1], b2[1])), 0.0f);
+  const float inter = mul_rn(iw, ih);
+  const float uni = add_rn(sub_rn(add_rn(mul_rn(w1, h1), mul_rn(w2, h2)), inter), e);
+  const float iou = div_rn(inter, uni);
+  const float cw = sub_rn(fmaxf(b1[2], b2[2]), fminf(b1[0], b2[0]));
+  const float ch = sub_rn(fmaxf(b1[3], b2[3]), fminf(b1[1], b2[1]));
+  const float c2 = add_rn(add_rn(mul_rn(cw, cw), mul_rn(ch, ch)), e);
+  const float dx = sub_rn(sub_rn(add_rn(b2[0], b2[2]), b1[0]), b1[2]);
+  const float dy = sub_rn(sub_rn(add_rn(b2[1], b2[3]), b1[1]), b1[3]);
+  const float rho2 = mul_rn(add_rn(mul_rn(dx, dx), mul_rn(dy, dy)), 0.25f);
+  const float d = sub_rn(atanf(div_rn(w2, h2)), atanf(div_rn(w1, h1)));
+  const float v = mul_rn(0.405284735f, mul_rn(d, d));  // 4 / π²
+  const float a = div_rn(v, add_rn(sub_rn(v, iou), add_rn(1.0f, e)));
+  return sub_rn(iou, add_rn(div_rn(rho2, c2), mul_rn(v, a)));
+}
+
+// The STAL candidate box of gt (x1, y1, x2, y2): each side shorter than small_side widened to widened_side about the
+// centre, through (c, side) as upstream does.
+VISION_HD void stal_box(const float* gt, float small_side, float widened_side, float* out) {
+  using namespace hd;
+  for (int d = 0; d < 2; ++d) {
+    const float c = mul_rn(add_rn(gt[d], gt[d + 2]), 0.5f);
+    float side = sub_rn(gt[d + 2], gt[d]);
+    if (side < small_side) side = widened_side;
+    out[d] = sub_rn(c, mul_rn(side, 0.5f));
+    out[d + 2] = add_rn(c, mul_rn(side, 0.5f));
+  }
+}
+
+// Whether the anchor centre (x, y) in pixels lies inside the candidate box by more than eps on every side.
+VISION_HD bool is_candidate(float x, float y, const float* cand, float eps) {
+  using namespace hd;
+  return sub_rn(x, cand[0]) > eps && sub_rn(y, cand[1]) > eps && sub_rn(cand[2], x) > eps && sub_rn(cand[3], y) > eps;
+}
+
+// The overlap of a candidate: max(CIoU(gt, pred), 0), NaN → 0.
+VISION_HD float overlap(const float* gt, const float* pred) { return fmaxf(ciou(gt, pred), 0.0f); }
+
+// The align metric σ(logit)^alpha · overlap^beta, NaN → 0.
+VISION_HD float align(float logit, float overlap, float alpha, float beta) {
+  using namespace hd;
+  const float score = rcp_rn(add_rn(1.0f, expf(-logit)));
+  const float a = mul_rn(powf(score, alpha), powf(overlap, beta));
+  return a > 0.0f ? a : 0.0f;
+}
+
+}  // namespace vision::models::yolo::kernels::loss::tal_math
+// ---- vision/models/yolo/kernels/loss/assigner.cuh (continued) ----
 
 namespace vision::models::yolo::kernels::loss {
 
@@ -120,54 +243,19 @@ enum : int {
   kFinalizeThreads = 256,
 };
 
-__device__ __forceinline__ float ciou(const float* b1, const float* b2) {
-  const float e = 1e-7f;
-  const float w1 = __fsub_rn(b1[2], b1[0]), h1 = __fadd_rn(__fsub_rn(b1[3], b1[1]), e);
-  const float w2 = __fsub_rn(b2[2], b2[0]), h2 = __fadd_rn(__fsub_rn(b2[3], b2[1]), e);
-  const float iw = fmaxf(__fsub_rn(fminf(b1[2], b2[2]), fmaxf(b1[0], b2[0])), 0.0f);
-  const float ih = fmaxf(__fsub_rn(fminf(b1[3], b2[3]), fmaxf(b1[1], b2[1])), 0.0f);
-  const float inter = __fmul_rn(iw, ih);
-  const float uni = __fadd_rn(__fsub_rn(__fadd_rn(__fmul_rn(w1, h1), __fmul_rn(w2, h2)), inter), e);
-  const float iou = __fdiv_rn(inter, uni);
-  const float cw = __fsub_rn(fmaxf(b1[2], b2[2]), fminf(b1[0], b2[0]));
-  const float ch = __fsub_rn(fmaxf(b1[3], b2[3]), fminf(b1[1], b2[1]));
-  const float c2 = __fadd_rn(__fadd_rn(__fmul_rn(cw, cw), __fmul_rn(ch, ch)), e);
-  const float dx = __fsub_rn(__fsub_rn(__fadd_rn(b2[0], b2[2]), b1[0]), b1[2]);
-  const float dy = __fsub_rn(__fsub_rn(__fadd_rn(b2[1], b2[3]), b1[1]), b1[3]);
-  const float rho2 = __fmul_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), 0.25f);
-  const float d = __fsub_rn(atanf(__fdiv_rn(w2, h2)), atanf(__fdiv_rn(w1, h1)));
-  const float v = __fmul_rn(0.405284735f, __fmul_rn(d, d));
-  const float a = __fdiv_rn(v, __fadd_rn(__fsub_rn(v, iou), __fadd_rn(1.0f, e)));
-  return __fsub_rn(iou, __fadd_rn(__fdiv_rn(rho2, c2), __fmul_rn(v, a)));
-}
-
-// The STAL candidate box of gt (x1, y1, x2, y2): each side shorter than small_side widened to widened_side about the
-// centre, through (c, side) as upstream does.
-__device__ __forceinline__ void stal_box(const float* gt, float small_side, float widened_side, float* out) {
-  for (int d = 0; d < 2; ++d) {
-    const float c = __fmul_rn(__fadd_rn(gt[d], gt[d + 2]), 0.5f);
-    float side = __fsub_rn(gt[d + 2], gt[d]);
-    if (side < small_side) side = widened_side;
-    out[d] = __fsub_rn(c, __fmul_rn(side, 0.5f));
-    out[d + 2] = __fadd_rn(c, __fmul_rn(side, 0.5f));
-  }
-}
-
 // Whether anchor a (centre (x, y)·stride) is a candidate of the candidate box, and then its overlap.
 template <typename T>
 __device__ __forceinline__ bool anchor_overlap(const T* __restrict__ boxes_b, const float* __restrict__ anchors,
                                                int64_t n, int64_t a, const float* gt, const float* cand, float eps,
                                                float& overlap) {
   const float s = anchors[2 * n + a];
-  const float x = __fmul_rn(anchors[a], s), y = __fmul_rn(anchors[n + a], s);
+  const float x = hd::mul_rn(anchors[a], s), y = hd::mul_rn(anchors[n + a], s);
   overlap = 0.0f;
-  const bool candidate = __fsub_rn(x, cand[0]) > eps && __fsub_rn(y, cand[1]) > eps && __fsub_rn(cand[2], x) > eps &&
-                         __fsub_rn(cand[3], y) > eps;
-  if (!candidate) return false;
-  const float pred[4] = {__fmul_rn(vk::to_float(boxes_b[a]), s), __fmul_rn(vk::to_float(boxes_b[n + a]), s),
-                         __fmul_rn(vk::to_float(boxes_b[2 * n + a]), s),
-                         __fmul_rn(vk::to_float(boxes_b[3 * n + a]), s)};
-  overlap = fmaxf(ciou(gt, pred), 0.0f);  // NaN → 0
+  if (!tal_math::is_candidate(x, y, cand, eps)) return false;
+  const float pred[4] = {hd::mul_rn(vk::to_float(boxes_b[a]), s), hd::mul_rn(vk::to_float(boxes_b[n + a]), s),
+                         hd::mul_rn(vk::to_float(boxes_b[2 * n + a]), s),
+                         hd::mul_rn(vk::to_float(boxes_b[3 * n + a]), s)};
+  overlap = tal_math::overlap(gt, pred);
   return true;
 }
 
@@ -179,9 +267,7 @@ __device__ __forceinline__ bool anchor_metrics(const T* __restrict__ logits_c, c
                                                float& overlap) {
   align = 0.0f;
   if (!anchor_overlap(boxes_b, anchors, n, a, gt, cand, eps, overlap)) return false;
-  const float score = __frcp_rn(__fadd_rn(1.0f, expf(-vk::to_float(logits_c[a]))));
-  align = __fmul_rn(powf(score, alpha), powf(overlap, beta));
-  if (!(align > 0.0f)) align = 0.0f;  // NaN → 0
+  align = tal_math::align(vk::to_float(logits_c[a]), overlap, alpha, beta);
   return true;
 }
 
@@ -253,7 +339,7 @@ __global__ void __launch_bounds__(tal::kTopkThreads)
   const float* row = targets + (b * n_max + g) * 5;
   const float gt[4] = {row[1], row[2], row[3], row[4]};
   float cand[4];
-  tal::stal_box(gt, small_side, widened_side, cand);
+  tal_math::stal_box(gt, small_side, widened_side, cand);
   const T* logits_c = logits + (b * n_classes + cls) * n;
   const T* boxes_b = boxes + b * 4 * n;
 
@@ -300,7 +386,7 @@ __global__ void __launch_bounds__(tal::kResolveThreads)
       const float* row = targets + (b * n_max + g) * 5;
       const float gt[4] = {row[1], row[2], row[3], row[4]};
       float cand[4], overlap;
-      tal::stal_box(gt, small_side, widened_side, cand);
+      tal_math::stal_box(gt, small_side, widened_side, cand);
       if (tal::anchor_overlap(boxes_b, anchors, n, a, gt, cand, eps, overlap))
         best = tal::u64_max(best, tal::key_of(overlap, uint32_t(g)));
     }
@@ -352,7 +438,7 @@ __global__ void __launch_bounds__(tal::kFinalizeThreads)
   const float* row = targets + (b * n_max + g) * 5;
   const float gt[4] = {row[1], row[2], row[3], row[4]};
   float cand[4];
-  tal::stal_box(gt, small_side, widened_side, cand);
+  tal_math::stal_box(gt, small_side, widened_side, cand);
   const T* logits_c = logits + (b * n_classes + cls) * n;
   const T* boxes_b = boxes + b * 4 * n;
   const int32_t* owner_b = owner + b * n;

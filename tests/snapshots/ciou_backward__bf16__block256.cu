@@ -3,7 +3,7 @@
 // ---- vision/models/yolo/kernels/loss/ciou.cuh ----
 // CIoU loss — forward (per-box (1 − CIoU)·weight, saving iou, v, alpha) and backward (d_pred) over [B, 4, A] boxes,
 // one CTA per tile of BLOCK boxes, one thread per box, all arithmetic in f32. The formula and conventions are those
-// of ciou.h; the CPU twin (ciou.cpp) does the same operations in the same order.
+// of ciou.h; the per-box arithmetic is ciou_math.cuh, which the CPU twin (ciou.cpp) calls too.
 // pred and d_pred are of type T (f32, f16, bf16); target, weight, loss, iou, v, alpha and d_loss are f32.
 // format: 0 xyxy, 1 xywh (for pred and target). iou, v, alpha may be null in the forward (inference).
 
@@ -94,31 +94,93 @@ __device__ __forceinline__ void map(const T* const (&in)[NIn], T* const (&out)[N
 
 }  // namespace vk
 // ---- vision/models/yolo/kernels/loss/ciou.cuh (continued) ----
+// ---- vision/models/yolo/kernels/loss/ciou_math.cuh ----
+// CIoU's per-box arithmetic in f32, one source for the kernels (ciou.cuh) and the CPU twin (ciou.cpp): the corners of
+// a box, the forward ((1 − CIoU)·weight with the iou, v and alpha it saves) and the backward (the gradient of the
+// corners). The formula and conventions are those of ciou.h.
 
-namespace vision::models::yolo::kernels::loss {
+// ---- vision/cuda/host_device.cuh ----
+// One source for a kernel's per-element math and its CPU twin's. A function marked VISION_HD compiles as a device
+// function under NVRTC (the header is inlined into each kernel's source, see cuda/kernel.cpp) and as a plain inline
+// function in the host's C++ (the CPU twins, in the CPU-only builds too), so the kernel and its twin cannot drift
+// apart. Such functions use only what both sides have: float arithmetic, the C math functions (atanf, sqrtf, expf,
+// fminf, fmaxf, …), the fixed-width integers (kernel_common.cuh defines them under NVRTC, so a kernel includes it
+// first), vision::hd::infinity() and the correctly rounded operations below.
 
-namespace ciou_detail {
+#ifdef __CUDACC_RTC__
+#define VISION_HD __device__ __forceinline__
+#else
+#include <math.h>
+
+#include <bit>
+#include <cstdint>
+#include <limits>
+#define VISION_HD inline
+#endif
+
+namespace vision::hd {
+
+// Device and host spellings of the same primitives: +∞, a float's bits and the float of bits, and correctly rounded f32
+// operations that are never contracted into an FMA with a neighbour (the _rn intrinsics on the device; on the host the
+// plain operators: x86-64's baseline has no FMA, so GCC contracts nothing there).
+#ifdef __CUDACC_RTC__
+VISION_HD float infinity() { return __int_as_float(0x7f800000); }
+VISION_HD uint32_t float_bits(float x) { return __float_as_uint(x); }
+VISION_HD float bits_float(uint32_t u) { return __uint_as_float(u); }
+VISION_HD float add_rn(float a, float b) { return __fadd_rn(a, b); }
+VISION_HD float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+VISION_HD float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+VISION_HD float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+VISION_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
+VISION_HD float rcp_rn(float a) { return __frcp_rn(a); }
+#else
+VISION_HD float infinity() { return std::numeric_limits<float>::infinity(); }
+VISION_HD uint32_t float_bits(float x) { return std::bit_cast<uint32_t>(x); }
+VISION_HD float bits_float(uint32_t u) { return std::bit_cast<float>(u); }
+VISION_HD float add_rn(float a, float b) { return a + b; }
+VISION_HD float sub_rn(float a, float b) { return a - b; }
+VISION_HD float mul_rn(float a, float b) { return a * b; }
+VISION_HD float div_rn(float a, float b) { return a / b; }
+VISION_HD float sqrt_rn(float a) { return sqrtf(a); }
+VISION_HD float rcp_rn(float a) { return 1.0f / a; }
+#endif
+
+// The C math functions a twin may call in f32 or f64 (a template over the float type): fabsf/fabs, fmaxf/fmax,
+// expf/exp, log1pf/log1p.
+VISION_HD float abs(float x) { return fabsf(x); }
+VISION_HD double abs(double x) { return fabs(x); }
+VISION_HD float max(float a, float b) { return fmaxf(a, b); }
+VISION_HD double max(double a, double b) { return fmax(a, b); }
+VISION_HD float exp(float x) { return expf(x); }
+VISION_HD double exp(double x) { return ::exp(x); }
+VISION_HD float log1p(float x) { return log1pf(x); }
+VISION_HD double log1p(double x) { return ::log1p(x); }
+
+}  // namespace vision::hd
+// ---- vision/models/yolo/kernels/loss/ciou_math.cuh (continued) ----
+
+namespace vision::models::yolo::kernels::loss::ciou_math {
 
 // Constants as functions: a namespace-scope constant would become a global symbol whose mangled name NVRTC makes unique
 // per compilation (the PTX would not be deterministic).
-__device__ __forceinline__ constexpr float eps() { return 1e-7f; }
-__device__ __forceinline__ constexpr float four_over_pi_squared() { return 0.405284735f; }  // 4/π²
-__device__ __forceinline__ constexpr float half_pi() { return 1.57079633f; }
+VISION_HD constexpr float eps() { return 1e-7f; }
+VISION_HD constexpr float four_over_pi_squared() { return 0.405284735f; }  // 4/π²
+VISION_HD constexpr float half_pi() { return 1.57079633f; }
 
-__device__ __forceinline__ float atan_ratio(float w, float h) {
+// atan(w/h), ±π/2 (0 for w = 0) where h is exactly 0; w/h with the same convention.
+VISION_HD float atan_ratio(float w, float h) {
   return h != 0.0f ? atanf(w / h) : (w > 0.0f ? half_pi() : w < 0.0f ? -half_pi() : 0.0f);
 }
-__device__ __forceinline__ float ratio(float w, float h) {
-  return h != 0.0f ? w / h : (w > 0.0f ? vk::infinity() : w < 0.0f ? -vk::infinity() : 0.0f);
+VISION_HD float ratio(float w, float h) {
+  return h != 0.0f ? w / h : (w > 0.0f ? hd::infinity() : w < 0.0f ? -hd::infinity() : 0.0f);
 }
-__device__ __forceinline__ float min_share(float a, float b) { return a < b ? 1.0f : a == b ? 0.5f : 0.0f; }
-__device__ __forceinline__ float max_share(float a, float b) { return a > b ? 1.0f : a == b ? 0.5f : 0.0f; }
+// The share of d min(a, b) that goes to a (PyTorch: ½ at a tie), and of d max(a, b).
+VISION_HD float min_share(float a, float b) { return a < b ? 1.0f : a == b ? 0.5f : 0.0f; }
+VISION_HD float max_share(float a, float b) { return a > b ? 1.0f : a == b ? 0.5f : 0.0f; }
 
-template <typename T>
-__device__ __forceinline__ void corners(const T* p, int64_t stride, int32_t format, float c[4]) {
-  const float a = vk::to_float(p[0]), b = vk::to_float(p[stride]);
-  const float x = vk::to_float(p[2 * stride]), y = vk::to_float(p[3 * stride]);
-  if (format == 1) {
+// Corners (x1, y1, x2, y2) of a box given as its 4 values: xyxy as they are, xywh from centre and size.
+VISION_HD void corners(float a, float b, float x, float y, bool xywh, float c[4]) {
+  if (xywh) {
     const float hw = x * 0.5f, hh = y * 0.5f;
     c[0] = a - hw, c[1] = b - hh, c[2] = a + hw, c[3] = b + hh;
   } else {
@@ -130,7 +192,8 @@ struct Geometry {
   float w1, h1, w2, h2, iw_raw, ih_raw, inter, uni, cw, ch, c2, dx, dy, rho2;
 };
 
-__device__ __forceinline__ Geometry geometry(const float p[4], const float t[4]) {
+// p: the prediction's corners, t: the target's.
+VISION_HD Geometry geometry(const float p[4], const float t[4]) {
   Geometry g;
   g.w1 = p[2] - p[0], g.h1 = p[3] - p[1] + eps();
   g.w2 = t[2] - t[0], g.h2 = t[3] - t[1] + eps();
@@ -145,6 +208,83 @@ __device__ __forceinline__ Geometry geometry(const float p[4], const float t[4])
   g.dy = t[1] + t[3] - p[1] - p[3];
   g.rho2 = (g.dx * g.dx + g.dy * g.dy) * 0.25f;
   return g;
+}
+
+// One box of weight w ≠ 0: its loss (1 − CIoU)·w, and the iou, v and alpha the backward takes.
+VISION_HD void forward(const float p[4], const float t[4], float w, float& iou, float& v, float& alpha, float& loss) {
+  const Geometry g = geometry(p, t);
+  iou = g.inter / g.uni;
+  const float d = atan_ratio(g.w2, g.h2) - atan_ratio(g.w1, g.h1);
+  v = four_over_pi_squared() * d * d;
+  alpha = v / (v - iou + (1.0f + eps()));
+  const float ciou = iou - (g.rho2 / g.c2 + v * alpha);
+  loss = (1.0f - ciou) * w;
+}
+
+// One box of weight w ≠ 0: the gradient gp of its corners from d_loss and the forward's saved iou, v, alpha;
+// full_alpha differentiates through alpha too.
+VISION_HD void backward(const float p[4], const float t[4], float w, float s_iou, float s_v, float s_alpha,
+                        float d_loss, bool full_alpha, float gp[4]) {
+  const Geometry g = geometry(p, t);
+  const float gc = -d_loss * w;  // ∂L/∂CIoU
+  float g_iou = gc, g_v = -gc * s_alpha;
+  if (full_alpha) {
+    const float den = s_v - s_iou + (1.0f + eps());
+    const float den2 = den * den;
+    g_iou -= gc * (s_v * s_v / den2);
+    g_v -= gc * (s_v * ((1.0f + eps()) - s_iou) / den2);
+  }
+  const float g_rho2 = -gc / g.c2;
+  const float g_c2 = gc * g.rho2 / (g.c2 * g.c2);
+  const float u2 = g.uni * g.uni;
+  const float g_inter = g_iou * (g.uni + g.inter) / u2;
+  const float g_a1 = -g_iou * g.inter / u2;
+  float g_w1 = g_a1 * g.h1, g_h1 = g_a1 * g.w1;
+  // v = k·d², d = atan(w2/h2) − atan(w1/h1): |d| from the saved v, its sign from the ratios (atan is increasing).
+  const float r1 = ratio(g.w1, g.h1), r2 = ratio(g.w2, g.h2);
+  const float sign = r2 > r1 ? 1.0f : r2 < r1 ? -1.0f : 0.0f;
+  const float d = sign * sqrtf(s_v / four_over_pi_squared());
+  const float n1 = g.w1 * g.w1 + g.h1 * g.h1;
+  if (n1 > 0.0f) {
+    const float g_t1 = g_v * (-2.0f * four_over_pi_squared() * d);  // ∂/∂atan(w1/h1)
+    g_w1 += g_t1 * g.h1 / n1;
+    g_h1 -= g_t1 * g.w1 / n1;
+  }
+  const float g_iw = g.iw_raw >= 0.0f ? g_inter * fmaxf(g.ih_raw, 0.0f) : 0.0f;
+  const float g_ih = g.ih_raw >= 0.0f ? g_inter * fmaxf(g.iw_raw, 0.0f) : 0.0f;
+  const float g_cw = 2.0f * g.cw * g_c2, g_ch = 2.0f * g.ch * g_c2;
+  const float g_cx = -0.5f * g.dx * g_rho2, g_cy = -0.5f * g.dy * g_rho2;  // ∂ρ²/∂x1 = ∂ρ²/∂x2 = −dx/2
+  gp[0] = -g_iw * max_share(p[0], t[0]) - g_cw * min_share(p[0], t[0]) + g_cx - g_w1;
+  gp[1] = -g_ih * max_share(p[1], t[1]) - g_ch * min_share(p[1], t[1]) + g_cy - g_h1;
+  gp[2] = g_iw * min_share(p[2], t[2]) + g_cw * max_share(p[2], t[2]) + g_cx + g_w1;
+  gp[3] = g_ih * min_share(p[3], t[3]) + g_ch * max_share(p[3], t[3]) + g_cy + g_h1;
+}
+
+// The gradient of a box's 4 stored values from that of its corners gp (corners' chain rule).
+VISION_HD void box_gradient(const float gp[4], bool xywh, float g[4]) {
+  if (xywh) {
+    g[0] = gp[0] + gp[2];
+    g[1] = gp[1] + gp[3];
+    g[2] = (gp[2] - gp[0]) * 0.5f;
+    g[3] = (gp[3] - gp[1]) * 0.5f;
+  } else {
+    for (int c = 0; c < 4; ++c) g[c] = gp[c];
+  }
+}
+
+}  // namespace vision::models::yolo::kernels::loss::ciou_math
+// ---- vision/models/yolo/kernels/loss/ciou.cuh (continued) ----
+
+namespace vision::models::yolo::kernels::loss {
+
+namespace ciou_detail {
+
+// The corners of the box stored as 4 planes `stride` apart.
+template <typename T>
+__device__ __forceinline__ void corners(const T* p, int64_t stride, int32_t format, float c[4]) {
+  const float a = vk::to_float(p[0]), b = vk::to_float(p[stride]);  // loaded in this order (not an argument list's)
+  const float x = vk::to_float(p[2 * stride]), y = vk::to_float(p[3 * stride]);
+  ciou_math::corners(a, b, x, y, format == 1, c);
 }
 
 }  // namespace ciou_detail
@@ -165,13 +305,7 @@ __global__ void __launch_bounds__(BLOCK)
     float p[4], t[4];
     corners(pred + b * 4 * n_anchors + a, n_anchors, format, p);
     corners(target + b * 4 * n_anchors + a, n_anchors, format, t);
-    const Geometry g = geometry(p, t);
-    out_iou = g.inter / g.uni;
-    const float d = atan_ratio(g.w2, g.h2) - atan_ratio(g.w1, g.h1);
-    out_v = four_over_pi_squared() * d * d;
-    out_alpha = out_v / (out_v - out_iou + (1.0f + eps()));
-    const float ciou = out_iou - (g.rho2 / g.c2 + out_v * out_alpha);
-    out_loss = (1.0f - ciou) * w;
+    ciou_math::forward(p, t, w, out_iou, out_v, out_alpha, out_loss);
   }
   loss[i] = out_loss;
   if (iou) iou[i] = out_iou;
@@ -199,49 +333,10 @@ __global__ void __launch_bounds__(BLOCK)
   float p[4], t[4];
   corners(pred + b * 4 * n_anchors + a, n_anchors, format, p);
   corners(target + b * 4 * n_anchors + a, n_anchors, format, t);
-  const Geometry g = geometry(p, t);
-  const float s_iou = iou[i], s_v = v[i], s_alpha = alpha[i];
-  const float gc = -d_loss[i] * w;  // ∂L/∂CIoU
-  float g_iou = gc, g_v = -gc * s_alpha;
-  if (full_alpha) {
-    const float den = s_v - s_iou + (1.0f + eps());
-    const float den2 = den * den;
-    g_iou -= gc * (s_v * s_v / den2);
-    g_v -= gc * (s_v * ((1.0f + eps()) - s_iou) / den2);
-  }
-  const float g_rho2 = -gc / g.c2;
-  const float g_c2 = gc * g.rho2 / (g.c2 * g.c2);
-  const float u2 = g.uni * g.uni;
-  const float g_inter = g_iou * (g.uni + g.inter) / u2;
-  const float g_a1 = -g_iou * g.inter / u2;
-  float g_w1 = g_a1 * g.h1, g_h1 = g_a1 * g.w1;
-  // v = k·d², d = atan(w2/h2) − atan(w1/h1): |d| from the saved v, its sign from the ratios (atan is increasing).
-  const float r1 = ratio(g.w1, g.h1), r2 = ratio(g.w2, g.h2);
-  const float sign = r2 > r1 ? 1.0f : r2 < r1 ? -1.0f : 0.0f;
-  const float d = sign * sqrtf(s_v / four_over_pi_squared());
-  const float n1 = g.w1 * g.w1 + g.h1 * g.h1;
-  if (n1 > 0.0f) {
-    const float g_t1 = g_v * (-2.0f * four_over_pi_squared() * d);
-    g_w1 += g_t1 * g.h1 / n1;
-    g_h1 -= g_t1 * g.w1 / n1;
-  }
-  const float g_iw = g.iw_raw >= 0.0f ? g_inter * fmaxf(g.ih_raw, 0.0f) : 0.0f;
-  const float g_ih = g.ih_raw >= 0.0f ? g_inter * fmaxf(g.iw_raw, 0.0f) : 0.0f;
-  const float g_cw = 2.0f * g.cw * g_c2, g_ch = 2.0f * g.ch * g_c2;
-  const float g_cx = -0.5f * g.dx * g_rho2, g_cy = -0.5f * g.dy * g_rho2;
-  float gp[4];
-  gp[0] = -g_iw * max_share(p[0], t[0]) - g_cw * min_share(p[0], t[0]) + g_cx - g_w1;
-  gp[1] = -g_ih * max_share(p[1], t[1]) - g_ch * min_share(p[1], t[1]) + g_cy - g_h1;
-  gp[2] = g_iw * min_share(p[2], t[2]) + g_cw * max_share(p[2], t[2]) + g_cx + g_w1;
-  gp[3] = g_ih * min_share(p[3], t[3]) + g_ch * max_share(p[3], t[3]) + g_cy + g_h1;
-  if (format == 1) {
-    out[0] = vk::from_float<T>(gp[0] + gp[2]);
-    out[n_anchors] = vk::from_float<T>(gp[1] + gp[3]);
-    out[2 * n_anchors] = vk::from_float<T>((gp[2] - gp[0]) * 0.5f);
-    out[3 * n_anchors] = vk::from_float<T>((gp[3] - gp[1]) * 0.5f);
-  } else {
-    for (int c = 0; c < 4; ++c) out[c * n_anchors] = vk::from_float<T>(gp[c]);
-  }
+  float gp[4], g[4];
+  ciou_math::backward(p, t, w, iou[i], v[i], alpha[i], d_loss[i], full_alpha != 0, gp);
+  ciou_math::box_gradient(gp, format == 1, g);
+  for (int c = 0; c < 4; ++c) out[c * n_anchors] = vk::from_float<T>(g[c]);
 }
 
 }  // namespace vision::models::yolo::kernels::loss

@@ -4,8 +4,9 @@
 // Optimizer and EMA kernels — one CUDA block per chunk of the flat f32 buffers (optim_layout.cuh): the gradient's sum of
 // squares (per-chunk partials, then one block: no atomics, a fixed order), the fused SGD / AdamW steps, MuSGD's Muon
 // momentum + bf16 Newton–Schulz input and its per-matrix Frobenius normalisation, and the EMA update. Every f32
-// operation is an explicit round-to-nearest intrinsic (no contraction into FMA), so the CPU twins (optim_kernels.cpp)
-// reproduce the results bit for bit. Launch with blockDim.x = kOptimThreads.
+// operation is an explicit round-to-nearest intrinsic (no contraction into FMA); the per-element arithmetic is
+// optim_math.cuh, which the CPU twins (optim_kernels.cpp) call too, so they reproduce the results bit for bit. Launch
+// with blockDim.x = kOptimThreads.
 
 // ---- vision/cuda/kernel_common.cuh ----
 // Shared device helpers for vision's NVRTC kernels: fixed-width integers, f32 load/store conversions of the element
@@ -160,6 +161,118 @@ struct EmaChunk {
 
 }  // namespace vision::train
 // ---- vision/train/optim.cuh (continued) ----
+// ---- vision/train/optim_math.cuh ----
+// The optimizers' and the EMA's per-element arithmetic, one source for the fused kernels (optim.cuh) and their CPU
+// twins (optim_kernels.cpp), which agree bit for bit: every operation correctly rounded and never contracted into an
+// FMA (hd::*_rn; the twins' source is also compiled with -ffp-contract=off).
+
+// ---- vision/cuda/host_device.cuh ----
+// One source for a kernel's per-element math and its CPU twin's. A function marked VISION_HD compiles as a device
+// function under NVRTC (the header is inlined into each kernel's source, see cuda/kernel.cpp) and as a plain inline
+// function in the host's C++ (the CPU twins, in the CPU-only builds too), so the kernel and its twin cannot drift
+// apart. Such functions use only what both sides have: float arithmetic, the C math functions (atanf, sqrtf, expf,
+// fminf, fmaxf, …), the fixed-width integers (kernel_common.cuh defines them under NVRTC, so a kernel includes it
+// first), vision::hd::infinity() and the correctly rounded operations below.
+
+#ifdef __CUDACC_RTC__
+#define VISION_HD __device__ __forceinline__
+#else
+#include <math.h>
+
+#include <bit>
+#include <cstdint>
+#include <limits>
+#define VISION_HD inline
+#endif
+
+namespace vision::hd {
+
+// Device and host spellings of the same primitives: +∞, a float's bits and the float of bits, and correctly rounded f32
+// operations that are never contracted into an FMA with a neighbour (the _rn intrinsics on the device; on the host the
+// plain operators: x86-64's baseline has no FMA, so GCC contracts nothing there).
+#ifdef __CUDACC_RTC__
+VISION_HD float infinity() { return __int_as_float(0x7f800000); }
+VISION_HD uint32_t float_bits(float x) { return __float_as_uint(x); }
+VISION_HD float bits_float(uint32_t u) { return __uint_as_float(u); }
+VISION_HD float add_rn(float a, float b) { return __fadd_rn(a, b); }
+VISION_HD float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+VISION_HD float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+VISION_HD float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+VISION_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
+VISION_HD float rcp_rn(float a) { return __frcp_rn(a); }
+#else
+VISION_HD float infinity() { return std::numeric_limits<float>::infinity(); }
+VISION_HD uint32_t float_bits(float x) { return std::bit_cast<uint32_t>(x); }
+VISION_HD float bits_float(uint32_t u) { return std::bit_cast<float>(u); }
+VISION_HD float add_rn(float a, float b) { return a + b; }
+VISION_HD float sub_rn(float a, float b) { return a - b; }
+VISION_HD float mul_rn(float a, float b) { return a * b; }
+VISION_HD float div_rn(float a, float b) { return a / b; }
+VISION_HD float sqrt_rn(float a) { return sqrtf(a); }
+VISION_HD float rcp_rn(float a) { return 1.0f / a; }
+#endif
+
+// The C math functions a twin may call in f32 or f64 (a template over the float type): fabsf/fabs, fmaxf/fmax,
+// expf/exp, log1pf/log1p.
+VISION_HD float abs(float x) { return fabsf(x); }
+VISION_HD double abs(double x) { return fabs(x); }
+VISION_HD float max(float a, float b) { return fmaxf(a, b); }
+VISION_HD double max(double a, double b) { return fmax(a, b); }
+VISION_HD float exp(float x) { return expf(x); }
+VISION_HD double exp(double x) { return ::exp(x); }
+VISION_HD float log1p(float x) { return log1pf(x); }
+VISION_HD double log1p(double x) { return ::log1p(x); }
+
+}  // namespace vision::hd
+// ---- vision/train/optim_math.cuh (continued) ----
+// ---- vision/train/optim_math.cuh (continued) ----
+
+namespace vision::train::optim_math {
+
+// The gradient as the step uses it: times coef (the clipping factor, or the f16 loss scale's inverse).
+VISION_HD float scaled_grad(float g, float coef) { return hd::mul_rn(g, coef); }
+
+// MuSGD: a Muon tensor's parameter after the Newton–Schulz update ns (then SGD's step follows).
+VISION_HD float muon_update(float p, float muon_lr, float ns) { return hd::sub_rn(p, hd::mul_rn(muon_lr, ns)); }
+
+// SGD (Nesterov, L2 decay, no dampening) of one element: p and its momentum buffer buf updated from the gradient g.
+VISION_HD void sgd(float g, float& p, float& buf, float lr, float momentum, float weight_decay) {
+  using namespace hd;
+  const float gp = add_rn(g, mul_rn(weight_decay, p));
+  const float b = add_rn(mul_rn(momentum, buf), gp);
+  const float update = add_rn(gp, mul_rn(momentum, b));
+  buf = b;
+  p = sub_rn(p, mul_rn(lr, update));
+}
+
+// AdamW (decoupled decay, bias-corrected moments) of one element: p and its moments m, v updated from g.
+VISION_HD void adamw(float g, float& p, float& m, float& v, const OptimGroup& G) {
+  using namespace hd;
+  const float pd = mul_rn(p, G.decay_factor);
+  m = add_rn(mul_rn(m, G.momentum), mul_rn(G.one_minus_momentum, g));
+  v = add_rn(mul_rn(v, G.beta2), mul_rn(mul_rn(G.one_minus_beta2, g), g));
+  const float denom = add_rn(div_rn(sqrt_rn(v), G.bc2_sqrt), G.eps);
+  p = sub_rn(pd, div_rn(mul_rn(G.step_size, m), denom));
+}
+
+// MuSGD, a Muon tensor's element: buf ← buf + (1 − β)(g − buf); returns (1 − β)·g + β·buf, the Newton–Schulz input
+// (before its bf16 rounding).
+VISION_HD float muon_momentum(float g, float& buf, float momentum, float one_minus_momentum) {
+  using namespace hd;
+  buf = add_rn(buf, mul_rn(one_minus_momentum, sub_rn(g, buf)));
+  return add_rn(mul_rn(one_minus_momentum, g), mul_rn(momentum, buf));
+}
+
+// The divisor of a Muon matrix's normalisation from its sum of squares: ‖X‖_F + 1e-7.
+VISION_HD float muon_norm_divisor(float sumsq) { return hd::add_rn(hd::sqrt_rn(sumsq), 1e-7f); }
+
+// EMA of one element: d·ema + omd·source.
+VISION_HD float ema(float d, float e, float omd, float source) {
+  return hd::add_rn(hd::mul_rn(d, e), hd::mul_rn(omd, source));
+}
+
+}  // namespace vision::train::optim_math
+// ---- vision/train/optim.cuh (continued) ----
 
 namespace vision::train {
 
@@ -223,14 +336,13 @@ __global__ void sgd_step(T* __restrict__ params, const T* __restrict__ grads, T*
   const bool muon = t.ns_offset >= 0;
   for (int64_t e = c.start + threadIdx.x; e < c.start + c.length; e += kOptimThreads) {
     const int64_t i = t.offset + e;
-    const float g = __fmul_rn(vk::to_float(grads[i]), coef);
+    const float g = optim_math::scaled_grad(vk::to_float(grads[i]), coef);
     float p = vk::to_float(params[i]);
-    if (muon) p = __fsub_rn(p, __fmul_rn(muon_lr, __bfloat162float(ns_out[optim_detail::ns_index(t, e)])));
-    const float gp = __fadd_rn(g, __fmul_rn(wd, p));
-    const float b = __fadd_rn(__fmul_rn(mom, vk::to_float(momentum[i])), gp);
-    const float update = __fadd_rn(gp, __fmul_rn(mom, b));
+    if (muon) p = optim_math::muon_update(p, muon_lr, __bfloat162float(ns_out[optim_detail::ns_index(t, e)]));
+    float b = vk::to_float(momentum[i]);
+    optim_math::sgd(g, p, b, lr, mom, wd);
     momentum[i] = vk::from_float<T>(b);
-    params[i] = vk::from_float<T>(__fsub_rn(p, __fmul_rn(lr, update)));
+    params[i] = vk::from_float<T>(p);
   }
 }
 
@@ -244,15 +356,12 @@ __global__ void adamw_step(T* __restrict__ params, const T* __restrict__ grads, 
   const OptimGroup G = static_cast<const OptimGroup*>(group_table)[t.group];
   for (int64_t e = c.start + threadIdx.x; e < c.start + c.length; e += kOptimThreads) {
     const int64_t i = t.offset + e;
-    const float g = __fmul_rn(vk::to_float(grads[i]), coef);
-    const float p = __fmul_rn(vk::to_float(params[i]), G.decay_factor);
-    const float m = __fadd_rn(__fmul_rn(vk::to_float(exp_avg[i]), G.momentum), __fmul_rn(G.one_minus_momentum, g));
-    const float v =
-        __fadd_rn(__fmul_rn(vk::to_float(exp_avg_sq[i]), G.beta2), __fmul_rn(__fmul_rn(G.one_minus_beta2, g), g));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), G.bc2_sqrt), G.eps);
+    const float g = optim_math::scaled_grad(vk::to_float(grads[i]), coef);
+    float p = vk::to_float(params[i]), m = vk::to_float(exp_avg[i]), v = vk::to_float(exp_avg_sq[i]);
+    optim_math::adamw(g, p, m, v, G);
     exp_avg[i] = vk::from_float<T>(m);
     exp_avg_sq[i] = vk::from_float<T>(v);
-    params[i] = vk::from_float<T>(__fsub_rn(p, __fdiv_rn(__fmul_rn(G.step_size, m), denom)));
+    params[i] = vk::from_float<T>(p);
   }
 }
 
@@ -268,11 +377,11 @@ __global__ void muon_prepare(const T* __restrict__ grads, T* __restrict__ muon_m
   const float mom = G.momentum, omm = G.one_minus_momentum;
   for (int64_t e = c.start + threadIdx.x; e < c.start + c.length; e += kOptimThreads) {
     const int64_t i = t.offset + e;
-    const float g = __fmul_rn(vk::to_float(grads[i]), coef);
-    const float b0 = vk::to_float(muon_momentum[i]);
-    const float b = __fadd_rn(b0, __fmul_rn(omm, __fsub_rn(g, b0)));
+    const float g = optim_math::scaled_grad(vk::to_float(grads[i]), coef);
+    float b = vk::to_float(muon_momentum[i]);
+    const float x = optim_math::muon_momentum(g, b, mom, omm);
     muon_momentum[i] = vk::from_float<T>(b);
-    ns_in[optim_detail::ns_index(t, e)] = __float2bfloat16_rn(__fadd_rn(__fmul_rn(omm, g), __fmul_rn(mom, b)));
+    ns_in[optim_detail::ns_index(t, e)] = __float2bfloat16_rn(x);
   }
 }
 
@@ -289,7 +398,7 @@ __global__ void muon_normalize(T* __restrict__ ns, const void* __restrict__ tens
     acc = __fadd_rn(acc, __fmul_rn(v, v));
   }
   const float total = optim_detail::block_tree_sum(acc, s);
-  const float den = __fadd_rn(__fsqrt_rn(total), 1e-7f);
+  const float den = optim_math::muon_norm_divisor(total);
   for (int64_t j = threadIdx.x; j < t.numel; j += kOptimThreads) x[j] = vk::from_float<T>(__fdiv_rn(vk::to_float(x[j]), den));
 }
 
@@ -301,7 +410,7 @@ __global__ void ema_update(T* __restrict__ ema, const T* __restrict__ params, co
   const T* src = (c.src_region == 0 ? params : buffers) + c.src_offset;
   T* dst = ema + c.dst_offset;
   for (int64_t j = threadIdx.x; j < c.length; j += kOptimThreads)
-    dst[j] = vk::from_float<T>(__fadd_rn(__fmul_rn(d, vk::to_float(dst[j])), __fmul_rn(omd, vk::to_float(src[j]))));
+    dst[j] = vk::from_float<T>(optim_math::ema(d, vk::to_float(dst[j]), omd, vk::to_float(src[j])));
 }
 
 }  // namespace vision::train

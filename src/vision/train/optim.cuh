@@ -1,12 +1,14 @@
 // Optimizer and EMA kernels — one CUDA block per chunk of the flat f32 buffers (optim_layout.cuh): the gradient's sum of
 // squares (per-chunk partials, then one block: no atomics, a fixed order), the fused SGD / AdamW steps, MuSGD's Muon
 // momentum + bf16 Newton–Schulz input and its per-matrix Frobenius normalisation, and the EMA update. Every f32
-// operation is an explicit round-to-nearest intrinsic (no contraction into FMA), so the CPU twins (optim_kernels.cpp)
-// reproduce the results bit for bit. Launch with blockDim.x = kOptimThreads.
+// operation is an explicit round-to-nearest intrinsic (no contraction into FMA); the per-element arithmetic is
+// optim_math.cuh, which the CPU twins (optim_kernels.cpp) call too, so they reproduce the results bit for bit. Launch
+// with blockDim.x = kOptimThreads.
 #pragma once
 
 #include "vision/cuda/kernel_common.cuh"
 #include "vision/train/optim_layout.cuh"
+#include "vision/train/optim_math.cuh"
 
 namespace vision::train {
 
@@ -70,14 +72,13 @@ __global__ void sgd_step(T* __restrict__ params, const T* __restrict__ grads, T*
   const bool muon = t.ns_offset >= 0;
   for (int64_t e = c.start + threadIdx.x; e < c.start + c.length; e += kOptimThreads) {
     const int64_t i = t.offset + e;
-    const float g = __fmul_rn(vk::to_float(grads[i]), coef);
+    const float g = optim_math::scaled_grad(vk::to_float(grads[i]), coef);
     float p = vk::to_float(params[i]);
-    if (muon) p = __fsub_rn(p, __fmul_rn(muon_lr, __bfloat162float(ns_out[optim_detail::ns_index(t, e)])));
-    const float gp = __fadd_rn(g, __fmul_rn(wd, p));
-    const float b = __fadd_rn(__fmul_rn(mom, vk::to_float(momentum[i])), gp);
-    const float update = __fadd_rn(gp, __fmul_rn(mom, b));
+    if (muon) p = optim_math::muon_update(p, muon_lr, __bfloat162float(ns_out[optim_detail::ns_index(t, e)]));
+    float b = vk::to_float(momentum[i]);
+    optim_math::sgd(g, p, b, lr, mom, wd);
     momentum[i] = vk::from_float<T>(b);
-    params[i] = vk::from_float<T>(__fsub_rn(p, __fmul_rn(lr, update)));
+    params[i] = vk::from_float<T>(p);
   }
 }
 
@@ -91,15 +92,12 @@ __global__ void adamw_step(T* __restrict__ params, const T* __restrict__ grads, 
   const OptimGroup G = static_cast<const OptimGroup*>(group_table)[t.group];
   for (int64_t e = c.start + threadIdx.x; e < c.start + c.length; e += kOptimThreads) {
     const int64_t i = t.offset + e;
-    const float g = __fmul_rn(vk::to_float(grads[i]), coef);
-    const float p = __fmul_rn(vk::to_float(params[i]), G.decay_factor);
-    const float m = __fadd_rn(__fmul_rn(vk::to_float(exp_avg[i]), G.momentum), __fmul_rn(G.one_minus_momentum, g));
-    const float v =
-        __fadd_rn(__fmul_rn(vk::to_float(exp_avg_sq[i]), G.beta2), __fmul_rn(__fmul_rn(G.one_minus_beta2, g), g));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), G.bc2_sqrt), G.eps);
+    const float g = optim_math::scaled_grad(vk::to_float(grads[i]), coef);
+    float p = vk::to_float(params[i]), m = vk::to_float(exp_avg[i]), v = vk::to_float(exp_avg_sq[i]);
+    optim_math::adamw(g, p, m, v, G);
     exp_avg[i] = vk::from_float<T>(m);
     exp_avg_sq[i] = vk::from_float<T>(v);
-    params[i] = vk::from_float<T>(__fsub_rn(p, __fdiv_rn(__fmul_rn(G.step_size, m), denom)));
+    params[i] = vk::from_float<T>(p);
   }
 }
 
@@ -115,11 +113,11 @@ __global__ void muon_prepare(const T* __restrict__ grads, T* __restrict__ muon_m
   const float mom = G.momentum, omm = G.one_minus_momentum;
   for (int64_t e = c.start + threadIdx.x; e < c.start + c.length; e += kOptimThreads) {
     const int64_t i = t.offset + e;
-    const float g = __fmul_rn(vk::to_float(grads[i]), coef);
-    const float b0 = vk::to_float(muon_momentum[i]);
-    const float b = __fadd_rn(b0, __fmul_rn(omm, __fsub_rn(g, b0)));
+    const float g = optim_math::scaled_grad(vk::to_float(grads[i]), coef);
+    float b = vk::to_float(muon_momentum[i]);
+    const float x = optim_math::muon_momentum(g, b, mom, omm);
     muon_momentum[i] = vk::from_float<T>(b);
-    ns_in[optim_detail::ns_index(t, e)] = __float2bfloat16_rn(__fadd_rn(__fmul_rn(omm, g), __fmul_rn(mom, b)));
+    ns_in[optim_detail::ns_index(t, e)] = __float2bfloat16_rn(x);
   }
 }
 
@@ -136,7 +134,7 @@ __global__ void muon_normalize(T* __restrict__ ns, const void* __restrict__ tens
     acc = __fadd_rn(acc, __fmul_rn(v, v));
   }
   const float total = optim_detail::block_tree_sum(acc, s);
-  const float den = __fadd_rn(__fsqrt_rn(total), 1e-7f);
+  const float den = optim_math::muon_norm_divisor(total);
   for (int64_t j = threadIdx.x; j < t.numel; j += kOptimThreads) x[j] = vk::from_float<T>(__fdiv_rn(vk::to_float(x[j]), den));
 }
 
@@ -148,7 +146,7 @@ __global__ void ema_update(T* __restrict__ ema, const T* __restrict__ params, co
   const T* src = (c.src_region == 0 ? params : buffers) + c.src_offset;
   T* dst = ema + c.dst_offset;
   for (int64_t j = threadIdx.x; j < c.length; j += kOptimThreads)
-    dst[j] = vk::from_float<T>(__fadd_rn(__fmul_rn(d, vk::to_float(dst[j])), __fmul_rn(omd, vk::to_float(src[j]))));
+    dst[j] = vk::from_float<T>(optim_math::ema(d, vk::to_float(dst[j]), omd, vk::to_float(src[j])));
 }
 
 }  // namespace vision::train

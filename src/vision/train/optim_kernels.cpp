@@ -6,12 +6,14 @@
 #include "vision/core/dtype.h"
 #include "vision/core/error.h"
 #include "vision/cpu/parallel.h"
+#include "vision/train/optim_math.cuh"
 
 namespace vision::train {
 
 static_assert(sizeof(OptimTensor) == 64 && sizeof(OptimChunk) == 24 && sizeof(OptimGroup) == 64 &&
                   sizeof(EmaChunk) == 32,
               "the optimizer tables are shared with the GPU kernels: keep their layout");
+static_assert(kMuonNormEps == 1e-7f, "optim_math::muon_norm_divisor adds 1e-7");
 
 uint16_t to_bf16(float x) { return core::float_to_bf16(x); }
 float from_bf16(uint16_t h) { return core::bf16_to_float(h); }
@@ -80,14 +82,11 @@ void sgd_step_cpu(float* params, const float* grads, float* momentum, const uint
     const float muon_lr = G.muon_lr * t.muon_scale;
     for (int64_t e = k.start; e < k.start + k.length; ++e) {
       const int64_t i = t.offset + e;
-      const float g = grads[i] * coef;
+      const float g = optim_math::scaled_grad(grads[i], coef);
       float p = params[i];
-      if (muon) p = p - muon_lr * from_bf16(ns_out[ns_index(t, e)]);
-      const float gp = g + G.weight_decay * p;
-      const float b = G.momentum * momentum[i] + gp;
-      const float update = gp + G.momentum * b;
-      momentum[i] = b;
-      params[i] = p - G.lr * update;
+      if (muon) p = optim_math::muon_update(p, muon_lr, from_bf16(ns_out[ns_index(t, e)]));
+      optim_math::sgd(g, p, momentum[i], G.lr, G.momentum, G.weight_decay);
+      params[i] = p;
     }
   });
 }
@@ -100,14 +99,7 @@ void adamw_step_cpu(float* params, const float* grads, float* exp_avg, float* ex
     const OptimGroup& G = groups[static_cast<size_t>(t.group)];
     for (int64_t e = k.start; e < k.start + k.length; ++e) {
       const int64_t i = t.offset + e;
-      const float g = grads[i] * coef;
-      const float p = params[i] * G.decay_factor;
-      const float m = exp_avg[i] * G.momentum + G.one_minus_momentum * g;
-      const float v = exp_avg_sq[i] * G.beta2 + (G.one_minus_beta2 * g) * g;
-      const float denom = std::sqrt(v) / G.bc2_sqrt + G.eps;
-      exp_avg[i] = m;
-      exp_avg_sq[i] = v;
-      params[i] = p - (G.step_size * m) / denom;
+      optim_math::adamw(optim_math::scaled_grad(grads[i], coef), params[i], exp_avg[i], exp_avg_sq[i], G);
     }
   });
 }
@@ -120,10 +112,8 @@ void muon_prepare_cpu(const float* grads, float* muon_momentum, uint16_t* ns_in,
     VISION_CHECK(t.ns_offset >= 0, "muon_prepare: chunk of a tensor outside the Muon group");
     for (int64_t e = k.start; e < k.start + k.length; ++e) {
       const int64_t i = t.offset + e;
-      const float g = grads[i] * coef;
-      const float b = muon_momentum[i] + G.one_minus_momentum * (g - muon_momentum[i]);
-      muon_momentum[i] = b;
-      ns_in[ns_index(t, e)] = to_bf16(G.one_minus_momentum * g + G.momentum * b);
+      const float g = optim_math::scaled_grad(grads[i], coef);
+      ns_in[ns_index(t, e)] = to_bf16(optim_math::muon_momentum(g, muon_momentum[i], G.momentum, G.one_minus_momentum));
     }
   });
 }
@@ -136,7 +126,7 @@ void muon_normalize_cpu(uint16_t* ns, std::span<const OptimTensor> tensors, std:
       const float v = from_bf16(x[j]);
       return v * v;
     });
-    const float den = std::sqrt(s) + kMuonNormEps;
+    const float den = optim_math::muon_norm_divisor(s);
     for (int64_t j = 0; j < t.numel; ++j) x[j] = to_bf16(from_bf16(x[j]) / den);
   });
 }
@@ -214,7 +204,7 @@ void ema_update_cpu(float* ema, const float* params, const float* buffers, std::
         const EmaChunk& k = chunks[static_cast<size_t>(c)];
         const float* src = (k.src_region == 0 ? params : buffers) + k.src_offset;
         float* dst = ema + k.dst_offset;
-        for (int64_t j = 0; j < k.length; ++j) dst[j] = d * dst[j] + omd * src[j];
+        for (int64_t j = 0; j < k.length; ++j) dst[j] = optim_math::ema(d, dst[j], omd, src[j]);
       },
       static_cast<int64_t>(chunks.size()) * kOptimChunk);
 }

@@ -5,6 +5,7 @@
 
 #include "vision/core/error.h"
 #include "vision/cpu/parallel.h"
+#include "vision/models/yolo/kernels/detect_decode_math.cuh"
 #include "vision/ops/op_support.h"
 #ifdef VISION_HAS_CUDA
 #include "vision/models/yolo/kernels/detect_decode_cuda.h"
@@ -105,11 +106,10 @@ void detect_decode_cpu(const Tensor& ltrb, const Tensor& anchors, DecodeMode mod
     const int64_t b = i / n, a = i % n;
     const float* l = in + b * 4 * n + a;
     float* o = out + b * 4 * n + a;
-    const float ax = g[a], ay = g[n + a], s = mode == DecodeMode::grid ? 1.0f : g[2 * n + a];
-    const float x1 = ax - l[0], y1 = ay - l[n], x2 = ax + l[2 * n], y2 = ay + l[3 * n];
-    float v[4] = {x1, y1, x2, y2};
-    if (mode == DecodeMode::cxcywh) v[0] = (x1 + x2) * 0.5f, v[1] = (y1 + y2) * 0.5f, v[2] = x2 - x1, v[3] = y2 - y1;
-    for (int c = 0; c < 4; ++c) o[c * n] = v[c] * s;
+    const float s = mode == DecodeMode::grid ? 1.0f : g[2 * n + a];
+    float v[4];
+    decode_math::decode_box(g[a], g[n + a], s, l[0], l[n], l[2 * n], l[3 * n], mode == DecodeMode::cxcywh, v);
+    for (int c = 0; c < 4; ++c) o[c * n] = v[c];
   });
 }
 
@@ -119,7 +119,7 @@ void detect_decode_backward_cpu(const Tensor& grad_boxes, const Tensor& grad_ltr
   const int64_t n = grad_boxes.dim(2);
   const float* g = grad_boxes.data<float>();
   float* d = grad_ltrb.data<float>();
-  cpu::parallel_for(grad_boxes.numel(), [&](int64_t i) { d[i] = (i / n) % 4 < 2 ? -g[i] : g[i]; });
+  cpu::parallel_for(grad_boxes.numel(), [&](int64_t i) { d[i] = decode_math::backward_ltrb(g[i], i, n); });
 }
 
 // ---------------------------------------------------------------------------------------------------------------

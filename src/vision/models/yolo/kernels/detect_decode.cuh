@@ -1,8 +1,10 @@
 // Detect decode — raw LTRB [B, 4, A] + anchor grid [3, A] (anchor_x, anchor_y, stride; f32) → boxes [B, 4, A] in one
-// pass, and the backward of the grid mode. Modes as DecodeMode in detect_decode.h: 0 pixels, 1 grid, 2 cxcywh.
+// pass, and the backward of the grid mode. Modes as DecodeMode in detect_decode.h: 0 pixels, 1 grid, 2 cxcywh. The
+// per-anchor arithmetic is detect_decode_math.cuh, which the CPU twin calls too.
 #pragma once
 
 #include "vision/cuda/kernel_common.cuh"
+#include "vision/models/yolo/kernels/detect_decode_math.cuh"
 
 namespace vision::models::yolo::kernels {
 
@@ -16,14 +18,14 @@ __global__ void detect_decode_forward(const T* __restrict__ ltrb, const float* _
     T* out = boxes + b * 4 * n_anchors + a;
     const float ax = anchors[a], ay = anchors[n_anchors + a];
     const float s = mode == 1 ? 1.0f : anchors[2 * n_anchors + a];
-    const float x1 = ax - vk::to_float(in[0]), y1 = ay - vk::to_float(in[n_anchors]);
-    const float x2 = ax + vk::to_float(in[2 * n_anchors]), y2 = ay + vk::to_float(in[3 * n_anchors]);
-    float o0 = x1, o1 = y1, o2 = x2, o3 = y2;
-    if (mode == 2) o0 = (x1 + x2) * 0.5f, o1 = (y1 + y2) * 0.5f, o2 = x2 - x1, o3 = y2 - y1;
-    out[0] = vk::from_float<T>(o0 * s);
-    out[n_anchors] = vk::from_float<T>(o1 * s);
-    out[2 * n_anchors] = vk::from_float<T>(o2 * s);
-    out[3 * n_anchors] = vk::from_float<T>(o3 * s);
+    const float l = vk::to_float(in[0]), t = vk::to_float(in[n_anchors]);  // loaded in this order
+    const float r = vk::to_float(in[2 * n_anchors]), bt = vk::to_float(in[3 * n_anchors]);
+    float o[4];
+    decode_math::decode_box(ax, ay, s, l, t, r, bt, mode == 2, o);
+    out[0] = vk::from_float<T>(o[0]);
+    out[n_anchors] = vk::from_float<T>(o[1]);
+    out[2 * n_anchors] = vk::from_float<T>(o[2]);
+    out[3 * n_anchors] = vk::from_float<T>(o[3]);
   }
 }
 
@@ -32,8 +34,7 @@ template <typename T>
 __global__ void detect_decode_backward(const T* __restrict__ grad_boxes, T* __restrict__ grad_ltrb, int64_t batch,
                                        int64_t n_anchors) {
   for (int64_t i = vk::thread_index(); i < batch * 4 * n_anchors; i += vk::thread_count()) {
-    const float g = vk::to_float(grad_boxes[i]);
-    grad_ltrb[i] = vk::from_float<T>((i / n_anchors) % 4 < 2 ? -g : g);
+    grad_ltrb[i] = vk::from_float<T>(decode_math::backward_ltrb(vk::to_float(grad_boxes[i]), i, n_anchors));
   }
 }
 

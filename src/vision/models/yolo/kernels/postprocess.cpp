@@ -10,6 +10,7 @@
 
 #include "vision/core/error.h"
 #include "vision/cpu/parallel.h"
+#include "vision/models/yolo/kernels/postprocess_math.cuh"
 #include "vision/ops/op_support.h"
 #ifdef VISION_HAS_CUDA
 #include "vision/models/yolo/kernels/postprocess_cuda.h"
@@ -66,37 +67,17 @@ std::vector<float> class_mask(const std::vector<int64_t>& classes, int64_t n_cla
 }
 
 float box_iou(const std::array<float, 4>& a, const std::array<float, 4>& b) {
-  // The GPU kernels compute exactly these f32 operations (IEEE max/min, no contraction into FMA).
-  const float left = std::fmax(a[0], b[0]), right = std::fmin(a[2], b[2]);
-  const float top = std::fmax(a[1], b[1]), bottom = std::fmin(a[3], b[3]);
-  const float w = std::fmax(right - left, 0.0f), h = std::fmax(bottom - top, 0.0f);
-  const float inter = w * h;
-  const float area_a = (a[2] - a[0]) * (a[3] - a[1]);
-  const float area_b = (b[2] - b[0]) * (b[3] - b[1]);
-  const float uni = (area_a + area_b) - inter;
-  return inter / uni;
+  return pp_math::box_iou(a.data(), b.data());
 }
 
 namespace {
 
-// Ranking keys, the same on both devices: the high 32 bits order the logit (NaN as −∞, −0 as +0), the low 32 bits are
-// ~index, so that among equal logits the lower index ranks first. Larger key = better.
-float sanitize(float x) {
-  if (std::isnan(x)) return -std::numeric_limits<float>::infinity();
-  return x == 0.0f ? 0.0f : x;
-}
-uint64_t rank_key(float logit, uint32_t index) {
-  const uint32_t u = std::bit_cast<uint32_t>(sanitize(logit));
-  const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  return (static_cast<uint64_t>(o) << 32) | static_cast<uint32_t>(~index);
-}
-float key_logit(uint64_t key) {
-  const auto o = static_cast<uint32_t>(key >> 32);
-  return std::bit_cast<float>((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
-}
-uint32_t key_index(uint64_t key) { return ~static_cast<uint32_t>(key); }
-
-float score_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// Ranking keys and scores: the kernels' own (postprocess_math.cuh).
+using pp_math::key_index;
+using pp_math::key_logit;
+using pp_math::rank_key;
+using pp_math::sanitize;
+float score_sigmoid(float x) { return pp_math::sigmoid(x); }
 
 struct Sizes {
   int64_t batch, n_anchors, n_classes;

@@ -1,5 +1,6 @@
 // Postprocess — YOLO26's detections on the GPU, the whole batch in a fixed number of launches with no host round trip
-// (postprocess.h defines the results; the CPU twins there select the same rows bit for bit).
+// (postprocess.h defines the results; the CPU twins there select the same rows bit for bit, through the same
+// postprocess_math.cuh).
 //   End-to-end: postprocess_e2e_anchor_keys (every anchor's max-class ranking key) → postprocess_e2e_select (one CTA
 //   per image: radix-select the top k anchors, their k × nc pair keys, radix-select the top k pairs, bitonic sort,
 //   filters, rows).
@@ -11,6 +12,7 @@
 #pragma once
 
 #include "vision/cuda/kernel_common.cuh"
+#include "vision/models/yolo/kernels/postprocess_math.cuh"
 
 namespace vision::models::yolo::kernels {
 
@@ -22,33 +24,15 @@ constexpr int kSelectThreads = 1024;
 constexpr int kRankThreads = 256;
 constexpr int kNmsTile = 256;  // candidates per NMS tile = threads of postprocess_nms_select
 
-__device__ __forceinline__ float sanitize(float x) {
-  if (x != x) return -vk::infinity();
-  return x == 0.0f ? 0.0f : x;
-}
-__device__ __forceinline__ uint64_t rank_key(float logit, uint32_t index) {
-  const uint32_t u = __float_as_uint(sanitize(logit));
-  const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  return (uint64_t(o) << 32) | uint32_t(~index);
-}
-__device__ __forceinline__ float key_logit(uint64_t key) {
-  const uint32_t o = uint32_t(key >> 32);
-  return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
-}
-__device__ __forceinline__ uint32_t key_index(uint64_t key) { return ~uint32_t(key); }
+using pp_math::key_index;
+using pp_math::key_logit;
+using pp_math::rank_key;
+using pp_math::sanitize;
+using pp_math::sigmoid;
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// IoU of two xyxy boxes: torchvision's formula in the CPU twin's operation order, rounded per operation (the _rn
-// intrinsics are never contracted into FMA), so both devices decide every suppression alike.
 __device__ __forceinline__ float box_iou(float4 a, float4 b) {
-  const float left = fmaxf(a.x, b.x), right = fminf(a.z, b.z);
-  const float top = fmaxf(a.y, b.y), bottom = fminf(a.w, b.w);
-  const float w = fmaxf(__fsub_rn(right, left), 0.0f), h = fmaxf(__fsub_rn(bottom, top), 0.0f);
-  const float inter = __fmul_rn(w, h);
-  const float area_a = __fmul_rn(__fsub_rn(a.z, a.x), __fsub_rn(a.w, a.y));
-  const float area_b = __fmul_rn(__fsub_rn(b.z, b.x), __fsub_rn(b.w, b.y));
-  return __fdiv_rn(inter, __fsub_rn(__fadd_rn(area_a, area_b), inter));
+  const float fa[4] = {a.x, a.y, a.z, a.w}, fb[4] = {b.x, b.y, b.z, b.w};
+  return pp_math::box_iou(fa, fb);
 }
 
 // Box `anchor` of one image's boxes [4, A] in f32.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/models/yolo/kernels/loss/assigner_math.cuh"
 #include "vision/models/yolo/kernels/loss/host_util.h"
 #include "vision/cpu/parallel.h"
 #include "vision/models/yolo/kernels/detect_decode.h"
@@ -35,26 +36,7 @@ void check_assigner_options(const AssignerOptions& o) {
                "task_aligned_assigner: the STAL sides {} and {} must be finite and ≥ 0", o.small_side, o.widened_side);
 }
 
-float assigner_ciou(const float* b1, const float* b2) {
-  // The GPU kernel (assigner.cuh, tal::ciou) computes these operations in this order.
-  constexpr float kEps = 1e-7f;
-  const float w1 = b1[2] - b1[0], h1 = (b1[3] - b1[1]) + kEps;
-  const float w2 = b2[2] - b2[0], h2 = (b2[3] - b2[1]) + kEps;
-  const float iw = std::fmax(std::fmin(b1[2], b2[2]) - std::fmax(b1[0], b2[0]), 0.0f);
-  const float ih = std::fmax(std::fmin(b1[3], b2[3]) - std::fmax(b1[1], b2[1]), 0.0f);
-  const float inter = iw * ih;
-  const float uni = ((w1 * h1 + w2 * h2) - inter) + kEps;
-  const float iou = inter / uni;
-  const float cw = std::fmax(b1[2], b2[2]) - std::fmin(b1[0], b2[0]);
-  const float ch = std::fmax(b1[3], b2[3]) - std::fmin(b1[1], b2[1]);
-  const float c2 = (cw * cw + ch * ch) + kEps;
-  const float dx = ((b2[0] + b2[2]) - b1[0]) - b1[2], dy = ((b2[1] + b2[3]) - b1[1]) - b1[3];
-  const float rho2 = (dx * dx + dy * dy) * 0.25f;
-  const float d = std::atan(w2 / h2) - std::atan(w1 / h1);
-  const float v = 0.405284735f * (d * d);  // 4 / π²
-  const float a = v / ((v - iou) + (1.0f + kEps));
-  return iou - (rho2 / c2 + v * a);
-}
+float assigner_ciou(const float* b1, const float* b2) { return tal_math::ciou(b1, b2); }
 
 namespace {
 
@@ -70,17 +52,9 @@ uint64_t align_key(float align, int64_t anchor) {
   return (static_cast<uint64_t>(std::bit_cast<uint32_t>(align)) << 32) | static_cast<uint32_t>(~anchor);
 }
 
-float assign_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
 // The candidate box of gt (x1, y1, x2, y2) in pixels after STAL, as upstream computes it: through (cx, cy, w, h).
 void stal_box(const float* gt, const AssignerOptions& o, float* out) {
-  for (int d = 0; d < 2; ++d) {
-    const float c = (gt[d] + gt[d + 2]) * 0.5f;
-    float side = gt[d + 2] - gt[d];
-    if (side < o.small_side) side = o.widened_side;
-    out[d] = c - side * 0.5f;
-    out[d + 2] = c + side * 0.5f;
-  }
+  tal_math::stal_box(gt, o.small_side, o.widened_side, out);
 }
 
 struct Positive {
@@ -103,13 +77,10 @@ bool anchor_metrics(const GtView& gt, const float* boxes_b, const float* an, int
   const float x = an[a] * s, y = an[n + a] * s;
   align = 0.0f;
   overlap = 0.0f;
-  const bool candidate =
-      x - gt.cand[0] > o.eps && y - gt.cand[1] > o.eps && gt.cand[2] - x > o.eps && gt.cand[3] - y > o.eps;
-  if (!candidate) return false;
+  if (!tal_math::is_candidate(x, y, gt.cand, o.eps)) return false;
   const float pred[4] = {boxes_b[a] * s, boxes_b[n + a] * s, boxes_b[2 * n + a] * s, boxes_b[3 * n + a] * s};
-  overlap = std::fmax(assigner_ciou(gt.box, pred), 0.0f);  // NaN → 0
-  align = std::pow(assign_sigmoid(gt.logits[a]), o.alpha) * std::pow(overlap, o.beta);
-  if (!(align > 0.0f)) align = 0.0f;  // NaN → 0
+  overlap = tal_math::overlap(gt.box, pred);
+  align = tal_math::align(gt.logits[a], overlap, o.alpha, o.beta);
   return true;
 }
 

@@ -13,11 +13,12 @@
 //     top-topk2 of align · own over all anchors), the normalisation, and the outputs of its positive anchors (each
 //     anchor has one owner, so no two CTAs write one element).
 // Keys (u64): the value's f32 bits (values ≥ 0, so the bits order them) above, ~index below: a larger key ranks first.
-// Arithmetic of the candidate test and the CIoU uses the _rn intrinsics (never contracted into FMA), so the value a
-// key was ranked by is the value recomputed for it, and both follow the CPU twin's operation order.
+// The candidate test, the CIoU and the align metric are assigner_math.cuh, which the CPU twin calls too: correctly
+// rounded operations never contracted into FMA, so the value a key was ranked by is the value recomputed for it.
 #pragma once
 
 #include "vision/cuda/kernel_common.cuh"
+#include "vision/models/yolo/kernels/loss/assigner_math.cuh"
 
 namespace vision::models::yolo::kernels::loss {
 
@@ -32,54 +33,19 @@ enum : int {
   kFinalizeThreads = 256,
 };
 
-__device__ __forceinline__ float ciou(const float* b1, const float* b2) {
-  const float e = 1e-7f;
-  const float w1 = __fsub_rn(b1[2], b1[0]), h1 = __fadd_rn(__fsub_rn(b1[3], b1[1]), e);
-  const float w2 = __fsub_rn(b2[2], b2[0]), h2 = __fadd_rn(__fsub_rn(b2[3], b2[1]), e);
-  const float iw = fmaxf(__fsub_rn(fminf(b1[2], b2[2]), fmaxf(b1[0], b2[0])), 0.0f);
-  const float ih = fmaxf(__fsub_rn(fminf(b1[3], b2[3]), fmaxf(b1[1], b2[1])), 0.0f);
-  const float inter = __fmul_rn(iw, ih);
-  const float uni = __fadd_rn(__fsub_rn(__fadd_rn(__fmul_rn(w1, h1), __fmul_rn(w2, h2)), inter), e);
-  const float iou = __fdiv_rn(inter, uni);
-  const float cw = __fsub_rn(fmaxf(b1[2], b2[2]), fminf(b1[0], b2[0]));
-  const float ch = __fsub_rn(fmaxf(b1[3], b2[3]), fminf(b1[1], b2[1]));
-  const float c2 = __fadd_rn(__fadd_rn(__fmul_rn(cw, cw), __fmul_rn(ch, ch)), e);
-  const float dx = __fsub_rn(__fsub_rn(__fadd_rn(b2[0], b2[2]), b1[0]), b1[2]);
-  const float dy = __fsub_rn(__fsub_rn(__fadd_rn(b2[1], b2[3]), b1[1]), b1[3]);
-  const float rho2 = __fmul_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), 0.25f);
-  const float d = __fsub_rn(atanf(__fdiv_rn(w2, h2)), atanf(__fdiv_rn(w1, h1)));
-  const float v = __fmul_rn(0.405284735f, __fmul_rn(d, d));
-  const float a = __fdiv_rn(v, __fadd_rn(__fsub_rn(v, iou), __fadd_rn(1.0f, e)));
-  return __fsub_rn(iou, __fadd_rn(__fdiv_rn(rho2, c2), __fmul_rn(v, a)));
-}
-
-// The STAL candidate box of gt (x1, y1, x2, y2): each side shorter than small_side widened to widened_side about the
-// centre, through (c, side) as upstream does.
-__device__ __forceinline__ void stal_box(const float* gt, float small_side, float widened_side, float* out) {
-  for (int d = 0; d < 2; ++d) {
-    const float c = __fmul_rn(__fadd_rn(gt[d], gt[d + 2]), 0.5f);
-    float side = __fsub_rn(gt[d + 2], gt[d]);
-    if (side < small_side) side = widened_side;
-    out[d] = __fsub_rn(c, __fmul_rn(side, 0.5f));
-    out[d + 2] = __fadd_rn(c, __fmul_rn(side, 0.5f));
-  }
-}
-
 // Whether anchor a (centre (x, y)·stride) is a candidate of the candidate box, and then its overlap.
 template <typename T>
 __device__ __forceinline__ bool anchor_overlap(const T* __restrict__ boxes_b, const float* __restrict__ anchors,
                                                int64_t n, int64_t a, const float* gt, const float* cand, float eps,
                                                float& overlap) {
   const float s = anchors[2 * n + a];
-  const float x = __fmul_rn(anchors[a], s), y = __fmul_rn(anchors[n + a], s);
+  const float x = hd::mul_rn(anchors[a], s), y = hd::mul_rn(anchors[n + a], s);
   overlap = 0.0f;
-  const bool candidate = __fsub_rn(x, cand[0]) > eps && __fsub_rn(y, cand[1]) > eps && __fsub_rn(cand[2], x) > eps &&
-                         __fsub_rn(cand[3], y) > eps;
-  if (!candidate) return false;
-  const float pred[4] = {__fmul_rn(vk::to_float(boxes_b[a]), s), __fmul_rn(vk::to_float(boxes_b[n + a]), s),
-                         __fmul_rn(vk::to_float(boxes_b[2 * n + a]), s),
-                         __fmul_rn(vk::to_float(boxes_b[3 * n + a]), s)};
-  overlap = fmaxf(ciou(gt, pred), 0.0f);  // NaN → 0
+  if (!tal_math::is_candidate(x, y, cand, eps)) return false;
+  const float pred[4] = {hd::mul_rn(vk::to_float(boxes_b[a]), s), hd::mul_rn(vk::to_float(boxes_b[n + a]), s),
+                         hd::mul_rn(vk::to_float(boxes_b[2 * n + a]), s),
+                         hd::mul_rn(vk::to_float(boxes_b[3 * n + a]), s)};
+  overlap = tal_math::overlap(gt, pred);
   return true;
 }
 
@@ -91,9 +57,7 @@ __device__ __forceinline__ bool anchor_metrics(const T* __restrict__ logits_c, c
                                                float& overlap) {
   align = 0.0f;
   if (!anchor_overlap(boxes_b, anchors, n, a, gt, cand, eps, overlap)) return false;
-  const float score = __frcp_rn(__fadd_rn(1.0f, expf(-vk::to_float(logits_c[a]))));
-  align = __fmul_rn(powf(score, alpha), powf(overlap, beta));
-  if (!(align > 0.0f)) align = 0.0f;  // NaN → 0
+  align = tal_math::align(vk::to_float(logits_c[a]), overlap, alpha, beta);
   return true;
 }
 
@@ -165,7 +129,7 @@ __global__ void __launch_bounds__(tal::kTopkThreads)
   const float* row = targets + (b * n_max + g) * 5;
   const float gt[4] = {row[1], row[2], row[3], row[4]};
   float cand[4];
-  tal::stal_box(gt, small_side, widened_side, cand);
+  tal_math::stal_box(gt, small_side, widened_side, cand);
   const T* logits_c = logits + (b * n_classes + cls) * n;
   const T* boxes_b = boxes + b * 4 * n;
 
@@ -212,7 +176,7 @@ __global__ void __launch_bounds__(tal::kResolveThreads)
       const float* row = targets + (b * n_max + g) * 5;
       const float gt[4] = {row[1], row[2], row[3], row[4]};
       float cand[4], overlap;
-      tal::stal_box(gt, small_side, widened_side, cand);
+      tal_math::stal_box(gt, small_side, widened_side, cand);
       if (tal::anchor_overlap(boxes_b, anchors, n, a, gt, cand, eps, overlap))
         best = tal::u64_max(best, tal::key_of(overlap, uint32_t(g)));
     }
@@ -264,7 +228,7 @@ __global__ void __launch_bounds__(tal::kFinalizeThreads)
   const float* row = targets + (b * n_max + g) * 5;
   const float gt[4] = {row[1], row[2], row[3], row[4]};
   float cand[4];
-  tal::stal_box(gt, small_side, widened_side, cand);
+  tal_math::stal_box(gt, small_side, widened_side, cand);
   const T* logits_c = logits + (b * n_classes + cls) * n;
   const T* boxes_b = boxes + b * 4 * n;
   const int32_t* owner_b = owner + b * n;

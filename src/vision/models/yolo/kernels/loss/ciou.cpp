@@ -1,11 +1,10 @@
 #include "vision/models/yolo/kernels/loss/ciou.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "vision/core/error.h"
 #include "vision/cpu/parallel.h"
+#include "vision/models/yolo/kernels/loss/ciou_math.cuh"
 #include "vision/ops/op_support.h"
 #ifdef VISION_HAS_CUDA
 #include "vision/models/yolo/kernels/loss/ciou_cuda.h"
@@ -26,49 +25,12 @@ std::string_view box_format_name(BoxFormat format) {
 
 namespace {
 
-// The per-box arithmetic, in f32, in the same order as the kernels of ciou.cuh.
-constexpr float kFourOverPiSquared = 0.405284735f;  // 4/π²
-constexpr float kHalfPi = 1.57079633f;
-
-// atan(w/h), ±π/2 (0 for w = 0) where h is exactly 0.
-float atan_ratio(float w, float h) { return h != 0.0f ? std::atan(w / h) : (w > 0 ? kHalfPi : w < 0 ? -kHalfPi : 0.0f); }
-float ratio(float w, float h) {
-  return h != 0.0f ? w / h : (w > 0 ? INFINITY : w < 0 ? -INFINITY : 0.0f);
-}
-// The share of d min(a, b) that goes to a (PyTorch: ½ at a tie), and of d max(a, b).
-float min_share(float a, float b) { return a < b ? 1.0f : a == b ? 0.5f : 0.0f; }
-float max_share(float a, float b) { return a > b ? 1.0f : a == b ? 0.5f : 0.0f; }
+// The per-box arithmetic is the kernels' own (ciou_math.cuh).
+static_assert(ciou_math::eps() == kCiouEps);
 
 // Corners of a box stored as 4 planes `stride` apart.
 void corners(const float* p, int64_t stride, BoxFormat format, float c[4]) {
-  const float a = p[0], b = p[stride], x = p[2 * stride], y = p[3 * stride];
-  if (format == BoxFormat::xywh) {
-    const float hw = x * 0.5f, hh = y * 0.5f;
-    c[0] = a - hw, c[1] = b - hh, c[2] = a + hw, c[3] = b + hh;
-  } else {
-    c[0] = a, c[1] = b, c[2] = x, c[3] = y;
-  }
-}
-
-struct Geometry {
-  float w1, h1, w2, h2, iw_raw, ih_raw, inter, uni, cw, ch, c2, dx, dy, rho2;
-};
-
-Geometry geometry(const float p[4], const float t[4]) {
-  Geometry g;
-  g.w1 = p[2] - p[0], g.h1 = p[3] - p[1] + kCiouEps;
-  g.w2 = t[2] - t[0], g.h2 = t[3] - t[1] + kCiouEps;
-  g.iw_raw = std::min(p[2], t[2]) - std::max(p[0], t[0]);
-  g.ih_raw = std::min(p[3], t[3]) - std::max(p[1], t[1]);
-  g.inter = std::max(g.iw_raw, 0.0f) * std::max(g.ih_raw, 0.0f);
-  g.uni = g.w1 * g.h1 + g.w2 * g.h2 - g.inter + kCiouEps;
-  g.cw = std::max(p[2], t[2]) - std::min(p[0], t[0]);
-  g.ch = std::max(p[3], t[3]) - std::min(p[1], t[1]);
-  g.c2 = g.cw * g.cw + g.ch * g.ch + kCiouEps;
-  g.dx = t[0] + t[2] - p[0] - p[2];
-  g.dy = t[1] + t[3] - p[1] - p[3];
-  g.rho2 = (g.dx * g.dx + g.dy * g.dy) * 0.25f;
-  return g;
+  ciou_math::corners(p[0], p[stride], p[2 * stride], p[3 * stride], format == BoxFormat::xywh, c);
 }
 
 void check_host(const Tensor& t, const char* what, const Shape& shape) {
@@ -111,13 +73,7 @@ void ciou_forward_cpu(const Tensor& pred, const Tensor& target, const Tensor& we
       float p[4], t[4];
       corners(pp + b * 4 * n + a, n, format, p);
       corners(tp + b * 4 * n + a, n, format, t);
-      const Geometry g = geometry(p, t);
-      out_iou = g.inter / g.uni;
-      const float d = atan_ratio(g.w2, g.h2) - atan_ratio(g.w1, g.h1);
-      out_v = kFourOverPiSquared * d * d;
-      out_alpha = out_v / (out_v - out_iou + (1.0f + kCiouEps));
-      const float ciou = out_iou - (g.rho2 / g.c2 + out_v * out_alpha);
-      out_loss = (1.0f - ciou) * w;
+      ciou_math::forward(p, t, w, out_iou, out_v, out_alpha, out_loss);
     }
     lp[i] = out_loss;
     if (ip) ip[i] = out_iou;
@@ -159,49 +115,10 @@ void ciou_backward_cpu(const Tensor& pred, const Tensor& target, const Tensor& w
     float p[4], t[4];
     corners(pp + b * 4 * n + a, n, format, p);
     corners(tp + b * 4 * n + a, n, format, t);
-    const Geometry g = geometry(p, t);
-    const float s_iou = ip[i], s_v = vp[i], s_alpha = ap[i];
-    const float gc = -dl[i] * w;  // ∂L/∂CIoU
-    float g_iou = gc, g_v = -gc * s_alpha;
-    if (full) {
-      const float den = s_v - s_iou + (1.0f + kCiouEps);
-      const float den2 = den * den;
-      g_iou -= gc * (s_v * s_v / den2);
-      g_v -= gc * (s_v * ((1.0f + kCiouEps) - s_iou) / den2);
-    }
-    const float g_rho2 = -gc / g.c2;
-    const float g_c2 = gc * g.rho2 / (g.c2 * g.c2);
-    const float u2 = g.uni * g.uni;
-    const float g_inter = g_iou * (g.uni + g.inter) / u2;
-    const float g_a1 = -g_iou * g.inter / u2;
-    float g_w1 = g_a1 * g.h1, g_h1 = g_a1 * g.w1;
-    // v = k·d², d = atan(w2/h2) − atan(w1/h1): |d| from the saved v, its sign from the ratios (atan is increasing).
-    const float r1 = ratio(g.w1, g.h1), r2 = ratio(g.w2, g.h2);
-    const float sign = r2 > r1 ? 1.0f : r2 < r1 ? -1.0f : 0.0f;
-    const float d = sign * std::sqrt(s_v / kFourOverPiSquared);
-    const float n1 = g.w1 * g.w1 + g.h1 * g.h1;
-    if (n1 > 0.0f) {
-      const float g_t1 = g_v * (-2.0f * kFourOverPiSquared * d);  // ∂/∂atan(w1/h1)
-      g_w1 += g_t1 * g.h1 / n1;
-      g_h1 -= g_t1 * g.w1 / n1;
-    }
-    const float g_iw = g.iw_raw >= 0.0f ? g_inter * std::max(g.ih_raw, 0.0f) : 0.0f;
-    const float g_ih = g.ih_raw >= 0.0f ? g_inter * std::max(g.iw_raw, 0.0f) : 0.0f;
-    const float g_cw = 2.0f * g.cw * g_c2, g_ch = 2.0f * g.ch * g_c2;
-    const float g_cx = -0.5f * g.dx * g_rho2, g_cy = -0.5f * g.dy * g_rho2;  // ∂ρ²/∂x1 = ∂ρ²/∂x2 = −dx/2
-    float gp[4];
-    gp[0] = -g_iw * max_share(p[0], t[0]) - g_cw * min_share(p[0], t[0]) + g_cx - g_w1;
-    gp[1] = -g_ih * max_share(p[1], t[1]) - g_ch * min_share(p[1], t[1]) + g_cy - g_h1;
-    gp[2] = g_iw * min_share(p[2], t[2]) + g_cw * max_share(p[2], t[2]) + g_cx + g_w1;
-    gp[3] = g_ih * min_share(p[3], t[3]) + g_ch * max_share(p[3], t[3]) + g_cy + g_h1;
-    if (format == BoxFormat::xywh) {
-      out[0] = gp[0] + gp[2];
-      out[n] = gp[1] + gp[3];
-      out[2 * n] = (gp[2] - gp[0]) * 0.5f;
-      out[3 * n] = (gp[3] - gp[1]) * 0.5f;
-    } else {
-      for (int c = 0; c < 4; ++c) out[c * n] = gp[c];
-    }
+    float gp[4], g[4];
+    ciou_math::backward(p, t, w, ip[i], vp[i], ap[i], dl[i], full, gp);
+    ciou_math::box_gradient(gp, format == BoxFormat::xywh, g);
+    for (int c = 0; c < 4; ++c) out[c * n] = g[c];
   });
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/models/yolo/kernels/loss/cls_math.cuh"
 #include "vision/models/yolo/kernels/loss/host_util.h"
 #include "vision/cpu/parallel.h"
 #include "vision/models/yolo/kernels/detect_decode.h"
@@ -41,15 +42,9 @@ void check_distances(const Tensor& pred, const char* op) {
                pred.defined() ? pred.str() : std::string("an undefined tensor"));
 }
 
-// max(x, 0) − x·t + log1p(exp(−|x|)) in float64.
-double bce_term(double x, double t) { return std::max(x, 0.0) - x * t + std::log1p(std::exp(-std::abs(x))); }
-// σ(x) without overflow for either sign.
-double sigmoid_f64(double x) {
-  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
-  const double e = std::exp(x);
-  return e / (1.0 + e);
-}
-double sign(double v) { return v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0; }
+// The per-element arithmetic is the kernels' (cls_math.cuh), here in float64.
+double bce_term(double x, double t) { return cls_math::bce_with_logits(x, t); }
+double sigmoid_f64(double x) { return cls_math::stable_sigmoid(x); }
 
 }  // namespace
 
@@ -111,10 +106,9 @@ LossSums l1_distance_forward_cpu(const Tensor& pred, const Tensor& target, const
     const int64_t b = i / a.n, k = i % a.n;
     const float* p = a.p + b * 4 * a.n + k;
     const float* t = a.t + b * 4 * a.n + k;
-    const double sx = a.stride[k] * a.inv_w, sy = a.stride[k] * a.inv_h;
-    const double l1 = sx * (std::abs(double(p[0]) - t[0]) + std::abs(double(p[2 * a.n]) - t[2 * a.n])) +
-                      sy * (std::abs(double(p[a.n]) - t[a.n]) + std::abs(double(p[3 * a.n]) - t[3 * a.n]));
-    return static_cast<double>(a.w[i]) * 0.25 * l1;
+    const double dx = std::abs(double(p[0]) - t[0]) + std::abs(double(p[2 * a.n]) - t[2 * a.n]);
+    const double dy = std::abs(double(p[a.n]) - t[a.n]) + std::abs(double(p[3 * a.n]) - t[3 * a.n]);
+    return cls_math::l1_term<double>(a.w[i], a.stride[k], a.inv_w, a.inv_h, dx, dy);
   });
   s.norm = cpu::parallel_sum(rows, [&](int64_t i) { return static_cast<double>(a.w[i]); });
   return s;
@@ -128,7 +122,7 @@ void l1_distance_backward_cpu(const Tensor& pred, const Tensor& target, const Te
   cpu::parallel_for(pred.numel(), [&](int64_t i) {
     const int64_t k = i % a.n, c = (i / a.n) % 4, b = i / (4 * a.n);
     const double s = a.stride[k] * (c % 2 == 0 ? a.inv_w : a.inv_h);
-    d[i] = static_cast<float>(scale * a.w[b * a.n + k] * 0.25 * s * sign(double(a.p[i]) - a.t[i]));
+    d[i] = static_cast<float>(cls_math::l1_gradient<double>(scale, a.w[b * a.n + k], s, double(a.p[i]) - a.t[i]));
   });
 }
 

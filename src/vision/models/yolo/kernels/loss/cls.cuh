@@ -1,11 +1,13 @@
 // YOLO26 loss terms — BCE-with-logits classification over [B, nc, A] and the L1 distance term of the reg_max = 1 head
-// over [B, 4, A] (formulas in cls.h), forward and backward, computed in f32 whatever T is.
+// over [B, 4, A] (formulas in cls.h), forward and backward, computed in f32 whatever T is. The per-element arithmetic
+// is cls_math.cuh, which the CPU twin calls too (in f64).
 // Reductions without atomics: each forward kernel writes one (loss, normaliser) pair of partial sums per block to a
 // workspace; loss_sum_finalize adds them in a fixed order in one block. The number of blocks is a function of the
 // element count alone (cls_cuda.cpp), so results are bit-identical from run to run and from GPU to GPU.
 #pragma once
 
 #include "vision/cuda/kernel_common.cuh"
+#include "vision/models/yolo/kernels/loss/cls_math.cuh"
 
 namespace vision::models::yolo::kernels::loss {
 
@@ -33,16 +35,6 @@ __device__ __forceinline__ void block_pair_sum(float a, float b, float* __restri
   }
 }
 
-// max(x, 0) − x·t + log1p(exp(−|x|)): no overflow for any finite x (exp of a non-positive argument).
-__device__ __forceinline__ float bce_with_logits(float x, float t) {
-  return fmaxf(x, 0.0f) - x * t + log1pf(expf(-fabsf(x)));
-}
-// σ(x) = 1 / (1 + exp(−x)) for x ≥ 0, exp(x) / (1 + exp(x)) below: exp of a non-positive argument only.
-__device__ __forceinline__ float stable_sigmoid(float x) {
-  const float e = expf(-fabsf(x));
-  return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-}
-
 // Per block: Σ bce(x, t) and Σ t over its grid-stride share of the n elements of logits and targets [B, nc, A].
 template <typename T>
 __global__ void bce_cls_forward_partial(const T* __restrict__ logits, const float* __restrict__ targets,
@@ -50,7 +42,7 @@ __global__ void bce_cls_forward_partial(const T* __restrict__ logits, const floa
   float loss = 0.0f, norm = 0.0f;
   for (int64_t i = vk::thread_index(); i < n; i += vk::thread_count()) {
     const float x = vk::to_float(logits[i]), t = targets[i];
-    loss += bce_with_logits(x, t);
+    loss += cls_math::bce_with_logits(x, t);
     norm += t;
   }
   block_pair_sum(loss, norm, partials);
@@ -64,7 +56,7 @@ __global__ void bce_cls_backward(const T* __restrict__ logits, const float* __re
   const float scale = grad_loss[0] / norm[0];
   for (int64_t i = vk::thread_index(); i < n; i += vk::thread_count()) {
     const float x = vk::to_float(logits[i]);
-    grad_logits[i] = vk::from_float<T>((stable_sigmoid(x) - targets[i]) * scale);
+    grad_logits[i] = vk::from_float<T>((cls_math::stable_sigmoid(x) - targets[i]) * scale);
   }
 }
 
@@ -84,7 +76,7 @@ __global__ void l1_distance_forward_partial(const T* __restrict__ pred, const fl
     const float dx = fabsf(vk::to_float(p[0]) - t[0]) + fabsf(vk::to_float(p[2 * n_anchors]) - t[2 * n_anchors]);
     const float dy = fabsf(vk::to_float(p[n_anchors]) - t[n_anchors]) +
                      fabsf(vk::to_float(p[3 * n_anchors]) - t[3 * n_anchors]);
-    loss += w * 0.25f * (s * inv_w * dx + s * inv_h * dy);
+    loss += cls_math::l1_term(w, s, inv_w, inv_h, dx, dy);
     norm += w;
   }
   block_pair_sum(loss, norm, partials);
@@ -101,9 +93,8 @@ __global__ void l1_distance_backward(const T* __restrict__ pred, const float* __
   for (int64_t i = vk::thread_index(); i < batch * 4 * n_anchors; i += vk::thread_count()) {
     const int64_t a = i % n_anchors, c = (i / n_anchors) % 4, b = i / (4 * n_anchors);
     const float d = vk::to_float(pred[i]) - target[i];
-    const float sg = d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : 0.0f;
     const float s = anchors[2 * n_anchors + a] * ((c & 1) == 0 ? inv_w : inv_h);
-    grad_pred[i] = vk::from_float<T>(scale * weight[b * n_anchors + a] * 0.25f * s * sg);
+    grad_pred[i] = vk::from_float<T>(cls_math::l1_gradient(scale, weight[b * n_anchors + a], s, d));
   }
 }
 
