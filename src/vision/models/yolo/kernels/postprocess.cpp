@@ -72,12 +72,12 @@ float box_iou(const std::array<float, 4>& a, const std::array<float, 4>& b) {
 
 namespace {
 
-// Ranking keys and scores: the kernels' own (postprocess_math.cuh).
+// Ranking keys: the kernels' own (postprocess_math.cuh).
 using pp_math::key_index;
 using pp_math::key_logit;
 using pp_math::rank_key;
 using pp_math::sanitize;
-float score_sigmoid(float x) { return pp_math::sigmoid(x); }
+
 
 struct Sizes {
   int64_t batch, n_anchors, n_classes;
@@ -114,7 +114,7 @@ Sizes check_cpu_tensors(const Tensor& boxes, const Tensor& logits, const Postpro
 // Image b's row r: (x1, y1, x2, y2) of anchor a, σ(logit), class.
 void write_row(float* row, const float* boxes_b, int64_t n_anchors, uint32_t anchor, float logit, int64_t cls) {
   for (int q = 0; q < 4; ++q) row[q] = boxes_b[q * n_anchors + anchor];
-  row[4] = score_sigmoid(logit);
+  row[4] = pp_math::sigmoid(logit);
   row[5] = static_cast<float>(cls);
 }
 

@@ -52,11 +52,6 @@ uint64_t align_key(float align, int64_t anchor) {
   return (static_cast<uint64_t>(std::bit_cast<uint32_t>(align)) << 32) | static_cast<uint32_t>(~anchor);
 }
 
-// The candidate box of gt (x1, y1, x2, y2) in pixels after STAL, as upstream computes it: through (cx, cy, w, h).
-void stal_box(const float* gt, const AssignerOptions& o, float* out) {
-  tal_math::stal_box(gt, o.small_side, o.widened_side, out);
-}
-
 struct Positive {
   int32_t anchor;
   float align, overlap;
@@ -87,7 +82,7 @@ bool anchor_metrics(const GtView& gt, const float* boxes_b, const float* an, int
 GtView gt_view(const float* row, const float* logits_b, int64_t n, const AssignerOptions& o) {
   GtView v;
   for (int q = 0; q < 4; ++q) v.box[q] = row[1 + q];
-  stal_box(v.box, o, v.cand);
+  tal_math::stal_box(v.box, o.small_side, o.widened_side, v.cand);  // the STAL candidate box
   v.logits = logits_b + static_cast<int64_t>(row[0]) * n;
   return v;
 }

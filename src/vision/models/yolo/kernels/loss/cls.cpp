@@ -42,9 +42,6 @@ void check_distances(const Tensor& pred, const char* op) {
                pred.defined() ? pred.str() : std::string("an undefined tensor"));
 }
 
-// The per-element arithmetic is the kernels' (cls_math.cuh), here in float64.
-double bce_term(double x, double t) { return cls_math::bce_with_logits(x, t); }
-double sigmoid_f64(double x) { return cls_math::stable_sigmoid(x); }
 
 }  // namespace
 
@@ -56,7 +53,7 @@ LossSums bce_cls_forward_cpu(const Tensor& logits, const Tensor& targets) {
   const float* t = targets.data<float>();
   const int64_t n = logits.numel();
   LossSums s;
-  s.loss = cpu::parallel_sum(n, [&](int64_t i) { return bce_term(x[i], t[i]); });
+  s.loss = cpu::parallel_sum(n, [&](int64_t i) { return cls_math::bce_with_logits<double>(x[i], t[i]); });
   s.norm = cpu::parallel_sum(n, [&](int64_t i) { return static_cast<double>(t[i]); });
   return s;
 }
@@ -69,8 +66,9 @@ void bce_cls_backward_cpu(const Tensor& logits, const Tensor& targets, double sc
   const float* x = logits.data<float>();
   const float* t = targets.data<float>();
   float* d = grad_logits.data<float>();
-  cpu::parallel_for(logits.numel(),
-                    [&](int64_t i) { d[i] = static_cast<float>((sigmoid_f64(x[i]) - t[i]) * scale); });
+  cpu::parallel_for(logits.numel(), [&](int64_t i) {
+    d[i] = static_cast<float>((cls_math::stable_sigmoid<double>(x[i]) - t[i]) * scale);
+  });
 }
 
 namespace {
