@@ -15,6 +15,7 @@ FLOORS = {
     "core": 0,
     "cpu": 1, "cuda": 1,       # the CPU (oneDNN, OpenMP) and CUDA (runtime, NVRTC, cuDNN) foundations
     "graph": 2, "data": 2,     # the graph and its backends; images, labels, datasets, the loader
+    "dist": 2,                 # the ranks of data-parallel training and their collectives (MPI)
     "ops": 3, "eval": 3,       # the built-in ops; metrics
     "track": 3,                # multi-object tracking: Kalman filter, assignment, ByteTrack
     "train": 4,                # optimizers, EMA, schedules, checkpoints

@@ -7,7 +7,7 @@ pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev ocl-icd-opencl-dev nlohmann-j
       libstb-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libturbojpeg0-dev libspng-dev
       libzip-dev fonts-dejavu-core pybind11-dev python3-dev python3-numpy libonnx-dev libprotobuf-dev
       libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libavdevice-dev libopencv-video-dev
-      libopencv-calib3d-dev)
+      libopencv-calib3d-dev libopenmpi-dev openmpi-bin)
 # With --test, also what the test suite adds: Debian's clang and its libFuzzer runtime (tools/fuzz.sh), and pytest for
 # the Python module's tests (python/tests); node and npm for the ONNX Runtime peer unless the machine has them.
 test=false

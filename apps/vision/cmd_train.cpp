@@ -4,12 +4,22 @@
 // the run from its `last` exactly where it stopped.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <sstream>
 #include <type_traits>
 
 #include "commands.h"
+#include "vision/core/error.h"
+#include "vision/dist/communicator.h"
 #include "vision/trainer.h"
 
 namespace vision::cli {
@@ -30,6 +40,58 @@ std::string option_name(const char* field) {
   for (char& c : s)
     if (c == '_') c = '-';
   return "--" + s;
+}
+
+// `--devices 0,1,2,3` in a process that no launcher started: this command again under mpirun, one rank per listed
+// device (a GPU each, VISION_DEVICES telling each rank which; with --device cpu, that many CPU ranks). Does not return.
+[[noreturn]] void launch_ranks(const std::string& devices) {
+  std::vector<std::string> list;
+  std::set<std::string> unique;
+  std::stringstream ss(devices);
+  for (std::string d; std::getline(ss, d, ',');) {
+    VISION_CHECK(!d.empty() && d.find_first_not_of("0123456789") == std::string::npos && unique.insert(d).second,
+                 "--devices {}: expected distinct GPU indices separated by commas, e.g. 0,1,2,3", devices);
+    list.push_back(d);
+  }
+  VISION_CHECK(!list.empty(), "--devices: no device listed");
+  std::string mpirun;
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream dirs(path);
+    for (std::string dir; std::getline(dirs, dir, ':') && mpirun.empty();)
+      if (!dir.empty() && ::access((std::filesystem::path(dir) / "mpirun").c_str(), X_OK) == 0)
+        mpirun = (std::filesystem::path(dir) / "mpirun").string();
+  }
+  VISION_CHECK(!mpirun.empty(),
+               "--devices {}: starting the ranks needs mpirun (Open MPI; Debian: openmpi-bin), which is not on PATH; or "
+               "start them yourself (mpirun -np {} vision train …, srun)",
+               devices, list.size());
+  VISION_CHECK(dist::has_mpi(), "--devices: this build of vision has no MPI (configured with -DVISION_MPI=OFF)");
+  ::setenv("VISION_DEVICES", devices.c_str(), 1);
+  if (::geteuid() == 0) {  // Open MPI refuses root unless told
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
+  std::vector<std::string> args = {mpirun, "-np", std::to_string(list.size()), "--bind-to", "none", "/proc/self/exe"};
+  const std::vector<std::string>& self = command_line();
+  for (size_t i = 1; i < self.size(); ++i) {
+    if (self[i] == "--devices") {
+      ++i;  // and its value
+      continue;
+    }
+    if (self[i].starts_with("--devices=")) continue;
+    args.push_back(self[i]);
+  }
+  // /proc/self/exe is resolved now: mpirun starts the ranks from its own process.
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  VISION_CHECK(!ec, "--devices: cannot find this program's path (/proc/self/exe): {}", ec.message());
+  args[5] = exe.string();
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execv(mpirun.c_str(), argv.data());
+  fail("--devices: starting {} failed: {}", mpirun, std::strerror(errno));
 }
 
 }  // namespace
@@ -69,9 +131,17 @@ void add_train_command(CLI::App& app) {
     }
     if (f.hidden) opt->group("");
   });
+  auto devices = std::make_shared<std::string>();
+  cmd->add_option("--devices", *devices,
+                  "train on these GPUs, one process (rank) each, started through mpirun (e.g. 0,1,2,3; with --device "
+                  "cpu: that many CPU ranks); --batch is split across them");
   cmd->add_option("--resume", *resume, "continue a run: its folder or its last.safetensors (default: project/name)")
       ->expected(0, 1);
-  cmd->callback([config, resume, cmd] {
+  cmd->callback([config, resume, devices, cmd] {
+    if (!devices->empty()) {
+      if (dist::detect_launch().launcher.empty()) launch_ranks(*devices);
+      ::setenv("VISION_DEVICES", devices->c_str(), 1);  // a rank already: the list says which GPU is whose
+    }
     TrainConfig c = *config;
     if (cmd->count("--resume") > 0) c.resume = *resume;
     g_stop_requested = false, g_signals = 0;

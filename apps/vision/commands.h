@@ -21,6 +21,10 @@ void add_bench_command(CLI::App& app);
 void add_kernels_command(CLI::App& app);
 #endif
 
+// The process's command line as main() received it (`vision train --devices` restarts it under mpirun).
+void set_command_line(int argc, char** argv);
+const std::vector<std::string>& command_line();
+
 // A name per video source for its outputs (<stem>.mp4, labels): a file's stem, "camera_<device>" for a camera,
 // "stream" when a URL has none; a stem taken twice gets _2, _3, ….
 std::vector<std::string> source_stems(const std::vector<std::string>& sources);

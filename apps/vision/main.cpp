@@ -8,7 +8,19 @@
 #include "vision/core/error.h"
 #include "vision/version.h"
 
+namespace vision::cli {
+namespace {
+std::vector<std::string>& the_command_line() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+void set_command_line(int argc, char** argv) { the_command_line().assign(argv, argv + argc); }
+const std::vector<std::string>& command_line() { return the_command_line(); }
+}  // namespace vision::cli
+
 int main(int argc, char** argv) {
+  vision::cli::set_command_line(argc, argv);
   CLI::App app{"vision — YOLO26 object detection engine (inference and training, CPU and CUDA)"};
   app.require_subcommand(1);
 #ifdef VISION_HAS_CUDA

@@ -19,6 +19,7 @@
 #include "vision/cuda/memory.h"
 #endif
 #include "vision/data/dataset.h"
+#include "vision/dist/communicator.h"
 #include "vision/data/image.h"
 #include "vision/data/loader.h"
 #include "vision/detector.h"
@@ -239,8 +240,62 @@ void validate_train_config(const TrainConfig& c) {
   VISION_CHECK(!c.data.empty(), "data (--data) is required unless the run is resumed");
 }
 
+namespace {
+
+// Rank 0's string on every rank.
+std::string broadcast_string(dist::Communicator& comm, std::string s) {
+  int64_t n = static_cast<int64_t>(s.size());
+  comm.broadcast(&n, sizeof n, 0);
+  s.resize(static_cast<size_t>(n));
+  comm.broadcast(s.data(), s.size(), 0);
+  return s;
+}
+
+// Before CUDA starts: a rank of several takes one GPU, the local rank's of VISION_DEVICES ("0,1,2,3", what
+// `vision train --devices` passes) or of the visible ones, through CUDA_VISIBLE_DEVICES.
+void select_rank_gpu(const dist::Communicator& comm) {
+  const char* listed = std::getenv("VISION_DEVICES");
+  std::vector<std::string> devices;
+  if (listed && *listed) {
+    std::stringstream ss(listed);
+    for (std::string d; std::getline(ss, d, ',');)
+      if (!d.empty()) devices.push_back(d);
+  } else if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible && *visible) {
+    return;  // the launcher chose this rank's GPUs
+  }
+  const size_t local = static_cast<size_t>(comm.local_rank());
+  if (devices.empty()) devices.push_back(std::to_string(local));
+  VISION_CHECK(local < devices.size(), "rank {}: local rank {} but VISION_DEVICES lists {} GPUs ({})", comm.rank(),
+               local, devices.size(), listed ? listed : "");
+  ::setenv("CUDA_VISIBLE_DEVICES", devices[local].c_str(), 1);
+}
+
+TrainResult run_training_ranked(TrainConfig o, const TrainCallbacks& callbacks,
+                                const std::shared_ptr<dist::Communicator>& comm);
+
+}  // namespace
+
 TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
+  const std::shared_ptr<dist::Communicator> comm = dist::world();
+  if (comm->world() == 1) return run_training_ranked(std::move(o), callbacks, comm);
+  // Several ranks: an error on one of them ends the job (the others would wait for it in their next collective).
+  try {
+    return run_training_ranked(std::move(o), callbacks, comm);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "vision train: rank {} of {}: {}\n", comm->rank(), comm->world(), e.what());
+    comm->abort(1);
+  }
+  throw;  // not reached: abort ends the process
+}
+
+namespace {
+
+TrainResult run_training_ranked(TrainConfig o, const TrainCallbacks& callbacks,
+                                const std::shared_ptr<dist::Communicator>& comm) {
   TrainResult result;
+  const int ranks = comm->world(), rank = comm->rank();
+  const bool lead = rank == 0;  // rank 0 alone prints, validates and writes files
+  if (!lead) o.verbose = false, o.progress = false;
   fs::path run_dir;
   std::optional<train::Checkpoint> checkpoint;
   if (o.resume) {
@@ -258,6 +313,10 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
     run_dir = p.parent_path().parent_path();
   }
   validate_train_config(o);
+  comm->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)));
+  VISION_CHECK(o.batch % ranks == 0,
+               "batch {} is not a multiple of the {} ranks (--batch is the job's batch, split evenly across the ranks)",
+               o.batch, ranks);
   std::error_code ec;
   VISION_CHECK(fs::is_regular_file(o.data, ec), "data {}: no such file", o.data);
 
@@ -267,6 +326,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
     if (!d->cache_problem.empty()) fmt::print(stderr, "vision train: warning: label cache {}\n", d->cache_problem);
   for (const std::string& p : train_set.problems) fmt::print(stderr, "vision train: skipped label line {}\n", p);
 
+  if (ranks > 1 && o.device != "cpu") select_rank_gpu(*comm);
   auto backend = graph::make_backend(graph::parse_device_choice(o.device));
   const bool cuda = backend->backend() == graph::Backend::cuda;
   if (o.dtype.empty()) o.dtype = cuda ? "bf16" : "f32";
@@ -282,7 +342,8 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
 
   data::LoaderOptions lo;
   lo.imgsz = o.imgsz;
-  lo.batch = o.batch;
+  lo.batch = o.batch / ranks;
+  lo.rank = rank, lo.world = ranks;
   lo.workers = static_cast<int>(o.workers);
   lo.seed = static_cast<uint64_t>(o.seed);
   lo.aug.mosaic = o.mosaic;
@@ -321,6 +382,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
   to.layout = cuda && dtype != core::DType::f32 ? core::Layout::nhwc : core::Layout::nchw;
   to.deterministic = o.deterministic;
   to.tf32 = o.tf32;
+  if (ranks > 1) to.comm = comm;
   yolo::Yolo26Trainer trainer(backend, info, checkpoint ? checkpoint->weights() : starting_weights(o, info), to);
   double best_fitness = -INFINITY;
   int64_t best_epoch = -1;
@@ -330,22 +392,25 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
     if (s.extra.contains("best_epoch")) best_epoch = training_extra<int64_t>(*checkpoint, "best_epoch");
     VISION_CHECK(trainer.epoch() < o.epochs || trainer.iteration() < o.epochs * loader.batches_per_epoch(),
                  "resume: {} has finished its {} epochs; nothing to resume", checkpoint->path.string(), o.epochs);
-  } else {
+  } else if (lead) {
     run_dir = new_run_dir(o);
   }
+  if (ranks > 1) run_dir = broadcast_string(*comm, run_dir.string());
   const fs::path weights_dir = run_dir / "weights", last = weights_dir / "last.safetensors",
                  best = weights_dir / "best.safetensors", csv = run_dir / "results.csv";
   result.run_dir = run_dir, result.last = last, result.best = best, result.names = info.names;
-  fs::create_directories(weights_dir);
-  // Temporaries that a killed earlier run left ("last.safetensors.tmp.<pid>", "best.safetensors.tmp.<pid>").
-  for (const fs::path& p : {last, best}) train::remove_stale_temporaries(p);
-  if (checkpoint)
-    truncate_results_csv(csv, trainer.epoch());
-  else
-    std::ofstream(csv, std::ios::trunc) << kResultsCsvHeader << "\n";
-  std::ofstream(run_dir / "args.json", std::ios::trunc) << train_config_json(o) << "\n";
+  if (lead) {
+    fs::create_directories(weights_dir);
+    // Temporaries that a killed earlier run left ("last.safetensors.tmp.<pid>", "best.safetensors.tmp.<pid>").
+    for (const fs::path& p : {last, best}) train::remove_stale_temporaries(p);
+    if (checkpoint)
+      truncate_results_csv(csv, trainer.epoch());
+    else
+      std::ofstream(csv, std::ios::trunc) << kResultsCsvHeader << "\n";
+    std::ofstream(run_dir / "args.json", std::ios::trunc) << train_config_json(o) << "\n";
+  }
 
-  const ValSet val = o.val ? load_val_images(val_set, o.workers) : ValSet{};
+  const ValSet val = o.val && lead ? load_val_images(val_set, o.workers) : ValSet{};
   DetectorOptions dopt;
   dopt.device = cuda ? "cuda" : "cpu";
   dopt.conf = 0.001f;
@@ -357,10 +422,11 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
                graph::backend_name(backend->backend()), o.tf32 ? "f32 with TF32" : o.dtype,
                o.deterministic ? " (deterministic)" : "", o.data,
                run_dir.string());
-    fmt::print("vision train: {} train images ({} labels), {} val images ({} labels); batch {}, {} batches an epoch, "
-               "imgsz {}, {} epochs; {} loader threads, image cache {}\n",
+    fmt::print("vision train: {} train images ({} labels), {} val images ({} labels); batch {}{}, {} batches an epoch, "
+               "imgsz {}, {} epochs; {} loader threads{}, image cache {}\n",
                train_set.counts.images, train_set.counts.instances, val.images.size(), val_set.counts.instances,
-               o.batch, loader.batches_per_epoch(), o.imgsz, o.epochs, loader.workers(),
+               o.batch, ranks > 1 ? fmt::format(" ({} ranks of {} over {})", ranks, lo.batch, trainer.reduction()) : "",
+               loader.batches_per_epoch(), o.imgsz, o.epochs, loader.workers(), ranks > 1 ? " a rank" : "",
                data::cache_mode_name(lo.cache));
     fmt::print("vision train: optimizer {}\n", trainer.optimizer_description());
     if (checkpoint)
@@ -454,11 +520,13 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
       if (callbacks.on_batch && !callbacks.on_batch(report)) stop = true;
       if (callbacks.stop && callbacks.stop->load()) stop = true;
       if (o.stop_after > 0 && ++batches_run >= o.stop_after) stop = true;
+      if (ranks > 1) stop = comm->all_reduce_max(stop ? 1 : 0) != 0;  // a stop on any rank stops all after this batch
       if (stop) break;
     }
     if (tty) fmt::print(stderr, "\n");
     if (stop) {
-      save_last(false);
+      trainer.gather_pending_gradients();
+      if (lead) save_last(false);
       result.interrupted = true;
       result.epochs_done = epoch;
       result.best_epoch = best_epoch;
@@ -496,32 +564,37 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
                  100 * e.data_wait);
       std::fflush(stdout);
     }
-    std::ofstream(csv, std::ios::app) << fmt::format("{},{:.2f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.6g}\n",
-                                                     epoch + 1, elapsed, e.box, e.cls, e.l1, m.mp, m.mr, m.map50,
-                                                     m.map, e.fitness, lr);
-    e.best = !o.val || e.fitness > best_fitness;  // without validation `best` is the last epoch
-    if (e.best) best_fitness = e.fitness, best_epoch = epoch + 1, since_best = 0;
-    else ++since_best;
-    save_last(true);
-    // Atomically, as `last` is written: a copy killed half-way must not leave a truncated `best`.
-    if (e.best) core::copy_file_atomic(last, best);
-    eval::write_results_plot(csv, run_dir / "results.png");
     result.epochs_done = epoch + 1;
-    if (o.val && o.patience > 0 && since_best >= o.patience) {
-      if (o.verbose)
-        fmt::print("vision train: no improvement for {} epochs (best {} at epoch {}): stopping early\n", o.patience,
-                   best_fitness, best_epoch);
-      result.stopped_early = true;
-      break;
+    int64_t finish = 0;  // rank 0's decision: 1 to end the run after this epoch
+    if (lead) {
+      std::ofstream(csv, std::ios::app) << fmt::format("{},{:.2f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.5f},{:.6g}\n",
+                                                       epoch + 1, elapsed, e.box, e.cls, e.l1, m.mp, m.mr, m.map50,
+                                                       m.map, e.fitness, lr);
+      e.best = !o.val || e.fitness > best_fitness;  // without validation `best` is the last epoch
+      if (e.best) best_fitness = e.fitness, best_epoch = epoch + 1, since_best = 0;
+      else ++since_best;
+      save_last(true);
+      // Atomically, as `last` is written: a copy killed half-way must not leave a truncated `best`.
+      if (e.best) core::copy_file_atomic(last, best);
+      eval::write_results_plot(csv, run_dir / "results.png");
+      if (o.val && o.patience > 0 && since_best >= o.patience) {
+        if (o.verbose)
+          fmt::print("vision train: no improvement for {} epochs (best {} at epoch {}): stopping early\n", o.patience,
+                     best_fitness, best_epoch);
+        finish = 1;
+      } else if (callbacks.on_epoch && !callbacks.on_epoch(e)) {
+        if (o.verbose) fmt::print("vision train: stopped after epoch {} (asked by a callback)\n", epoch + 1);
+        finish = 1;
+      }
     }
-    if (callbacks.on_epoch && !callbacks.on_epoch(e)) {
-      if (o.verbose) fmt::print("vision train: stopped after epoch {} (asked by a callback)\n", epoch + 1);
+    if (ranks > 1) comm->broadcast(&finish, sizeof finish, 0);
+    if (finish) {
       result.stopped_early = true;
       break;
     }
   }
   result.epochs_done = std::max(result.epochs_done, trainer.epoch());
-  if (o.val && detector && fs::is_regular_file(best, ec)) {
+  if (lead && o.val && detector && fs::is_regular_file(best, ec)) {
     // The best checkpoint's EMA weights: the final table, PR_curve.png and val_pred.jpg.
     try {
       detector->set_weights(train::read_checkpoint(best).weights(true));
@@ -552,5 +625,7 @@ TrainResult run_training(TrainConfig o, const TrainCallbacks& callbacks) {
   }
   return result;
 }
+
+}  // namespace
 
 }  // namespace vision

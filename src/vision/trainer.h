@@ -70,6 +70,9 @@ struct TrainConfig {
   bool progress = true;  // the per-batch progress line on standard error (when it is a terminal)
   // Continue a run: nullopt: a new run; "": project/name; else a run folder or its last.safetensors.
   std::optional<std::string> resume;
+  // Data-parallel ranks (launched by mpirun or srun; vision/dist/communicator.h): the seconds a collective waits for
+  // the other ranks before the job ends with an error (a rank that died or hangs).
+  double dist_timeout = 1800;
   int64_t stop_after = 0;  // tests: stop as a stop request does after this many batches of this invocation (0: never)
 };
 
@@ -126,6 +129,7 @@ void visit_train_config(Config& c, F&& f) {
   f(c.exist_ok, TrainField{"exist_ok", "write into project/name even when it exists", false});
   f(c.verbose, TrainField{"verbose", "print the header, each epoch's line and the final table", false});
   f(c.progress, TrainField{"progress", "a progress line per batch on standard error (a terminal only)", false});
+  f(c.dist_timeout, TrainField{"dist_timeout", "data-parallel ranks: seconds a collective waits for the other ranks before the job ends", false, nullptr, 1, 1e6});
   f(c.stop_after, TrainField{"stop_after", "(tests) stop as Ctrl-C does after N batches", false, nullptr, 0, inf, true});
 }
 
@@ -184,6 +188,12 @@ struct TrainResult {
 
 // Runs (or resumes) the training run `config` describes. Throws vision::Error for a bad config, dataset or weights
 // file, before anything is written.
+//
+// Launched as several ranks (`mpirun -np 4 vision train …`, `srun`; issue #30), each process trains on its shard of
+// every epoch with `batch` / ranks images a batch, and the gradients are summed at each optimizer step, so every rank
+// holds the same model. Rank 0 alone prints, validates and writes the run's files; the other ranks return its run
+// folder and no metrics, and get no on_epoch calls. A stop request on any rank stops every rank after the same batch.
+// An error on one rank ends the whole job (MPI_Abort) after printing it, since the others would wait for it.
 TrainResult run_training(TrainConfig config, const TrainCallbacks& callbacks = {});
 
 }  // namespace vision

@@ -5,6 +5,7 @@
 #include <cudnn_version.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <nccl.h>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
 #endif
@@ -67,6 +68,14 @@ LazyLibrary& nvrtc_library() {
       "NVRTC", fmt::format("libnvrtc.so.{}", CUDART_VERSION / 1000),
       fmt::format("install NVRTC from CUDA {} (or add its folder to LD_LIBRARY_PATH), or use --device cpu",
                   CUDART_VERSION / 1000));
+  return library;
+}
+
+LazyLibrary& nccl_library() {
+  static LazyLibrary library(
+      "NCCL", fmt::format("libnccl.so.{}", NCCL_MAJOR),
+      "install NCCL (it ships with the CUDA toolkit; or add its folder to LD_LIBRARY_PATH), or set VISION_DIST_BACKEND=mpi "
+      "to reduce the gradients through host memory and MPI");
   return library;
 }
 

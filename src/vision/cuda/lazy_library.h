@@ -45,6 +45,8 @@ class LazyLibrary {
 LazyLibrary& cudnn_library();
 LazyLibrary& cublas_library();
 LazyLibrary& nvrtc_library();
+// NCCL (libnccl.so.<NCCL_MAJOR>), for the gradient all-reduce of data-parallel GPU ranks (dist/nccl_reducer_cuda.h).
+LazyLibrary& nccl_library();
 
 // Calls the function `name` of `library` with Fn's type. Fn is the address of the wrapper being defined: it gives the
 // type, and each wrapper gets its own instantiation, so its own cached pointer. The pointer is looked up by the first

@@ -95,7 +95,9 @@ StateStore::StateStore(const Graph& graph, std::shared_ptr<BackendContext> backe
   for_each_state(graph, input_ids, input_shapes, add);
   param_mem_ = backend_->allocate(std::max<size_t>(param_bytes, 4));
   grad_mem_ = backend_->allocate(std::max<size_t>(param_bytes, 4));
-  buffer_mem_ = backend_->allocate(std::max<size_t>(buffer_bytes, 64));
+  buffer_region_bytes_ = std::max<size_t>(buffer_bytes, 64);
+  buffer_mem_ = backend_->allocate(buffer_region_bytes_);
+  backend_->fill_zero(buffer_mem_.get(), buffer_region_bytes_);  // the padding between buffers too
   backend_->fill_zero(grad_mem_.get(), std::max<size_t>(param_bytes, 4));
   flat_params_ = Tensor::view(param_mem_.get(), Shape{n_params_}, DType::f32, backend_->device());
   flat_grads_ = Tensor::view(grad_mem_.get(), Shape{n_params_}, DType::f32, backend_->device());

@@ -43,6 +43,10 @@ class StateStore {
   Tensor flat_params() const { return flat_params_; }
   Tensor flat_grads() const { return flat_grads_; }
   int64_t parameter_count() const { return n_params_; }
+  // Every buffer (BatchNorm running statistics, counters) in one region of the backend's memory, each at a 64-byte
+  // aligned offset: what data-parallel ranks copy from rank 0 as a whole.
+  void* buffer_region() const { return buffer_mem_.get(); }
+  size_t buffer_region_bytes() const { return buffer_region_bytes_; }
 
   // Replaces parameters and buffers with the tensors of a safetensors file. Strict: a missing, unexpected
   // or mis-shaped tensor is an error naming it; f16/bf16 files are converted to the store's dtype.
@@ -85,6 +89,7 @@ class StateStore {
   std::shared_ptr<void> param_mem_, grad_mem_, buffer_mem_;
   Tensor flat_params_, flat_grads_;
   int64_t n_params_ = 0;
+  size_t buffer_region_bytes_ = 0;
   uint64_t version_ = 0;
   struct ComputeCopy {
     std::shared_ptr<void> memory;

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "vision/core/error.h"
@@ -15,6 +16,7 @@
 #include "vision/graph/loss_scaler.h"
 #include "vision/models/yolo/loss.h"
 #include "vision/models/yolo/optim_rules.h"
+#include "vision/models/yolo/trainer_dist.h"
 
 namespace vision::models::yolo {
 
@@ -69,6 +71,17 @@ Yolo26Trainer::Yolo26Trainer(std::shared_ptr<graph::BackendContext> backend, con
   graph::StateStore& state = executor_->state(
       graph::Mode::train, {shapes_images, Shape{options_.batch, target_rows_, 5}, Shape{options_.batch}, Shape{2}});
   load_weights(state, info_.spec, weights);
+  if (options_.comm) {
+#ifdef VISION_HAS_CUDA
+    const char* choice = std::getenv("VISION_DIST_BACKEND");
+    const std::string backend_choice = choice ? choice : "";
+    VISION_CHECK(backend_choice.empty() || backend_choice == "nccl" || backend_choice == "mpi",
+                 "VISION_DIST_BACKEND={}: expected nccl or mpi", backend_choice);
+    if (backend_->backend() == graph::Backend::cuda && backend_choice != "mpi")
+      device_reducer_ = make_cuda_reducer(*backend_, options_.comm);
+#endif
+    broadcast_state(/*parameters=*/true);  // every rank starts from rank 0's model, as DDP does
+  }
 
   // The optimizer: "auto" as YOLO26.md says, else the one named with lr0 and momentum.
   std::string name = options_.optimizer;
@@ -298,6 +311,10 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
   if (ni - last_step_ >= accumulate) {
     r.stepped = true;
     last_step_ = ni;
+    if (options_.comm) {
+      all_reduce_gradients();
+      broadcast_state(/*parameters=*/false);
+    }
     const bool finite = !scaler_ || scaler_->scaler.unscale(executor_->state());
     if (finite) {
       r.step = optimizer_->step();
@@ -400,9 +417,65 @@ train::TrainingState Yolo26Trainer::resume(const train::Checkpoint& checkpoint) 
     VISION_CHECK(accumulated->dtype() == DType::f32 && accumulated->numel() == grads.numel(),
                  "{}: {} has {} elements, the model {}", checkpoint.path.string(), kAccumulatedGradients,
                  accumulated->numel(), grads.numel());
-    backend_->copy_to_device(grads.raw(), accumulated->raw(), static_cast<size_t>(grads.numel()) * 4);
+    // The checkpoint holds the job's pending sum (gather_pending_gradients): rank 0 carries it.
+    if (rank() == 0) backend_->copy_to_device(grads.raw(), accumulated->raw(), static_cast<size_t>(grads.numel()) * 4);
   }
   return s;
+}
+
+std::string Yolo26Trainer::reduction() const {
+  if (!options_.comm) return "";
+  return device_reducer_ ? device_reducer_->name() : options_.comm->backend();
+}
+
+void Yolo26Trainer::all_reduce_gradients() {
+  if (!options_.comm) return;
+  const Tensor grads = executor_->state().flat_grads();
+  const size_t n = static_cast<size_t>(grads.numel());
+  if (device_reducer_) {
+    device_reducer_->all_reduce_sum(static_cast<float*>(grads.raw()), n);
+    return;
+  }
+  if (backend_->backend() == graph::Backend::cpu) {
+    options_.comm->all_reduce_sum(static_cast<float*>(grads.raw()), n);
+    return;
+  }
+  // Through host memory (MPI on the host): the copy waits for the backward.
+  std::vector<float> host(n);
+  backend_->copy_to_host(host.data(), grads.raw(), n * sizeof(float));
+  options_.comm->all_reduce_sum(host.data(), n);
+  backend_->copy_to_device(grads.raw(), host.data(), n * sizeof(float));
+}
+
+void Yolo26Trainer::gather_pending_gradients() {
+  if (!options_.comm || !grads_pending_) return;
+  all_reduce_gradients();
+  if (rank() != 0) optimizer_->zero_grad();
+}
+
+void Yolo26Trainer::broadcast_state(bool parameters) {
+  graph::StateStore& state = executor_->state();
+  auto bcast = [&](void* device_data, size_t bytes) {
+    if (bytes == 0) return;
+    if (device_reducer_) {
+      device_reducer_->broadcast(device_data, bytes, 0);
+      return;
+    }
+    if (backend_->backend() == graph::Backend::cpu) {
+      options_.comm->broadcast(device_data, bytes, 0);
+      return;
+    }
+    std::vector<std::byte> host(bytes);
+    backend_->copy_to_host(host.data(), device_data, bytes);
+    options_.comm->broadcast(host.data(), bytes, 0);
+    backend_->copy_to_device(device_data, host.data(), bytes);
+  };
+  if (parameters) {
+    const Tensor p = state.flat_params();
+    bcast(p.raw(), static_cast<size_t>(p.numel()) * sizeof(float));
+  }
+  bcast(state.buffer_region(), state.buffer_region_bytes());
+  state.mark_updated();
 }
 
 }  // namespace vision::models::yolo

@@ -33,6 +33,8 @@
 
 #include "vision/core/safetensors.h"
 #include "vision/core/tensor.h"
+#include "vision/dist/communicator.h"
+#include "vision/dist/device_reducer.h"
 #include "vision/graph/backend.h"
 #include "vision/graph/executor.h"
 #include "vision/models/yolo/trainer_input.h"
@@ -68,6 +70,15 @@ struct TrainerOptions {
   // Forward, loss and backward of a step as one captured CUDA graph, replayed from a plan's second step on
   // (graph::Plan::train_step; not with profile). false: eager launches.
   bool capture = true;
+  // Data-parallel training (issue #30): this rank's communicator; nullptr or a world of one: a single process. With
+  // several ranks, `batch` is the global batch (accumulation and weight decay follow it, as in ultralytics) and each
+  // rank trains on its share. The trainer starts every rank from rank 0's parameters and buffers; at each optimizer
+  // step it sums the ranks' gradients (ultralytics' DDP averages the gradients of the loss × world size: the same sum)
+  // and copies rank 0's buffers (BatchNorm's running statistics, which DDP broadcasts from rank 0), so the optimizer,
+  // the clipping, the EMA and the loss scale then run identically on every rank. On CUDA the collectives run on the
+  // device through NCCL (VISION_DIST_BACKEND=mpi: through host memory and the communicator). A communicator given
+  // here is used even in a world of one (its collectives are then the identity: NCCL's are still called).
+  std::shared_ptr<dist::Communicator> comm;
 };
 
 // The E2ELoss weights (o2m, o2o) after `updates` epochs (YOLO26.md "Training").
@@ -133,6 +144,18 @@ class Yolo26Trainer {
   // The batch's images as train_batch feeds them to the plan: its input format (compute dtype and layout), on the
   // backend (CUDA) or the host (CPU). On CUDA a view of the trainer's input buffer, which the next batch overwrites.
   core::Tensor model_input(const core::Tensor& images, std::span<const data::HsvGains> hsv = {});
+  // Data-parallel ranks (TrainerOptions::comm); each call is a collective that every rank makes in the same order.
+  int rank() const { return options_.comm ? options_.comm->rank() : 0; }
+  int world() const { return options_.comm ? options_.comm->world() : 1; }
+  // How the ranks' collectives run: "nccl" (device memory), the communicator's backend ("mpi", through host memory on
+  // CUDA), or "" without a communicator.
+  std::string reduction() const;
+  // Sums the flat gradients over the ranks, in place (train_batch does it at each optimizer step).
+  void all_reduce_gradients();
+  // Before rank 0 alone saves a checkpoint inside an accumulation: the pending gradients summed onto rank 0, zero on
+  // the others, so the checkpoint holds the job's and the next step's sum stays right (a resume zeroes them on the
+  // ranks other than 0 in the same way).
+  void gather_pending_gradients();
   // Ends the epoch: the E2E weights move on, epoch() += 1. The iteration counter jumps to the next epoch's first batch
   // (a shorter epoch than batches_per_epoch is allowed).
   void end_epoch();
@@ -151,6 +174,7 @@ class Yolo26Trainer {
 
  private:
   void build_graph();
+  void broadcast_state(bool parameters);
   void pad_targets(const core::Tensor& targets, const core::Tensor& count);
 
   std::shared_ptr<graph::BackendContext> backend_;
@@ -172,6 +196,7 @@ class Yolo26Trainer {
   std::shared_ptr<void> input_buffer_;  // the images in the plan's input format (CUDA), input_capacity_ bytes
   size_t input_capacity_ = 0;
   std::unique_ptr<U8BatchUpload> u8_upload_;
+  std::unique_ptr<dist::DeviceReducer> device_reducer_;  // NCCL on CUDA with a communicator
 };
 
 }  // namespace vision::models::yolo
