@@ -131,6 +131,10 @@ CliRun ranks_cli(int n, const std::string& args, const std::string& env = "") {
 }
 CliRun one_cli(const std::string& args) { return test::run_cli(fmt::format("'{}' {} 2>&1", VISION_CLI, args)); }
 
+// The tests that run mpirun skip in a build without MPI (the sanitizer presets).
+#define REQUIRE_MPIRUN() \
+  if (mpirun().empty()) GTEST_SKIP() << "built without MPI (VISION_MPI=OFF)"
+
 class DistTrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -141,9 +145,6 @@ class DistTrainCli : public ::testing::Test {
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
-  }
-  void SetUp() override {
-    if (mpirun().empty()) GTEST_SKIP() << "built without MPI (VISION_MPI=OFF)";
   }
   static fs::path data() { return dir_->path() / "shapes"; }
   static std::string train_args(const std::string& name, const std::string& extra, int batch = 4, int nbs = 4) {
@@ -163,6 +164,7 @@ size_t lines_of(const fs::path& p) {
 }
 
 TEST_F(DistTrainCli, TwoRanksTrainAndRankZeroAloneWrites) {
+  REQUIRE_MPIRUN();
   const CliRun r = ranks_cli(2, train_args("two", "--epochs 2 --close-mosaic 0"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("batch 4 (2 ranks of 2 over mpi)"), std::string::npos) << r.out;
@@ -179,6 +181,7 @@ TEST_F(DistTrainCli, TwoRanksTrainAndRankZeroAloneWrites) {
 // `--devices 0,1` in a plain process: the command starts itself again under mpirun, one rank per device (CPU ranks
 // here, with --device cpu).
 TEST_F(DistTrainCli, DevicesStartOneRankEach) {
+  REQUIRE_MPIRUN();
   const CliRun r = one_cli(train_args("devices", "--epochs 1 --devices 0,1"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("batch 4 (2 ranks of 2 over mpi)"), std::string::npos) << r.out;
@@ -191,6 +194,7 @@ TEST_F(DistTrainCli, DevicesStartOneRankEach) {
 // A job of 2 ranks stopped (as Ctrl-C stops it) after 2 batches, resumed as a single process: rank 0's checkpoint
 // carries the whole job (the pending gradients of both ranks included), and the run completes its epochs.
 TEST_F(DistTrainCli, StoppedJobResumesOnAnotherWorldSize) {
+  REQUIRE_MPIRUN();
   const CliRun r = ranks_cli(2, train_args("resume", "--epochs 2 --close-mosaic 0 --stop-after 1", 4, 8));
   ASSERT_EQ(r.code, 130) << r.out;
   EXPECT_NE(r.out.find("interrupted in epoch 1 after batch 1"), std::string::npos) << r.out;
@@ -200,17 +204,41 @@ TEST_F(DistTrainCli, StoppedJobResumesOnAnotherWorldSize) {
 }
 
 TEST_F(DistTrainCli, BatchNotAMultipleOfTheRanksIsAnError) {
+  REQUIRE_MPIRUN();
   const CliRun r = ranks_cli(2, train_args("odd", "--epochs 1", 3));
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("batch 3 is not a multiple of the 2 ranks"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(run_dir("odd"))) << "nothing is written before the error";
 }
 
-TEST_F(DistTrainCli, TorchrunVariablesWithoutMpiAreAClearError) {
-  const CliRun r = test::run_cli(fmt::format("WORLD_SIZE=2 RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 '{}' {} 2>&1",
-                                             VISION_CLI, train_args("torchrun", "--epochs 1")));
-  EXPECT_NE(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("launch the ranks with mpirun or srun"), std::string::npos) << r.out;
+// torchrun's environment without an MPI launcher: the ranks meet over TCP (vision/dist/tcp_communicator.h).
+TEST_F(DistTrainCli, TorchrunVariablesMeetOverTcp) {
+  // `--devices` where mpirun is not wanted: child processes under torchrun's variables.
+  const CliRun r = test::run_cli(fmt::format("VISION_LAUNCHER=spawn OMP_NUM_THREADS=1 '{}' {} 2>&1", VISION_CLI,
+                                             train_args("spawned", "--epochs 1 --devices 0,1")));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("batch 4 (2 ranks of 2 over tcp)"), std::string::npos) << r.out;
+  EXPECT_EQ(lines_of(run_dir("spawned") / "results.csv"), 2u);
+  // Without MASTER_ADDR / MASTER_PORT: said at once.
+  const CliRun no_addr = test::run_cli(fmt::format("WORLD_SIZE=2 RANK=1 '{}' {} 2>&1", VISION_CLI,
+                                                   train_args("torchrun", "--epochs 1")));
+  EXPECT_NE(no_addr.code, 0) << no_addr.out;
+  EXPECT_NE(no_addr.out.find("need MASTER_ADDR and MASTER_PORT"), std::string::npos) << no_addr.out;
+  // Rank 0 whose other rank never comes: an error after the rendezvous timeout, nothing written.
+  const auto start = std::chrono::steady_clock::now();
+  const CliRun alone = test::run_cli(
+      fmt::format("WORLD_SIZE=2 RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 VISION_RENDEZVOUS_TIMEOUT=2 '{}' {} 2>&1",
+                  VISION_CLI, train_args("torchrun", "--epochs 1")));
+  EXPECT_NE(alone.code, 0) << alone.out;
+  EXPECT_NE(alone.out.find("MASTER_PORT='0'"), std::string::npos) << alone.out;
+  const CliRun lonely = test::run_cli(
+      fmt::format("WORLD_SIZE=2 RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT={} VISION_RENDEZVOUS_TIMEOUT=2 '{}' {} 2>&1",
+                  20000 + ::getpid() % 20000, VISION_CLI, train_args("torchrun", "--epochs 1")));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(lonely.code, 0) << lonely.out;
+  EXPECT_NE(lonely.out.find("0 of the 1 other ranks connected"), std::string::npos) << lonely.out;
+  EXPECT_LT(seconds, 30.0);
+  EXPECT_FALSE(fs::exists(run_dir("torchrun"))) << "nothing is written before the ranks meet";
 }
 
 // Starts `mpirun -np 2 vision train …` for many epochs, waits until rank 0 trains, sends `signal` to rank 1 and waits
@@ -220,21 +248,22 @@ struct FaultRun {
   CliRun run;
   double seconds_after = 0;
 };
-FaultRun run_with_fault(const std::string& args, const char* signal) {
+// spawn: `vision train --devices 0,1` started without mpirun (its ranks meet over TCP) instead of mpirun.
+FaultRun run_with_fault(const std::string& args, const char* signal, bool spawn = false) {
   // The ranks are found by their environment (a mark of this run, and Open MPI's rank variable), through /proc alone
   // (no procps); the job runs under timeout(1) so that nothing outlives a broken test.
   const std::string script = fmt::format(
       R"(export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 export VISION_FAULT_MARK=fault-$$-$RANDOM
 log=$(mktemp)
-timeout -s KILL 150 '{}' -np 2 --oversubscribe '{}' {} > "$log" 2>&1 &
+timeout -s KILL 150 {} '{}' {} > "$log" 2>&1 &
 job=$!
 for i in $(seq 600); do grep -q 'vision train: optimizer' "$log" && break; sleep 0.1; done
 sleep 2
 victim=""
 for e in /proc/[0-9]*/environ; do
-  env=$(tr '\0' '\n' < $e 2>/dev/null) || continue
-  grep -qx "VISION_FAULT_MARK=$VISION_FAULT_MARK" <<< "$env" && grep -qx 'OMPI_COMM_WORLD_RANK=1' <<< "$env" &&
+  env=$( {{ tr '\0' '\n' < $e; }} 2>/dev/null) || continue
+  grep -qx "VISION_FAULT_MARK=$VISION_FAULT_MARK" <<< "$env" && grep -qx '{}' <<< "$env" &&
     victim=$(basename $(dirname $e))
 done
 [ -n "$victim" ] || echo "fault test: rank 1 not found"
@@ -246,7 +275,8 @@ end=$(date +%s%N)
 cat "$log"; rm -f "$log"
 echo "fault test: seconds after the signal $(( (end - start) / 1000000 ))e-3"
 exit $code)",
-      mpirun(), VISION_CLI, args, signal);
+      spawn ? std::string("env VISION_LAUNCHER=spawn") : fmt::format("'{}' -np 2 --oversubscribe", mpirun()), VISION_CLI,
+      spawn ? args + " --devices 0,1" : args, spawn ? "RANK=1" : "OMPI_COMM_WORLD_RANK=1", signal);
   FaultRun f;
   f.run = test::run_cli("bash -c '" + [&] {
     std::string quoted;
@@ -259,6 +289,7 @@ exit $code)",
 }
 
 TEST_F(DistTrainCli, KilledRankEndsTheJob) {
+  REQUIRE_MPIRUN();
   const FaultRun f = run_with_fault(train_args("killed", "--epochs 500 --dist-timeout 20"), "KILL");
   std::printf("  job ended %.1f s after rank 1 was killed, exit %d\n", f.seconds_after, f.run.code);
   EXPECT_NE(f.run.code, 0) << f.run.out;
@@ -269,8 +300,25 @@ TEST_F(DistTrainCli, KilledRankEndsTheJob) {
   EXPECT_NE(f.run.out.find("signal 9"), std::string::npos) << f.run.out;
 }
 
+// The same for ranks started by `--devices` without mpirun, meeting over TCP: rank 0's collective times out, it says so
+// and ends; the launching process then ends the stopped rank.
+TEST_F(DistTrainCli, HungSpawnedRankEndsTheJobAfterTheTimeout) {
+  const FaultRun f = run_with_fault(train_args("hung_tcp", "--epochs 500 --dist-timeout 4"), "STOP", /*spawn=*/true);
+  std::printf("  job ended %.1f s after rank 1 was stopped, exit %d\n", f.seconds_after, f.run.code);
+  EXPECT_NE(f.run.code, 0) << f.run.out;
+  EXPECT_EQ(f.run.out.find("rank 1 not found"), std::string::npos) << f.run.out;
+  EXPECT_NE(f.run.out.find("rank 0 of 2: waiting for rank 1 did not complete within the collective timeout (4 s"),
+            std::string::npos)
+      << f.run.out;
+  EXPECT_NE(f.run.out.find("vision train: rank 0 of 2 exited with status 1: ending the job"), std::string::npos)
+      << f.run.out;
+  EXPECT_GE(f.seconds_after, 3.5) << f.run.out;
+  EXPECT_LT(f.seconds_after, 30.0) << f.run.out;
+}
+
 // A rank that hangs (stopped): the others' next collective times out after --dist-timeout, says so and ends the job.
 TEST_F(DistTrainCli, HungRankEndsTheJobAfterTheTimeout) {
+  REQUIRE_MPIRUN();
   const FaultRun f = run_with_fault(train_args("hung", "--epochs 500 --dist-timeout 4"), "STOP");
   std::printf("  job ended %.1f s after rank 1 was stopped, exit %d\n", f.seconds_after, f.run.code);
   EXPECT_NE(f.run.code, 0) << f.run.out;

@@ -1,5 +1,7 @@
-// Data-parallel training on CPU ranks (issue #30): these tests run as 2 ranks under mpirun (CTest's DistRanks.Mpirun2,
-// `mpirun --oversubscribe -np 2 vision_tests --gtest_filter='DistRanks.*'`); run alone they fail and say so.
+// Data-parallel training on CPU ranks (issue #30): these tests run as 2 ranks, under mpirun (CTest's DistRanks.Mpirun2,
+// `mpirun --oversubscribe -np 2 vision_tests --gtest_filter='DistRanks.*'`) and over TCP as torchrun's environment
+// launches them (DistRanks.Tcp2, `tests/dist/run_ranks.sh 2 vision_tests --gtest_filter='DistRanks.*'`); run alone
+// they fail and say so.
 //  1. the all-reduced gradient is, to f32 rounding, the sum of the gradients each rank's batch gives in a process of
 //     its own (ultralytics' DDP averages the gradients of the loss × world size: the same sum);
 //  2. after 5 optimizer steps on different batches every rank holds bit-identical parameters, buffers, optimizer state
@@ -32,10 +34,9 @@ std::shared_ptr<dist::Communicator> ranks_or_fail() {
 
 #define REQUIRE_RANKS(comm)                                                                                      \
   if ((comm)->world() < 2)                                                                                       \
-    GTEST_FAIL() << "DistRanks runs as several ranks: mpirun --oversubscribe -np 2 vision_tests "                \
-                    "--gtest_filter='DistRanks.*' (ctest -R DistRanks); this process is a world of one (built with " \
-                    "MPI: "                                                                                      \
-                 << dist::has_mpi() << ")"
+    GTEST_FAIL() << "DistRanks runs as several ranks: ctest -R DistRanks (mpirun -np 2, or "                   \
+                    "tests/dist/run_ranks.sh 2 vision_tests --gtest_filter='DistRanks.*'); this process is a world " \
+                    "of one"
 
 uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
   const auto* p = static_cast<const unsigned char*>(data);

@@ -12,9 +12,11 @@
 
 #include "vision/core/error.h"
 #include "vision/dist/mpi_communicator.h"
+#include "vision/dist/tcp_communicator.h"
 
 namespace vision::dist {
 namespace {
+
 
 // An integer environment variable; nullopt when unset or empty, an error when it is not a number in [lo, hi].
 std::optional<int> env_int(const char* name, int lo, int hi) {
@@ -106,9 +108,15 @@ std::shared_ptr<Communicator> world() {
          info.rank, info.world);
 #endif
   } else if (info.launcher == "torchrun" && info.world > 1) {
-    fail("RANK={} WORLD_SIZE={} come from torchrun's environment, whose rendezvous (MASTER_ADDR, MASTER_PORT) vision "
-         "does not implement yet: launch the ranks with mpirun or srun",
-         info.rank, info.world);
+    const char* addr = std::getenv("MASTER_ADDR");
+    const std::optional<int> port = env_int("MASTER_PORT", 1, 65535);
+    VISION_CHECK(addr && *addr && port,
+                 "RANK={} WORLD_SIZE={} (torchrun's environment) need MASTER_ADDR and MASTER_PORT: rank 0's address and a "
+                 "free port, where the ranks meet",
+                 info.rank, info.world);
+    // How long the ranks wait for each other to connect: VISION_RENDEZVOUS_TIMEOUT seconds, 5 minutes by default.
+    const int seconds = env_int("VISION_RENDEZVOUS_TIMEOUT", 1, 86400).value_or(300);
+    the_world = make_tcp_world(info.rank, info.world, info.local_rank, addr, *port, std::chrono::seconds(seconds));
   } else {
     the_world = make_single();
   }

@@ -5,7 +5,9 @@
 //   - a launcher of MPI (`mpirun`, `mpiexec`, Slurm's `srun` with PMI/PMIx): MPI, on MPI_COMM_WORLD (rank, world size
 //     and local rank from MPI; MPI_Init_thread on the first call, MPI_Finalize at exit);
 //   - torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) without an MPI launcher, and a world
-//     larger than 1: an error that says so (their rendezvous is not implemented yet: launch with mpirun or srun);
+//     larger than 1: the ranks meet over TCP at MASTER_ADDR:MASTER_PORT (tcp_communicator.h), whose
+//     collectives go through rank 0 — for the run's control messages and NCCL's id; MPI is the fast path of CPU ranks
+//     (the rendezvous waits VISION_RENDEZVOUS_TIMEOUT seconds, default 300, for every rank);
 //   - neither: a world of one rank, whose collectives do nothing.
 //
 // Every collective waits at most timeout() (set_timeout(); `vision train --dist-timeout`): a rank that died or hangs
@@ -28,7 +30,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world() const = 0;
   virtual int local_rank() const = 0;  // the rank among those of this machine (which GPU to take)
-  virtual std::string backend() const = 0;  // "single" or "mpi"
+  virtual std::string backend() const = 0;  // "single", "mpi" or "tcp"
 
   // Sums `n` floats of host memory across the ranks, in place; every rank gets the same bits. Large buffers go in
   // buckets of bucket_floats(), all posted before the first wait.
@@ -61,7 +63,7 @@ LaunchInfo detect_launch();
 
 // The process's communicator: made on the first call from detect_launch() (MPI is initialised then), the same object
 // after. Throws vision::Error when the launch asks for a backend this build lacks (an MPI launch of a build without
-// MPI, torchrun's variables with a world > 1).
+// MPI) or the ranks cannot meet (torchrun's variables without MASTER_ADDR / MASTER_PORT, a rank missing).
 std::shared_ptr<Communicator> world();
 // A world of one rank (collectives are copies or nothing): what world() is in a single process, and what tests use to
 // compute a rank's numbers alone.
