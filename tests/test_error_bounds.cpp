@@ -14,7 +14,7 @@ namespace vision::test {
 namespace {
 
 using core::DType;
-using models::yolo::kernels::attention::AttentionSizes;
+using ops::attention::AttentionSizes;
 
 float round_to(float x, DType t) { return rounded(std::vector<float>{x}, t)[0]; }
 

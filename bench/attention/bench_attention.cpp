@@ -27,10 +27,10 @@
 #include "vision/core/error.h"
 #include "vision/cuda/check.h"
 #include "vision/cuda/device.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
+#include "vision/ops/attention/flash_attn2_cuda.h"
 
 using namespace vision;
-using namespace vision::models::yolo::kernels::attention;
+using namespace vision::ops::attention;
 using core::DType;
 
 namespace {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "vision/models/yolo/kernels/attention/flash_attn2_sm90.cuh"
+#include "vision/ops/attention/flash_attn2_sm90.cuh"
 
-namespace attn = vision::models::yolo::kernels::attention;
+namespace attn = vision::ops::attention;
 
 static const char* g_only = nullptr;  // argv[1]: launch the chosen tiles once for this shape (for a profiler)
 

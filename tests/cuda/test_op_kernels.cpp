@@ -11,7 +11,7 @@
 #include "vision/core/error.h"
 #include "vision/cuda/kernel.h"
 #include "vision/models/builtin_ops.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
+#include "vision/ops/attention/flash_attn2_cuda.h"
 #include "vision/ops/batchnorm.h"
 #include "vision/ops/conv2d.h"
 
@@ -81,7 +81,7 @@ TEST(OpKernels, OpsListTheKernelsTheyLaunch) {
     else
       EXPECT_FALSE(kernels.empty()) << b.op->name() << " launches NVRTC kernels but lists none";
   }
-  for (const char* op : {"ops.conv2d", "ops.silu", "ops.maxpool2d", "ops.batchnorm2d", "yolo.flash_attention2"})
+  for (const char* op : {"ops.conv2d", "ops.silu", "ops.maxpool2d", "ops.batchnorm2d", "ops.flash_attention2"})
     EXPECT_EQ(names.count(op), 1u) << op;
 
   EXPECT_EQ(lowered_ids("ops.silu", Mode::train), (Ids{"silu_forward__f32", "silu_backward__f32"}));
@@ -285,7 +285,7 @@ TEST(OpFormats, ConvolutionStateFormats) {
 
 // FlashAttention-2 lists every kernel its launchers may pick, the sm_90a (wgmma) ones included.
 TEST(OpKernels, FlashAttention2ListsEveryVariantItsLaunchersMayPick) {
-  using models::yolo::kernels::attention::flash_attention2_kernels;
+  using ops::attention::flash_attention2_kernels;
   EXPECT_EQ(ids_of(flash_attention2_kernels(DType::bf16, 32, 64, Mode::inference)),
             (Ids{"flash_attention2_forward__bf16__d32_dv64", "flash_attention2_forward_sm90__bf16__d32_dv64"}));
   EXPECT_EQ(ids_of(flash_attention2_kernels(DType::f16, 32, 64, Mode::train)),
@@ -306,14 +306,14 @@ TEST(OpKernels, FlashAttention2ListsEveryVariantItsLaunchersMayPick) {
   std::set<std::string> registered;
   for (const cuda::Kernel* k : cuda::KernelRegistry::global().kernels())
     if (k->id().starts_with("flash_attention2_")) registered.insert(k->id());
-  const Ids train = lowered_ids("yolo.flash_attention2", Mode::train);
+  const Ids train = lowered_ids("ops.flash_attention2", Mode::train);
   EXPECT_EQ(std::set<std::string>(train.begin(), train.end()), registered);
   EXPECT_EQ(std::set<std::string>(train.begin(), train.end()).size(), train.size()) << "listed twice";
   for (const char* id : {"flash_attention2_forward_sm90__bf16__d32_dv64", "flash_attention2_backward_sm90__bf16__d32_dv64",
                          "flash_attention2_backward_dkv_dq__f16__d64_dv128", "flash_attention2_backward_dq_convert__bf16",
                          "flash_attention2_backward_preprocess__f16__dv256"})
     EXPECT_TRUE(std::find(train.begin(), train.end(), id) != train.end()) << id;
-  for (const std::string& id : lowered_ids("yolo.flash_attention2", Mode::inference))
+  for (const std::string& id : lowered_ids("ops.flash_attention2", Mode::inference))
     EXPECT_TRUE(id.starts_with("flash_attention2_forward")) << id;
 }
 
@@ -360,6 +360,6 @@ TEST(KernelsCommand, ListOpAndOps) {
     for (const graph::KernelInfo& k : kernels) expected += "  " + k.id + "\n";
   }
   EXPECT_EQ(ops, expected);
-  EXPECT_NE(ops.find("\nyolo.flash_attention2"), std::string::npos);
+  EXPECT_NE(ops.find("\nops.flash_attention2"), std::string::npos);
   EXPECT_NE(ops.find("\n  flash_attention2_backward_sm90__bf16__d32_dv64\n"), std::string::npos);
 }

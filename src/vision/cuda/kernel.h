@@ -34,8 +34,8 @@ struct KernelSpec {
   // the descriptor's Args (pointer for void pointer, const for const, same integer/float type); checked on
   // construction.
   std::string params;
-  // The namespace `name` is declared in within `file`, when not the global one: "vision::models::yolo::kernels::
-  // attention" makes the name expression "vision::models::yolo::kernels::attention::flash_attention2_forward<...>".
+  // The namespace `name` is declared in within `file`, when not the global one: "vision::ops::attention" makes the
+  // name expression "vision::ops::attention::flash_attention2_forward<...>".
   std::string scope = {};
   // How many of the leading `constants` name the id; the others are template arguments derived from them (tile
   // sizes from a family's table), shown in the source's header but not in the id. All of them by default.

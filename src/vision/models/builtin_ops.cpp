@@ -8,7 +8,7 @@
 #include <set>
 
 #include "vision/core/error.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2.h"
+#include "vision/ops/attention/flash_attn2.h"
 #include "vision/models/yolo/kernels/attention/psa.h"
 #include "vision/models/yolo/kernels/attention/psa_attention.h"
 #include "vision/models/yolo/kernels/detect_decode.h"
@@ -67,7 +67,7 @@ std::vector<BuiltinOp> make_builtin_ops() {
       {std::make_shared<ops::DetachOp>(), "", both},
       {std::make_shared<ops::SumSquaresOp>(), "", both},
       {std::make_shared<ops::MeanOp>(), "", both},
-      {std::make_shared<yolo::kernels::attention::FlashAttention2Op>(1.0f / std::sqrt(32.0f)),
+      {std::make_shared<ops::attention::FlashAttention2Op>(1.0f / std::sqrt(32.0f)),
        "scale=32^-0.5; before a plan fixes dtype and head sizes, every registered one", both},
   };
   // YOLO26's own ops, in YOLO26n's configuration (f32 NCHW kernels: a plan's format picks the others).

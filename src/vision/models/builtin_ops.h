@@ -12,7 +12,7 @@
 namespace vision::models {
 
 struct BuiltinOp {
-  std::shared_ptr<const graph::Op> op;  // op->name() is the op's name: "ops.conv2d", "yolo.flash_attention2"
+  std::shared_ptr<const graph::Op> op;  // op->name() is the op's name: "ops.conv2d", "ops.flash_attention2"
   std::string config;                   // the configuration shown: "k=5 s=1 p=2, YOLO26's SPPF"; may be empty
   std::vector<graph::Mode> modes;       // the modes it lowers for (fusions are inference-only)
 };

@@ -5,7 +5,7 @@ namespace vision::test {
 
 AttentionReference attention_reference(const std::vector<double>& q, const std::vector<double>& k,
                                        const std::vector<double>& v, const std::vector<double>* grad_o,
-                                       const models::yolo::kernels::attention::AttentionSizes& s, double scale,
+                                       const ops::attention::AttentionSizes& s, double scale,
                                        std::optional<core::DType> rounding) {
   const int64_t nq = s.n_q, nk = s.n_k, dqk = s.d_qk, dvv = s.d_v;
   AttentionReference r;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "error_bounds.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2.h"
+#include "vision/ops/attention/flash_attn2.h"
 
 namespace vision::test {
 
@@ -34,12 +34,12 @@ struct AttentionReference {
 // computation of any test: 4.7× slower at -O0).
 AttentionReference attention_reference(const std::vector<double>& q, const std::vector<double>& k,
                                        const std::vector<double>& v, const std::vector<double>* grad_o,
-                                       const models::yolo::kernels::attention::AttentionSizes& s, double scale,
+                                       const ops::attention::AttentionSizes& s, double scale,
                                        std::optional<core::DType> rounding = std::nullopt);
 
 // The length of the chain of f32 reductions feeding an output of the attention kernels (the K of ū = u + K·2^-24 in
 // error_bounds.h): the scores (d), dP (d_v), and the sums over keys and queries.
-inline int64_t attention_reduction_length(const models::yolo::kernels::attention::AttentionSizes& s) {
+inline int64_t attention_reduction_length(const ops::attention::AttentionSizes& s) {
   return s.d_qk + s.d_v + s.n_q + s.n_k;
 }
 

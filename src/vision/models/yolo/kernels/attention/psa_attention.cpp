@@ -6,10 +6,13 @@
 #include "vision/core/error.h"
 #include "vision/graph/arena.h"
 #include "vision/graph/backend.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2.h"
+#include "vision/ops/attention/flash_attn2.h"
 #include "vision/ops/op_support.h"
 
 namespace vision::models::yolo::kernels::attention {
+
+// FlashAttention-2 (its op, kernels and launch shapes) is a built-in op: vision/ops/attention.
+using namespace ::vision::ops::attention;
 
 using core::DType;
 using core::Shape;
@@ -20,7 +23,7 @@ namespace {
 
 size_t aligned(size_t bytes) { return graph::align_up(bytes, 256); }
 
-// FlashAttention-2 once or twice on one backend's RuntimeOp of "yolo.flash_attention2".
+// FlashAttention-2 once or twice on one backend's RuntimeOp of "ops.flash_attention2".
 class FlashAttn2PsaRuntime final : public graph::RuntimeOp {
  public:
   FlashAttn2PsaRuntime(PsaConfig config, std::unique_ptr<graph::RuntimeOp> fa, graph::Mode mode)

@@ -5,9 +5,12 @@
 #include "vision/core/error.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/kernel_info_cuda.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
+#include "vision/ops/attention/flash_attn2_cuda.h"
 
 namespace vision::models::yolo::kernels::attention {
+
+// FlashAttention-2 (its op, kernels and launch shapes) is a built-in op: vision/ops/attention.
+using namespace ::vision::ops::attention;
 namespace {
 
 constexpr int kThreads = 256;
@@ -54,12 +57,12 @@ cuda::KernelSpec direct_spec(core::DType dtype, int key_dim) {
   const FlashAttention2Instance in = direct_instance(dtype, key_dim);
   cuda::KernelSpec s;
   s.name = "psa_attention_forward_sm90";
-  s.file = "vision/models/yolo/kernels/attention/flash_attn2_sm90.cuh";
+  s.file = "vision/ops/attention/flash_attn2_sm90.cuh";  // the wgmma forward's file, whose namespace it shares
   s.dtype = dtype;
   s.constants = {{"kd", key_dim}, {"bn", in.tiles.block_n}, {"wg", in.tiles.warps / 4}};
   s.id_constants = 1;
   s.params = "const {T}*, {T}*, int, int, float";
-  s.scope = kPsaScope;
+  s.scope = "vision::ops::attention";
   return s;
 }
 

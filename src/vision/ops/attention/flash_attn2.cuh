@@ -42,14 +42,14 @@
 //   Tensor-core constraints: BLOCK_M = 16·W (forward, dQ), BLOCK_N = 16·W (dK/dV), the other block a multiple of 16.
 //   f32 constraints: the owned block (BLOCK_M in forward/dQ, BLOCK_N in dK/dV) a multiple of 2·W, the other of 16.
 //
-// Tested on the GPU against float64 and the CPU twin by tests/models/yolo/cuda/test_flash_attn2_gpu.cpp (every dtype
+// Tested on the GPU against float64 and the CPU twin by tests/ops/cuda/test_flash_attn2_gpu.cpp (every dtype
 // and (d, d_v) pair of the engine's tile table, N from 1 to 1025, N_q ≠ N_k); timings in bench/attention/NOTES.md.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-namespace vision::models::yolo::kernels::attention {
+namespace vision::ops::attention {
 
 namespace fa2 {
 
@@ -1211,4 +1211,4 @@ __global__ void __launch_bounds__(NUM_WARPS * 32)
   *reinterpret_cast<uint2*>(grad_q + i) = y;
 }
 
-}  // namespace vision::models::yolo::kernels::attention
+}  // namespace vision::ops::attention

@@ -1,4 +1,4 @@
-#include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
+#include "vision/ops/attention/flash_attn2_cuda.h"
 
 #include <fmt/format.h>
 
@@ -20,15 +20,15 @@
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/kernel_info_cuda.h"
 
-namespace vision::models::yolo::kernels::attention {
+namespace vision::ops::attention {
 namespace {
 
 using core::Shape;
 using core::Tensor;
 
-constexpr const char* kFa2File = "vision/models/yolo/kernels/attention/flash_attn2.cuh";
-constexpr const char* kFileSm90 = "vision/models/yolo/kernels/attention/flash_attn2_sm90.cuh";
-constexpr const char* kFa2Scope = "vision::models::yolo::kernels::attention";
+constexpr const char* kFa2File = "vision/ops/attention/flash_attn2.cuh";
+constexpr const char* kFileSm90 = "vision/ops/attention/flash_attn2_sm90.cuh";
+constexpr const char* kFa2Scope = "vision::ops::attention";
 
 // The (d, d_v) pairs registered (and snapshot/compile-tested): YOLO26's PSA runs d_v = 2 · d.
 constexpr std::pair<int, int> kHeadSizes[] = {{16, 16}, {32, 32}, {64, 64},  {128, 128},
@@ -487,4 +487,4 @@ std::unique_ptr<graph::RuntimeOp> make_flash_attention2_cuda(std::unique_ptr<gra
   return std::make_unique<FlashAttention2CudaRuntime>(std::move(twin), scale, mode);
 }
 
-}  // namespace vision::models::yolo::kernels::attention
+}  // namespace vision::ops::attention

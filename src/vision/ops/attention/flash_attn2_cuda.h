@@ -1,6 +1,6 @@
 // FlashAttention-2 on CUDA — the kernel descriptors of flash_attn2.cuh (forward with log-sum-exp, backward
 // preprocessing D = rowsum(dO ∘ O), dQ, dK/dV), their launch helpers, and the CUDA RuntimeOp of the graph op
-// "yolo.flash_attention2". CUDA builds only.
+// "ops.flash_attention2". CUDA builds only.
 //
 // Ids name the element type and the head sizes: flash_attention2_forward__bf16__d32_dv64,
 // flash_attention2_backward_dq__f32__d64_dv64, flash_attention2_backward_dkv__f16__d128_dv256,
@@ -18,9 +18,9 @@
 
 #include "vision/cuda/kernel.h"
 #include "vision/graph/op.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2.h"
+#include "vision/ops/attention/flash_attn2.h"
 
-namespace vision::models::yolo::kernels::attention {
+namespace vision::ops::attention {
 
 using core::DType;
 
@@ -163,4 +163,4 @@ std::vector<const cuda::Kernel*> flash_attention2_kernels(DType dtype, int d, in
 std::unique_ptr<graph::RuntimeOp> make_flash_attention2_cuda(std::unique_ptr<graph::RuntimeOp> twin, float scale,
                                                              graph::Mode mode);
 
-}  // namespace vision::models::yolo::kernels::attention
+}  // namespace vision::ops::attention

@@ -27,14 +27,14 @@
 #include "vision/cuda/kernel.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/executor.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
+#include "vision/ops/attention/flash_attn2.h"
+#include "vision/ops/attention/flash_attn2_cuda.h"
 #include "vision/ops/kernels/elementwise_cuda.h"
 #include "vision/ops/reduce.h"
 
 using namespace vision;
 using namespace vision::test;
-using namespace vision::models::yolo::kernels::attention;
+using namespace vision::ops::attention;
 using core::DType;
 using core::Shape;
 using core::Tensor;
@@ -87,10 +87,10 @@ TEST(FlashAttention2Descriptors, IdsNameExpressionsSharedMemoryAndRegistry) {
   }
   const FlashAttention2Forward f(DType::bf16, 32, 64);
   EXPECT_EQ(f.name_expression(),
-            "vision::models::yolo::kernels::attention::flash_attention2_forward<__nv_bfloat16, 32, 64, 64, 64, 4>");
+            "vision::ops::attention::flash_attention2_forward<__nv_bfloat16, 32, 64, 64, 64, 4>");
   EXPECT_TRUE(f.source().starts_with(
       "// flash_attention2_forward__bf16__d32_dv64: kernel flash_attention2_forward from "
-      "vision/models/yolo/kernels/attention/flash_attn2.cuh, element type __nv_bfloat16, d = 32, dv = 64, bm = 64, "
+      "vision/ops/attention/flash_attn2.cuh, element type __nv_bfloat16, d = 32, dv = 64, bm = 64, "
       "bn = 64, w = 4.\n"));
   EXPECT_EQ(f.arg_types(), (std::vector<std::string>{"const void*", "const void*", "const void*", "void*", "void*",
                                                      "int32_t", "int32_t", "float"}));
@@ -545,7 +545,7 @@ void check_graph_on_cuda(int64_t bh, int64_t n, int64_t d, int64_t dv, bool k_pa
   const auto& kernels = gpu.last_train_plan()->steps();
   bool listed = false;
   for (const auto& s : kernels)
-    if (s.runtime->name() == "yolo.flash_attention2") {
+    if (s.runtime->name() == "ops.flash_attention2") {
       const auto infos = s.runtime->kernels();
       ASSERT_EQ(infos.size(), 4u);
       EXPECT_EQ(infos[0].id, "flash_attention2_forward__f32__d" + std::to_string(d) + "_dv" + std::to_string(dv));

@@ -31,9 +31,9 @@
 // build has a body: elsewhere it traps, and the launcher never picks it.
 #pragma once
 
-#include "vision/models/yolo/kernels/attention/flash_attn2.cuh"
+#include "vision/ops/attention/flash_attn2.cuh"
 
-namespace vision::models::yolo::kernels::attention {
+namespace vision::ops::attention {
 
 namespace fa2 {
 
@@ -835,4 +835,4 @@ __global__ void __launch_bounds__(NUM_WARPGROUPS * 128, NUM_WARPGROUPS == 1 ? 3 
 #endif
 }
 
-}  // namespace vision::models::yolo::kernels::attention
+}  // namespace vision::ops::attention

@@ -16,11 +16,11 @@
 #include "nvrtc_library.h"
 #include "test_util.h"
 #include "vision/graph/executor.h"
-#include "vision/models/yolo/kernels/attention/flash_attn2.h"
+#include "vision/ops/attention/flash_attn2.h"
 
 using namespace vision;
 using namespace vision::graph;
-using namespace vision::models::yolo::kernels::attention;
+using namespace vision::ops::attention;
 using vision::test::attention_reference;
 using vision::test::AttentionReference;
 using vision::test::max_abs_error;
@@ -431,7 +431,7 @@ TEST(FlashAttention2Graph, SymbolicBatchHeadsShapeErrorsAndCudaLowering) {
   auto o = flash_attention2(q, k, v, 0.1f);
   EXPECT_EQ(o.shape().str(), "[?, 10, 64]");
   EXPECT_EQ(g.nodes().back().name, "attn");
-  EXPECT_EQ(g.nodes().back().op->name(), "yolo.flash_attention2");
+  EXPECT_EQ(g.nodes().back().op->name(), "ops.flash_attention2");
   EXPECT_EQ(flash_attention2(q, k_bh, v, 0.1f, "a2").shape().str(), "[3, 10, 64]");
   EXPECT_THROW(flash_attention2(q, k_bad_d, v, 0.1f, "bad"), Error);
   EXPECT_THROW(flash_attention2(q, k, v_bad_n, 0.1f, "bad"), Error);
@@ -444,7 +444,7 @@ TEST(FlashAttention2Graph, SymbolicBatchHeadsShapeErrorsAndCudaLowering) {
   // delta (256-byte aligned) and room for a dK or dV no input needs; head sizes the kernels do not take fail when a
   // plan asks for it.
   const auto rt = FlashAttention2Op(0.1f).lower(Backend::cuda, Mode::train);
-  EXPECT_EQ(rt->name(), "yolo.flash_attention2");
+  EXPECT_EQ(rt->name(), "ops.flash_attention2");
   EXPECT_EQ(rt->n_activation_inputs(), 3);
   EXPECT_TRUE(rt->has_backward());
   EXPECT_FALSE(rt->kernels().empty());  // nothing run yet: every registered FA2 kernel (tests/cuda/test_op_kernels.cpp)
@@ -498,11 +498,11 @@ constexpr FlashAttention2Kernel kAllKernels[] = {FlashAttention2Kernel::forward,
 TEST(FlashAttention2Kernels, TilesNamesSharedMemoryAndLaunchGeometry) {
   const FlashAttention2Tiles t = flash_attention2_tiles(FlashAttention2Kernel::forward, DType::f16, 32, 64);
   EXPECT_EQ(flash_attention2_kernel_name(FlashAttention2Kernel::forward, DType::f16, 32, 64, t),
-            "vision::models::yolo::kernels::attention::flash_attention2_forward<__half, 32, 64, 64, 64, 4>");
+            "vision::ops::attention::flash_attention2_forward<__half, 32, 64, 64, 64, 4>");
   EXPECT_EQ(flash_attention2_kernel_name(FlashAttention2Kernel::backward_preprocess, DType::bf16, 32, 64,
                                          flash_attention2_tiles(FlashAttention2Kernel::backward_preprocess,
                                                                 DType::bf16, 32, 64)),
-            "vision::models::yolo::kernels::attention::flash_attention2_backward_preprocess<__nv_bfloat16, 64, 8>");
+            "vision::ops::attention::flash_attention2_backward_preprocess<__nv_bfloat16, 64, 8>");
   // Pinned sizes (the NVRTC test checks the device-side formula against the host one for every instantiation).
   EXPECT_EQ(flash_attention2_smem_bytes(FlashAttention2Kernel::forward, DType::f16, 32, 64, {64, 64, 4}),
             size_t{(64 * 40 + 64 * 40 + 64 * 72) * 2});
@@ -531,7 +531,7 @@ TEST(FlashAttention2Kernels, TilesNamesSharedMemoryAndLaunchGeometry) {
   EXPECT_EQ(flash_attention2_kernel_name(FlashAttention2Kernel::forward_sm90, DType::bf16, 32, 64,
                                          flash_attention2_tiles(FlashAttention2Kernel::forward_sm90, DType::bf16, 32,
                                                                 64)),
-            "vision::models::yolo::kernels::attention::flash_attention2_forward_sm90<__nv_bfloat16, 32, 64, 64, 1>");
+            "vision::ops::attention::flash_attention2_forward_sm90<__nv_bfloat16, 32, 64, 64, 1>");
   EXPECT_EQ(flash_attention2_smem_bytes(FlashAttention2Kernel::forward_sm90, DType::f16, 32, 64, {64, 128, 4}),
             size_t{(64 * 32 + 2 * 128 * (32 + 64)) * 2});
   EXPECT_FALSE(flash_attention2_kernel_exists(FlashAttention2Kernel::forward_sm90, DType::f16, 128, 256));
@@ -549,7 +549,7 @@ TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
   if (!nvrtc) VISION_SKIP_OR_FAIL(why);
   // flash_attn2_sm90.cuh includes flash_attn2.cuh: one program holds every kernel.
   const std::filesystem::path cuh =
-      std::filesystem::path(VISION_SOURCE_DIR) / "src/vision/models/yolo/kernels/attention/flash_attn2_sm90.cuh";
+      std::filesystem::path(VISION_SOURCE_DIR) / "src/vision/ops/attention/flash_attn2_sm90.cuh";
   const std::string text = vision::test::read_file(cuh);
   ASSERT_FALSE(text.empty()) << "cannot read " << cuh;
   const std::string inc = vision::test::NvrtcLibrary::cuda_home() + "/include";
@@ -584,7 +584,7 @@ TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
                   : "FlashAttention2Smem<" + type + ", " + std::to_string(d) + ", " + std::to_string(dv) + ", " +
                         std::to_string(t.block_m) + ", " + std::to_string(t.block_n) +
                         ">::" + std::string(flash_attention2_kernel_label(k));
-          source += "static_assert(vision::models::yolo::kernels::attention::fa2::" + device_bytes + " == " +
+          source += "static_assert(vision::ops::attention::fa2::" + device_bytes + " == " +
                     std::to_string(flash_attention2_smem_bytes(k, dt, d, dv, t)) +
                     ", \"shared memory: device and host formulas differ\");\n";
         }
@@ -596,7 +596,7 @@ TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
       // The rows a CTA covers: the host's tile (the grid follows it) against the kernel's layout.
       const std::string type = name.substr(name.find('<') + 1, name.find(',') - name.find('<') - 1);
       source += "static_assert(" + std::to_string(t.warps) +
-                " * vision::models::yolo::kernels::attention::fa2::PreprocessShape<" + type + ", " +
+                " * vision::ops::attention::fa2::PreprocessShape<" + type + ", " +
                 std::to_string(dv) + ">::kRowsPerWarp == " + std::to_string(t.block_m) +
                 ", \"preprocess rows per CTA: device and host differ\");\n";
     }

@@ -1,4 +1,4 @@
-#include "vision/models/yolo/kernels/attention/flash_attn2.h"
+#include "vision/ops/attention/flash_attn2.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,10 +11,10 @@
 #include "vision/core/error.h"
 #include "vision/ops/op_support.h"
 #ifdef VISION_HAS_CUDA
-#include "vision/models/yolo/kernels/attention/flash_attn2_cuda.h"
+#include "vision/ops/attention/flash_attn2_cuda.h"
 #endif
 
-namespace vision::models::yolo::kernels::attention {
+namespace vision::ops::attention {
 
 namespace {
 
@@ -548,7 +548,7 @@ std::string flash_attention2_kernel_name(FlashAttention2Kernel kernel, DType dty
                                          FlashAttention2Tiles t) {
   check_flash_attention2_gpu_sizes(dtype, d, d_v);
   check_tiles(kernel, dtype, d_v, t);
-  constexpr std::string_view ns = "vision::models::yolo::kernels::attention::";
+  constexpr std::string_view ns = "vision::ops::attention::";
   VISION_CHECK(flash_attention2_kernel_exists(kernel, dtype, d, d_v),
                "flash_attention2 {}: no kernel for {} with d_v = {}", flash_attention2_kernel_label(kernel),
                core::dtype_name(dtype), d_v);
@@ -637,7 +637,7 @@ namespace {
 class FlashAttention2CpuRuntime final : public graph::RuntimeOp {
  public:
   FlashAttention2CpuRuntime(float scale, graph::Mode mode) : scale_(scale), mode_(mode) {}
-  std::string name() const override { return "yolo.flash_attention2"; }
+  std::string name() const override { return "ops.flash_attention2"; }
   int n_activation_inputs() const override { return 3; }
 
   std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape&) const override {
@@ -718,4 +718,4 @@ graph::SymTensor flash_attention2(graph::SymTensor q, graph::SymTensor k, graph:
   return q.graph()->apply(std::make_shared<FlashAttention2Op>(scale), {q, k, v}, name);
 }
 
-}  // namespace vision::models::yolo::kernels::attention
+}  // namespace vision::ops::attention

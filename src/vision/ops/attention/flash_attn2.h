@@ -1,5 +1,5 @@
 // FlashAttention-2 — non-causal scaled dot-product attention with online softmax: the CPU twin of the GPU kernels
-// (forward with log-sum-exp, backward preprocessing D, dQ, dK/dV) and the graph op "yolo.flash_attention2".
+// (forward with log-sum-exp, backward preprocessing D, dQ, dK/dV) and the graph op "ops.flash_attention2".
 //
 // Layout: every tensor is contiguous [BH, N, d] (BH = batch × heads):
 //   q [BH, Nq, d_qk], k [BH, Nk, d_qk], v [BH, Nk, d_v] → o [BH, Nq, d_v], lse [BH, Nq].
@@ -19,7 +19,7 @@
 
 #include "vision/graph/graph.h"
 
-namespace vision::models::yolo::kernels::attention {
+namespace vision::ops::attention {
 
 using core::Tensor;
 
@@ -87,7 +87,7 @@ bool flash_attention2_kernel_exists(FlashAttention2Kernel kernel, core::DType dt
 // dK/dV kernel at d = 128, d_v = 256 which spills a few bytes).
 FlashAttention2Tiles flash_attention2_tiles(FlashAttention2Kernel kernel, core::DType dtype, int d, int d_v);
 // NVRTC name expression of an instantiation, e.g.
-// "vision::models::yolo::kernels::attention::flash_attention2_forward<__half, 32, 64, 64, 64, 4>".
+// "vision::ops::attention::flash_attention2_forward<__half, 32, 64, 64, 64, 4>".
 std::string flash_attention2_kernel_name(FlashAttention2Kernel kernel, core::DType dtype, int d, int d_v,
                                          FlashAttention2Tiles tiles);
 // Dynamic shared memory of one CTA in bytes: the host mirror of fa2::FlashAttention2Smem in flash_attn2.cuh.
@@ -105,7 +105,7 @@ FlashAttention2Launch flash_attention2_launch(FlashAttention2Kernel kernel, core
                                               FlashAttention2Tiles tiles);
 
 // ---------------------------------------------------------------------------------------------------------------
-// Graph op "yolo.flash_attention2": inputs q [BH, Nq, d_qk], k [BH, Nk, d_qk], v [BH, Nk, d_v] (BH may be
+// Graph op "ops.flash_attention2": inputs q [BH, Nq, d_qk], k [BH, Nk, d_qk], v [BH, Nk, d_v] (BH may be
 // symbolic), output [BH, Nq, d_v]. Training saves lse [BH, Nq] (f32); backward uses a workspace for delta and
 // writes the gradients of q, k and v. CPU backend: f32 through the CPU twin. CUDA backend (CUDA builds): the kernels
 // of flash_attn2.cuh for the tensors' dtype (flash_attn2_cuda.h), d_qk ∈ {16, 32, 64, 128}, d_v a multiple of 16 up
@@ -113,7 +113,7 @@ FlashAttention2Launch flash_attention2_launch(FlashAttention2Kernel kernel, core
 class FlashAttention2Op : public graph::Op {
  public:
   explicit FlashAttention2Op(float scale);
-  std::string name() const override { return "yolo.flash_attention2"; }
+  std::string name() const override { return "ops.flash_attention2"; }
   core::Shape infer_output_shape(const std::vector<core::Shape>& inputs) const override;
   core::DType infer_output_dtype(const std::vector<core::DType>& inputs) const override;
   std::unique_ptr<graph::RuntimeOp> lower(graph::Backend backend, graph::Mode mode) const override;
@@ -127,4 +127,4 @@ class FlashAttention2Op : public graph::Op {
 graph::SymTensor flash_attention2(graph::SymTensor q, graph::SymTensor k, graph::SymTensor v, float scale,
                                   const std::string& name = "attn");
 
-}  // namespace vision::models::yolo::kernels::attention
+}  // namespace vision::ops::attention
