@@ -150,6 +150,16 @@ VISION_HD float sqrt_rn(float a) { return sqrtf(a); }
 VISION_HD float rcp_rn(float a) { return 1.0f / a; }
 #endif
 
+// a·b + c with the product fused on the device (__fmaf_rn: rounded once) and the two operations on the host (rounded
+// twice, as the host's plain operators are). For a sum of products that NVRTC may contract either way (x·x + y·y fuses
+// one product or the other, as the code around it happens to fall): writing the FMA out pins which one, so that moving
+// the arithmetic into a shared header cannot change a kernel's numbers.
+#ifdef __CUDACC_RTC__
+VISION_HD float fma_device(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+#else
+VISION_HD float fma_device(float a, float b, float c) { return a * b + c; }
+#endif
+
 // The C math functions a twin may call in f32 or f64 (a template over the float type): fabsf/fabs, fmaxf/fmax,
 // expf/exp, log1pf/log1p.
 VISION_HD float abs(float x) { return fabsf(x); }
