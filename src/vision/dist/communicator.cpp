@@ -83,6 +83,12 @@ LaunchInfo detect_launch() {
   return info;
 }
 
+std::string Communicator::timeout_message(const std::string& what) const {
+  return fmt::format("{} did not complete within the collective timeout ({:.0f} s, --dist-timeout): another rank died "
+                     "or hangs",
+                     what, std::chrono::duration<double>(timeout_).count());
+}
+
 std::shared_ptr<Communicator> make_single() { return std::make_shared<SingleCommunicator>(); }
 
 bool has_mpi() {
@@ -116,7 +122,11 @@ std::shared_ptr<Communicator> world() {
                  info.rank, info.world);
     // How long the ranks wait for each other to connect: VISION_RENDEZVOUS_TIMEOUT seconds, 5 minutes by default.
     const int seconds = env_int("VISION_RENDEZVOUS_TIMEOUT", 1, 86400).value_or(300);
-    the_world = make_tcp_world(info.rank, info.world, info.local_rank, addr, *port, std::chrono::seconds(seconds));
+    try {  // its errors name the peer; this rank is named here
+      the_world = make_tcp_world(info.rank, info.world, info.local_rank, addr, *port, std::chrono::seconds(seconds));
+    } catch (const Error& e) {
+      throw Error(fmt::format("rank {} of {}: {}", info.rank, info.world, e.what()), e.kind());
+    }
   } else {
     the_world = make_single();
   }

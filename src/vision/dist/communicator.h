@@ -48,6 +48,9 @@ class Communicator {
 
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  // "WHAT did not complete within the collective timeout (N s, --dist-timeout): another rank died or hangs": what
+  // every backend says when a collective outlives timeout().
+  std::string timeout_message(const std::string& what) const;
   static constexpr size_t bucket_floats() { return size_t{1} << 22; }  // 16 MiB of f32
 
  protected:

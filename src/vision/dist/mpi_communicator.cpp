@@ -145,10 +145,7 @@ class MpiCommunicator final : public Communicator {
                 "MPI_Testall");
       if (done) return;
       if (Clock::now() - start > timeout_) {
-        std::fprintf(stderr,
-                     "vision: rank %d of %d: %s did not complete within the collective timeout (%.0f s, "
-                     "--dist-timeout): another rank died or hangs; ending the job\n",
-                     rank_, world_, what, std::chrono::duration<double>(timeout_).count());
+        std::fprintf(stderr, "vision: rank %d of %d: %s; ending the job\n", rank_, world_, timeout_message(what).c_str());
         abort(1);
       }
       // Spin briefly (a gradient bucket is often done within microseconds), then back off to 1 ms.

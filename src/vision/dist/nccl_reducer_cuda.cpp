@@ -72,11 +72,8 @@ class NcclReducer final : public DeviceReducer {
       nccl_check(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
       nccl_check(async, what);
       if (Clock::now() - start > bootstrap_->timeout()) {
-        std::fprintf(stderr,
-                     "vision: rank %d of %d: %s did not complete within the collective timeout (%.0f s, "
-                     "--dist-timeout): another rank died or hangs; ending the job\n",
-                     bootstrap_->rank(), bootstrap_->world(), what,
-                     std::chrono::duration<double>(bootstrap_->timeout()).count());
+        std::fprintf(stderr, "vision: rank %d of %d: %s; ending the job\n", bootstrap_->rank(), bootstrap_->world(),
+                     bootstrap_->timeout_message(what).c_str());
         ncclCommAbort(comm_);
         comm_ = nullptr;
         bootstrap_->abort(1);

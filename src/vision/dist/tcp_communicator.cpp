@@ -205,7 +205,7 @@ class TcpCommunicator final : public Communicator {
     a.sin_addr.s_addr = htonl(INADDR_ANY);
     a.sin_port = htons(static_cast<uint16_t>(port));
     if (::bind(listener.fd(), reinterpret_cast<sockaddr*>(&a), sizeof a) < 0)
-      fail_as(ErrorKind::device, "rendezvous: rank 0 cannot listen on port {} (MASTER_PORT): {}", port,
+      fail_as(ErrorKind::device, "rendezvous: cannot listen on port {} (MASTER_PORT): {}", port,
               std::strerror(errno));
     if (::listen(listener.fd(), world_) < 0)
       fail_as(ErrorKind::device, "rendezvous: listen failed: {}", std::strerror(errno));
@@ -260,8 +260,7 @@ class TcpCommunicator final : public Communicator {
         break;
       }
       if (TcpClock::now() > deadline)
-        fail_as(ErrorKind::device, "rendezvous: rank {} could not reach rank 0 at {}:{} within {:.0f} s: {}", rank_,
-                addr, port, std::chrono::duration<double>(timeout_).count(), std::strerror(errno));
+        fail_as(ErrorKind::device, "rendezvous: could not reach rank 0 at {}:{} within {:.0f} s: {}", addr, port, std::chrono::duration<double>(timeout_).count(), std::strerror(errno));
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     const uint32_t hello[3] = {kTcpHello, static_cast<uint32_t>(rank_), static_cast<uint32_t>(world_)};
@@ -283,8 +282,7 @@ class TcpCommunicator final : public Communicator {
       const ssize_t n = ::send(s.fd(), p, bytes, MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) continue;
-        fail_as(ErrorKind::device, "rank {} of {}: the connection to rank {} failed ({}): it died or ended", rank_,
-                world_, to, std::strerror(errno));
+        fail_as(ErrorKind::device, "the connection to rank {} failed ({}): it died or ended", to, std::strerror(errno));
       }
       p += n, bytes -= static_cast<size_t>(n);
     }
@@ -296,22 +294,16 @@ class TcpCommunicator final : public Communicator {
       if (!tcp_wait_ready(s.fd(), POLLIN, deadline)) timed_out("waiting for " + from);
       const ssize_t n = ::recv(s.fd(), p, bytes, 0);
       if (n == 0)
-        fail_as(ErrorKind::device, "rank {} of {}: {} closed its connection: it died or ended", rank_, world_, from);
+        fail_as(ErrorKind::device, "{} closed its connection: it died or ended", from);
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) continue;
-        fail_as(ErrorKind::device, "rank {} of {}: receiving from {} failed: {}", rank_, world_, from,
-                std::strerror(errno));
+        fail_as(ErrorKind::device, "receiving from {} failed: {}", from, std::strerror(errno));
       }
       p += n, bytes -= static_cast<size_t>(n);
     }
   }
 
-  [[noreturn]] void timed_out(const std::string& what) {
-    fail_as(ErrorKind::device,
-            "rank {} of {}: {} did not complete within the collective timeout ({:.0f} s, --dist-timeout): another "
-            "rank died or hangs",
-            rank_, world_, what, std::chrono::duration<double>(timeout_).count());
-  }
+  [[noreturn]] void timed_out(const std::string& what) { fail_as(ErrorKind::device, "{}", timeout_message(what)); }
 
   void send(TcpSocket& s, TcpOp op, const void* data, size_t bytes) {
     const auto deadline = TcpClock::now() + timeout_;
@@ -325,23 +317,21 @@ class TcpCommunicator final : public Communicator {
     TcpHeader h{};
     receive_raw(s, fmt::format("rank {}", from), &h, sizeof h, deadline);
     VISION_CHECK(h.op == static_cast<uint32_t>(op) && static_cast<int>(h.rank) == from,
-                 "rank {} of {}: rank {} sent {} while this rank waits for {}: the ranks' collectives are out of order",
-                 rank_, world_, h.rank, tcp_op_name(static_cast<TcpOp>(h.op)), tcp_op_name(op));
+                 "rank {} sent {} while this rank waits for {}: the ranks' collectives are out of order", h.rank, tcp_op_name(static_cast<TcpOp>(h.op)), tcp_op_name(op));
     return h;
   }
 
   void receive(TcpSocket& s, int from, TcpOp op, void* data, size_t bytes) {
     const auto deadline = TcpClock::now() + timeout_;
     const TcpHeader h = receive_header(s, from, op, deadline);
-    VISION_CHECK(h.bytes == bytes, "rank {} of {}: rank {} sent {} bytes of {}, this rank expects {}", rank_, world_,
-                 from, h.bytes, tcp_op_name(op), bytes);
+    VISION_CHECK(h.bytes == bytes, "rank {} sent {} bytes of {}, this rank expects {}", from, h.bytes, tcp_op_name(op), bytes);
     receive_raw(s, fmt::format("rank {}", from), data, bytes, deadline);
   }
 
   std::string receive_any(TcpSocket& s, int from, TcpOp op = TcpOp::gather) {
     const auto deadline = TcpClock::now() + timeout_;
     const TcpHeader h = receive_header(s, from, op, deadline);
-    VISION_CHECK(h.bytes <= (uint64_t{1} << 32), "rank {}: rank {} sends {} bytes in one message", rank_, from,
+    VISION_CHECK(h.bytes <= (uint64_t{1} << 32), "rank {} sends {} bytes in one message", from,
                  h.bytes);
     std::string out(h.bytes, '\0');
     receive_raw(s, fmt::format("rank {}", from), out.data(), out.size(), deadline);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "vision/core/error.h"
 #include "vision/core/json.h"
@@ -428,23 +429,27 @@ std::string Yolo26Trainer::reduction() const {
   return device_reducer_ ? device_reducer_->name() : options_.comm->backend();
 }
 
+void Yolo26Trainer::on_host(void* data, size_t bytes, const std::function<void(void*)>& collective) {
+  if (backend_->backend() == graph::Backend::cpu) {
+    collective(data);
+    return;
+  }
+  // CUDA without a device reducer: through host memory (the copy waits for the queued work), a buffer kept between
+  // steps.
+  if (host_staging_.size() < bytes) host_staging_.resize(bytes);
+  backend_->copy_to_host(host_staging_.data(), data, bytes);
+  collective(host_staging_.data());
+  backend_->copy_to_device(data, host_staging_.data(), bytes);
+}
+
 void Yolo26Trainer::all_reduce_gradients() {
   if (!options_.comm) return;
   const Tensor grads = executor_->state().flat_grads();
   const size_t n = static_cast<size_t>(grads.numel());
-  if (device_reducer_) {
+  if (device_reducer_)
     device_reducer_->all_reduce_sum(static_cast<float*>(grads.raw()), n);
-    return;
-  }
-  if (backend_->backend() == graph::Backend::cpu) {
-    options_.comm->all_reduce_sum(static_cast<float*>(grads.raw()), n);
-    return;
-  }
-  // Through host memory (MPI on the host): the copy waits for the backward.
-  std::vector<float> host(n);
-  backend_->copy_to_host(host.data(), grads.raw(), n * sizeof(float));
-  options_.comm->all_reduce_sum(host.data(), n);
-  backend_->copy_to_device(grads.raw(), host.data(), n * sizeof(float));
+  else
+    on_host(grads.raw(), n * sizeof(float), [&](void* p) { options_.comm->all_reduce_sum(static_cast<float*>(p), n); });
 }
 
 void Yolo26Trainer::gather_pending_gradients() {
@@ -457,18 +462,10 @@ void Yolo26Trainer::broadcast_state(bool parameters) {
   graph::StateStore& state = executor_->state();
   auto bcast = [&](void* device_data, size_t bytes) {
     if (bytes == 0) return;
-    if (device_reducer_) {
+    if (device_reducer_)
       device_reducer_->broadcast(device_data, bytes, 0);
-      return;
-    }
-    if (backend_->backend() == graph::Backend::cpu) {
-      options_.comm->broadcast(device_data, bytes, 0);
-      return;
-    }
-    std::vector<std::byte> host(bytes);
-    backend_->copy_to_host(host.data(), device_data, bytes);
-    options_.comm->broadcast(host.data(), bytes, 0);
-    backend_->copy_to_device(device_data, host.data(), bytes);
+    else
+      on_host(device_data, bytes, [&](void* p) { options_.comm->broadcast(p, bytes, 0); });
   };
   if (parameters) {
     const Tensor p = state.flat_params();

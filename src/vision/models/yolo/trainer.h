@@ -24,6 +24,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -146,7 +147,6 @@ class Yolo26Trainer {
   core::Tensor model_input(const core::Tensor& images, std::span<const data::HsvGains> hsv = {});
   // Data-parallel ranks (TrainerOptions::comm); each call is a collective that every rank makes in the same order.
   int rank() const { return options_.comm ? options_.comm->rank() : 0; }
-  int world() const { return options_.comm ? options_.comm->world() : 1; }
   // How the ranks' collectives run: "nccl" (device memory), the communicator's backend ("mpi", through host memory on
   // CUDA), or "" without a communicator.
   std::string reduction() const;
@@ -175,6 +175,8 @@ class Yolo26Trainer {
  private:
   void build_graph();
   void broadcast_state(bool parameters);
+  // Runs a collective on `bytes` of the backend's memory: in place on the CPU, through host_staging_ on CUDA.
+  void on_host(void* data, size_t bytes, const std::function<void(void*)>& collective);
   void pad_targets(const core::Tensor& targets, const core::Tensor& count);
 
   std::shared_ptr<graph::BackendContext> backend_;
@@ -197,6 +199,7 @@ class Yolo26Trainer {
   size_t input_capacity_ = 0;
   std::unique_ptr<U8BatchUpload> u8_upload_;
   std::unique_ptr<dist::DeviceReducer> device_reducer_;  // NCCL on CUDA with a communicator
+  std::vector<std::byte> host_staging_;                  // CUDA ranks reducing through MPI or TCP
 };
 
 }  // namespace vision::models::yolo
