@@ -201,6 +201,29 @@ TEST(Nvrtc, CompileErrorCarriesTheLog) {
   EXPECT_THROW(compile({"x.cu", "__global__ void k() {}", "k", "sm_9"}), Error);
 }
 
+// One program holding several instantiations of one source: each name expression is lowered, all in one cubin, and
+// each equals what the one-kernel compile of the same source lowers.
+TEST(Nvrtc, CompilesSeveralKernelsOfOneProgram) {
+  const std::string src =
+      "template <typename T> __global__ void k(T* p) { p[0] = p[0] * T(2); }\n"
+      "template __global__ void k<float>(float*);\n"
+      "template __global__ void k<double>(double*);\n";
+  const std::vector<std::string> exprs = {"k<float>", "k<double>"};
+  const CompiledProgram p = compile_program("two.cu", src, exprs, "sm_80");
+  ASSERT_EQ(p.lowered_names.size(), 2u);
+  EXPECT_NE(p.lowered_names[0], p.lowered_names[1]);
+  for (size_t i = 0; i < exprs.size(); ++i) {
+    EXPECT_NE(p.ptx.find(p.lowered_names[i]), std::string::npos) << exprs[i];
+    EXPECT_EQ(p.lowered_names[i], compile({"one.cu", src, exprs[i], "sm_80"}).lowered_name);
+  }
+  EXPECT_EQ(p.cubin.substr(0, 4), (std::string{'\x7f', 'E', 'L', 'F'}));
+  EXPECT_THROW(compile_program("none.cu", src, {}, "sm_80"), Error);
+  const std::string msg = error_of([&] {
+    compile_program("broken.cu", src + "template __global__ void k<int>(undeclared*);\n", exprs, "sm_80");
+  });
+  EXPECT_NE(msg.find("NVRTC could not compile broken.cu for sm_80"), std::string::npos) << msg;
+}
+
 TEST(LaunchHelpers, RejectBadArgumentsBeforeAnyCudaCall) {
   using namespace ops::kernels;
   EXPECT_THROW(launch_silu_forward(nullptr, DType::i32, nullptr, nullptr, 4), Error);

@@ -4,7 +4,11 @@
 #include <fmt/ranges.h>
 
 #include <memory>
+#include <span>
+#include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "vision/cuda/check.h"
 #include "vision/cuda/embedded.h"
@@ -61,8 +65,11 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", major, minor);
 }
 
-CompiledKernel compile(const CompileRequest& request) {
-  const std::vector<std::string> options = compile_options(request.arch);
+CompiledProgram compile_program(std::string_view program_name, std::string_view source_text,
+                                std::span<const std::string> name_expressions, std::string_view arch) {
+  const std::vector<std::string> options = compile_options(arch);
+  const std::string name(program_name);
+  VISION_CHECK(!name_expressions.empty(), "NVRTC program {}: no kernel to look up", name);
 
   // The toolkit headers the kernels include, handed over by name (NVRTC 13 has none built in).
   std::vector<const char*> header_texts, header_names;
@@ -76,27 +83,29 @@ CompiledKernel compile(const CompileRequest& request) {
     header_names.push_back(header_storage[i + 1].c_str());
   }
 
-  const std::string source(request.source), name(request.program_name), expr(request.name_expression);
+  const std::string source(source_text);
   nvrtcProgram raw = nullptr;
   VISION_NVRTC_CHECK(nvrtcCreateProgram(&raw, source.c_str(), name.c_str(), static_cast<int>(header_texts.size()),
                                         header_texts.data(), header_names.data()));
   Program program(raw);
-  VISION_NVRTC_CHECK(nvrtcAddNameExpression(raw, expr.c_str()));
+  for (const std::string& expr : name_expressions) VISION_NVRTC_CHECK(nvrtcAddNameExpression(raw, expr.c_str()));
 
   std::vector<const char*> option_ptrs;
   for (const auto& o : options) option_ptrs.push_back(o.c_str());
   const nvrtcResult status = nvrtcCompileProgram(raw, static_cast<int>(option_ptrs.size()), option_ptrs.data());
-  CompiledKernel out;
-  out.arch = std::string(request.arch);
+  CompiledProgram out;
+  out.arch = std::string(arch);
   out.log = program_log(raw);
   if (status != NVRTC_SUCCESS)
-    fail("NVRTC could not compile {} for {} ({}; options: {}):\n{}", name, request.arch, nvrtcGetErrorString(status),
+    fail("NVRTC could not compile {} for {} ({}; options: {}):\n{}", name, arch, nvrtcGetErrorString(status),
          fmt::join(options, " "), out.log);
 
-  const char* lowered = nullptr;
-  VISION_NVRTC_CHECK(nvrtcGetLoweredName(raw, expr.c_str(), &lowered));
-  VISION_CHECK(lowered != nullptr, "NVRTC returned no lowered name for {} in {}", expr, name);
-  out.lowered_name = lowered;
+  for (const std::string& expr : name_expressions) {
+    const char* lowered = nullptr;
+    VISION_NVRTC_CHECK(nvrtcGetLoweredName(raw, expr.c_str(), &lowered));
+    VISION_CHECK(lowered != nullptr, "NVRTC returned no lowered name for {} in {}", expr, name);
+    out.lowered_names.emplace_back(lowered);
+  }
 
   size_t size = 0;
   VISION_NVRTC_CHECK(nvrtcGetPTXSize(raw, &size));
@@ -104,11 +113,24 @@ CompiledKernel compile(const CompileRequest& request) {
   VISION_NVRTC_CHECK(nvrtcGetPTX(raw, out.ptx.data()));
   while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
 
-  if (is_real_arch(request.arch)) {
+  if (is_real_arch(arch)) {
     VISION_NVRTC_CHECK(nvrtcGetCUBINSize(raw, &size));
     out.cubin.resize(size);
     VISION_NVRTC_CHECK(nvrtcGetCUBIN(raw, out.cubin.data()));
   }
+  return out;
+}
+
+CompiledKernel compile(const CompileRequest& request) {
+  const std::string expr(request.name_expression);
+  CompiledProgram p = compile_program(request.program_name, request.source, std::span<const std::string>(&expr, 1),
+                                      request.arch);
+  CompiledKernel out;
+  out.arch = std::move(p.arch);
+  out.lowered_name = std::move(p.lowered_names.front());
+  out.ptx = std::move(p.ptx);
+  out.cubin = std::move(p.cubin);
+  out.log = std::move(p.log);
   return out;
 }
 

@@ -1,6 +1,7 @@
 // NVRTC compilation — kernel source to PTX and, for a real architecture (sm_XX), a cubin, with deterministic options.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,5 +38,19 @@ std::string nvrtc_version();
 // Compiles without any cache. Every NVRTC status is checked; a failed compile throws vision::Error carrying the
 // program name, the options and NVRTC's log.
 CompiledKernel compile(const CompileRequest& request);
+
+// What NVRTC produced for one program holding several kernels: one PTX and cubin, and each name expression's lowered
+// name in the order given.
+struct CompiledProgram {
+  std::string arch;
+  std::vector<std::string> lowered_names;
+  std::string ptx;
+  std::string cubin;  // empty for a virtual architecture
+  std::string log;
+};
+// Compiles one program and looks up every name expression in it (compile() is this with one), without any cache:
+// several instantiations of one kernel source pay for the toolkit headers' parse once.
+CompiledProgram compile_program(std::string_view program_name, std::string_view source,
+                                std::span<const std::string> name_expressions, std::string_view arch);
 
 }  // namespace vision::cuda
