@@ -51,7 +51,12 @@ for p in "${presets[@]}"; do
   cmake --preset "$p" >/dev/null
   cmake --build --preset "$p"
   phase "building preset $p"
-  ctest --preset "$p" -j2 2>&1 | tee "$log" || status=1
+  # The numerical trajectory of three whole training runs against the reference (Yolo26TrainTrajectory, ~50 s of CPU
+  # under ASan) runs in the default preset; under the sanitizers its host code (trainer, optimizer, loader) is the
+  # same the trainer, training-run and CLI suites go through.
+  extra=()
+  [ "$p" = cpu-sanitize ] && [[ " ${presets[*]} " == *" default "* ]] && extra=(-E '^Yolo26TrainTrajectory$')
+  ctest --preset "$p" -j2 "${extra[@]}" 2>&1 | tee "$log" || status=1
   count
   phase "the tests of preset $p"
 done
