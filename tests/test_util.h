@@ -19,9 +19,11 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "vision/core/dtype.h"
@@ -213,6 +215,33 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
+};
+
+// Sets environment variables for the scope — each to a value, or unset (std::nullopt) — and restores every previous
+// value, or its absence, afterwards.
+class ScopedEnv {
+ public:
+  using Vars = std::vector<std::pair<std::string, std::optional<std::string>>>;
+  explicit ScopedEnv(Vars vars) {
+    for (auto& [name, value] : vars) {
+      const char* old = std::getenv(name.c_str());
+      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      set(name, value);
+    }
+  }
+  ScopedEnv(std::string name, std::optional<std::string> value) : ScopedEnv(Vars{{std::move(name), std::move(value)}}) {}
+  ~ScopedEnv() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) set(it->first, it->second);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  static void set(const std::string& name, const std::optional<std::string>& value) {
+    if (value) ::setenv(name.c_str(), value->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+  Vars saved_;
 };
 
 // A whole file's bytes ("" when it cannot be read), and a file replaced by bytes.

@@ -24,6 +24,7 @@ namespace vision::data {
 namespace {
 
 using test::error_of;
+using test::ScopedEnv;
 
 constexpr uint8_t kGrey = 128;
 
@@ -601,20 +602,6 @@ TEST(AnnotateFont, DamagedFontsAreRefusedOrDrawSafely) {
   std::printf("damaged fonts: %d refused, %d loaded and drawn\n", refused, loaded);
   EXPECT_GT(refused, 0);
 }
-
-// Sets an environment variable for the scope and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST(AnnotateFont, VisionFontChoosesTheFile) {
   REQUIRE_FONT(font);

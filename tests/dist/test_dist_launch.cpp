@@ -23,27 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::CliRun;
-
-// Sets environment variables for the scope, restoring the previous values (or their absence) after.
-class LaunchEnv {
- public:
-  explicit LaunchEnv(std::vector<std::pair<std::string, std::optional<std::string>>> vars) {
-    for (auto& [name, value] : vars) {
-      const char* old = std::getenv(name.c_str());
-      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-      if (value) ::setenv(name.c_str(), value->c_str(), 1);
-      else ::unsetenv(name.c_str());
-    }
-  }
-  ~LaunchEnv() {
-    for (auto& [name, value] : saved_)
-      if (value) ::setenv(name.c_str(), value->c_str(), 1);
-      else ::unsetenv(name.c_str());
-  }
-
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
+using test::ScopedEnv;
 
 // Every variable detect_launch reads, unset.
 std::vector<std::pair<std::string, std::optional<std::string>>> no_launch() {
@@ -57,7 +37,7 @@ std::vector<std::pair<std::string, std::optional<std::string>>> no_launch() {
 
 TEST(DistLaunch, ReadsTheLaunchersVariables) {
   {
-    LaunchEnv env(no_launch());
+    ScopedEnv env(no_launch());
     const dist::LaunchInfo i = dist::detect_launch();
     EXPECT_EQ(i.launcher, "");
     EXPECT_EQ(i.world, 1);
@@ -65,7 +45,7 @@ TEST(DistLaunch, ReadsTheLaunchersVariables) {
   {
     auto v = no_launch();
     v.insert(v.end(), {{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
-    LaunchEnv env(v);
+    ScopedEnv env(v);
     const dist::LaunchInfo i = dist::detect_launch();
     EXPECT_EQ(i.launcher, "mpi");
     EXPECT_EQ(i.world, 4);
@@ -75,7 +55,7 @@ TEST(DistLaunch, ReadsTheLaunchersVariables) {
   {  // srun: a step of several tasks is a job; one task of a batch allocation is a single process
     auto v = no_launch();
     v.insert(v.end(), {{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"SLURM_STEP_ID", "0"}});
-    LaunchEnv env(v);
+    ScopedEnv env(v);
     const dist::LaunchInfo i = dist::detect_launch();
     EXPECT_EQ(i.launcher, "mpi");
     EXPECT_EQ(i.world, 8);
@@ -85,13 +65,13 @@ TEST(DistLaunch, ReadsTheLaunchersVariables) {
   {
     auto v = no_launch();
     v.insert(v.end(), {{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}});
-    LaunchEnv env(v);
+    ScopedEnv env(v);
     EXPECT_EQ(dist::detect_launch().launcher, "");
   }
   {
     auto v = no_launch();
     v.insert(v.end(), {{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"LOCAL_RANK", "1"}});
-    LaunchEnv env(v);
+    ScopedEnv env(v);
     const dist::LaunchInfo i = dist::detect_launch();
     EXPECT_EQ(i.launcher, "torchrun");
     EXPECT_EQ(i.rank, 1);
@@ -99,7 +79,7 @@ TEST(DistLaunch, ReadsTheLaunchersVariables) {
   for (const auto& [size, rank] : {std::pair<const char*, const char*>{"2", "2"}, {"two", "0"}, {"2", "-1"}}) {
     auto v = no_launch();
     v.insert(v.end(), {{"WORLD_SIZE", size}, {"RANK", rank}});
-    LaunchEnv env(v);
+    ScopedEnv env(v);
     EXPECT_THROW(dist::detect_launch(), Error) << size << " " << rank;
   }
 }

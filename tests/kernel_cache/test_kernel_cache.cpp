@@ -20,29 +20,11 @@ using namespace vision;
 using namespace vision::cuda;
 namespace fs = std::filesystem;
 using vision::test::read_file;
+using vision::test::ScopedEnv;
 using vision::test::TempDir;
 using vision::test::write_file;
 
 namespace {
-
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_, old_.c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 const std::string kKey = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -65,15 +47,15 @@ TEST(KernelCacheKey, ChangesWithEveryInput) {
 
 TEST(KernelCache, DefaultLocation) {
   {
-    ScopedEnv a("VISION_CACHE_DIR", "/somewhere/kernels"), b("XDG_CACHE_HOME", "/xdg");
+    ScopedEnv env({{"VISION_CACHE_DIR", "/somewhere/kernels"}, {"XDG_CACHE_HOME", "/xdg"}});
     EXPECT_EQ(default_kernel_cache_dir(), fs::path("/somewhere/kernels"));
   }
   {
-    ScopedEnv a("VISION_CACHE_DIR", nullptr), b("XDG_CACHE_HOME", "/xdg");
+    ScopedEnv env({{"VISION_CACHE_DIR", std::nullopt}, {"XDG_CACHE_HOME", "/xdg"}});
     EXPECT_EQ(default_kernel_cache_dir(), fs::path("/xdg/vision-cpp/kernels"));
   }
   {
-    ScopedEnv a("VISION_CACHE_DIR", nullptr), b("XDG_CACHE_HOME", nullptr), c("HOME", "/home/me");
+    ScopedEnv env({{"VISION_CACHE_DIR", std::nullopt}, {"XDG_CACHE_HOME", std::nullopt}, {"HOME", "/home/me"}});
     EXPECT_EQ(default_kernel_cache_dir(), fs::path("/home/me/.cache/vision-cpp/kernels"));
   }
 }
