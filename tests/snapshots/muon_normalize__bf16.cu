@@ -150,6 +150,16 @@ struct OptimGroup {
   float pad_[5];
 };
 
+// What a step decided, where the step runs (on the device for CUDA): grad_sumsq_finalize writes it from the gradient's
+// sum of squares, the update kernels and the EMA read it, so that queueing a step needs nothing back from the device;
+// the host reads it when it asks (Optimizer::finish_step).
+struct OptimStatus {
+  float sumsq;      // Σ g² over the non-frozen elements
+  float norm;       // sqrt(sumsq), before clipping (+inf or NaN when a gradient is not finite)
+  float coef;       // the clipping factor the update scales the gradients by (1 when not clipped)
+  int32_t applied;  // 1: the step updates; 0: the gradient was not finite, nothing changes
+};
+
 // A run of the EMA's flat f32 copy: `length` elements from source region `src_region` (0: the flat parameters,
 // 1: the buffer region) at element `src_offset`, to the EMA at element `dst_offset`.
 struct EmaChunk {
@@ -242,6 +252,22 @@ namespace vision::train::optim_math {
 // The gradient as the step uses it: times coef (the clipping factor, or the f16 loss scale's inverse).
 VISION_HD float scaled_grad(float g, float coef) { return hd::mul_rn(g, coef); }
 
+// A step's decision from its gradient's sum of squares: the norm, whether it is finite (n − n is 0 for a finite n
+// alone), and the clipping factor min(1, max_grad_norm / (norm + 1e-6)) of torch.nn.utils.clip_grad_norm_ (1 when
+// max_grad_norm ≤ 0 turns clipping off, or when the step is skipped).
+VISION_HD OptimStatus decide_step(float sumsq, float max_grad_norm) {
+  OptimStatus s;
+  s.sumsq = sumsq;
+  s.norm = hd::sqrt_rn(sumsq);
+  s.applied = hd::sub_rn(s.norm, s.norm) == 0.0f ? 1 : 0;
+  s.coef = 1.0f;
+  if (s.applied && max_grad_norm > 0.0f) {
+    const float q = hd::div_rn(max_grad_norm, hd::add_rn(s.norm, 1e-6f));
+    s.coef = q < 1.0f ? q : 1.0f;
+  }
+  return s;
+}
+
 // MuSGD: a Muon tensor's parameter after the Newton–Schulz update ns (then SGD's step follows).
 VISION_HD float muon_update(float p, float muon_lr, float ns) { return hd::sub_rn(p, hd::mul_rn(muon_lr, ns)); }
 
@@ -299,6 +325,14 @@ __device__ __forceinline__ float block_tree_sum(float v, float* s) {
   return s[0];
 }
 
+// The gradient factor of an update: the step's decision when there is one (false: the step is skipped), else coef.
+__device__ __forceinline__ bool step_coef(const void* status, float& coef) {
+  if (status == nullptr) return true;
+  const OptimStatus& s = *static_cast<const OptimStatus*>(status);
+  coef = s.coef;
+  return s.applied != 0;
+}
+
 __device__ __forceinline__ int64_t ns_index(const OptimTensor& t, int64_t e) {
   if (!t.transposed) return t.ns_offset + e;
   const int64_t i = e / t.cols, j = e % t.cols;
@@ -323,21 +357,26 @@ __global__ void grad_sumsq_partial(const T* __restrict__ grads, const void* __re
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-// *out = Σ partials[0..n) (one block).
+// The step's decision (an OptimStatus at status) from Σ partials[0..n) (one block).
 template <typename T>
-__global__ void grad_sumsq_finalize(const T* __restrict__ partials, int64_t n, float* __restrict__ out) {
+__global__ void grad_sumsq_finalize(const T* __restrict__ partials, int64_t n, void* __restrict__ status,
+                                    float max_grad_norm) {
   __shared__ float s[kOptimThreads];
   float acc = 0.0f;
   for (int64_t j = threadIdx.x; j < n; j += kOptimThreads) acc = __fadd_rn(acc, vk::to_float(partials[j]));
   const float total = optim_detail::block_tree_sum(acc, s);
-  if (threadIdx.x == 0) *out = total;
+  if (threadIdx.x == 0) *static_cast<OptimStatus*>(status) = optim_math::decide_step(total, max_grad_norm);
 }
 
+// The update kernels take the gradient factor from status (the step's OptimStatus) when it is not null, and then do
+// nothing for a skipped step; with a null status they scale by coef.
 // SGD (Nesterov, L2 decay, no dampening), after the Muon update for tensors with a Newton–Schulz output (MuSGD).
 template <typename T>
 __global__ void sgd_step(T* __restrict__ params, const T* __restrict__ grads, T* __restrict__ momentum,
                          const __nv_bfloat16* __restrict__ ns_out, const void* __restrict__ tensor_table,
-                         const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef) {
+                         const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef,
+                         const void* __restrict__ status) {
+  if (!optim_detail::step_coef(status, coef)) return;
   const OptimChunk c = static_cast<const OptimChunk*>(chunk_table)[blockIdx.x];
   const OptimTensor t = static_cast<const OptimTensor*>(tensor_table)[c.tensor];
   const OptimGroup& G = static_cast<const OptimGroup*>(group_table)[t.group];
@@ -360,7 +399,9 @@ __global__ void sgd_step(T* __restrict__ params, const T* __restrict__ grads, T*
 template <typename T>
 __global__ void adamw_step(T* __restrict__ params, const T* __restrict__ grads, T* __restrict__ exp_avg,
                            T* __restrict__ exp_avg_sq, const void* __restrict__ tensor_table,
-                           const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef) {
+                           const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef,
+                           const void* __restrict__ status) {
+  if (!optim_detail::step_coef(status, coef)) return;
   const OptimChunk c = static_cast<const OptimChunk*>(chunk_table)[blockIdx.x];
   const OptimTensor t = static_cast<const OptimTensor*>(tensor_table)[c.tensor];
   const OptimGroup G = static_cast<const OptimGroup*>(group_table)[t.group];
@@ -380,7 +421,9 @@ __global__ void adamw_step(T* __restrict__ params, const T* __restrict__ grads, 
 template <typename T>
 __global__ void muon_prepare(const T* __restrict__ grads, T* __restrict__ muon_momentum,
                              __nv_bfloat16* __restrict__ ns_in, const void* __restrict__ tensor_table,
-                             const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef) {
+                             const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef,
+                           const void* __restrict__ status) {
+  if (!optim_detail::step_coef(status, coef)) return;
   const OptimChunk c = static_cast<const OptimChunk*>(chunk_table)[blockIdx.x];
   const OptimTensor t = static_cast<const OptimTensor*>(tensor_table)[c.tensor];
   const OptimGroup& G = static_cast<const OptimGroup*>(group_table)[t.group];
@@ -398,7 +441,9 @@ __global__ void muon_prepare(const T* __restrict__ grads, T* __restrict__ muon_m
 // One block per Muon tensor (tensor index muon_tensors[blockIdx.x]): its workspace matrix X ← bf16(X / (‖X‖_F + 1e-7)).
 template <typename T>
 __global__ void muon_normalize(T* __restrict__ ns, const void* __restrict__ tensor_table,
-                               const int64_t* __restrict__ muon_tensors) {
+                               const int64_t* __restrict__ muon_tensors, const void* __restrict__ status) {
+  float unused = 1.0f;
+  if (!optim_detail::step_coef(status, unused)) return;
   __shared__ float s[kOptimThreads];
   const OptimTensor t = static_cast<const OptimTensor*>(tensor_table)[muon_tensors[blockIdx.x]];
   T* x = ns + t.ns_offset;
@@ -412,10 +457,13 @@ __global__ void muon_normalize(T* __restrict__ ns, const void* __restrict__ tens
   for (int64_t j = threadIdx.x; j < t.numel; j += kOptimThreads) x[j] = vk::from_float<T>(__fdiv_rn(vk::to_float(x[j]), den));
 }
 
-// EMA: ema ← d·ema + omd·source over the chunks (source region 0: params, 1: buffers).
+// EMA: ema ← d·ema + omd·source over the chunks (source region 0: params, 1: buffers); nothing when status (an
+// OptimStatus, or null) says the step was skipped.
 template <typename T>
 __global__ void ema_update(T* __restrict__ ema, const T* __restrict__ params, const T* __restrict__ buffers,
-                           const void* __restrict__ chunk_table, float d, float omd) {
+                           const void* __restrict__ chunk_table, float d, float omd, const void* __restrict__ status) {
+  float unused = 1.0f;
+  if (!optim_detail::step_coef(status, unused)) return;
   const EmaChunk c = static_cast<const EmaChunk*>(chunk_table)[blockIdx.x];
   const T* src = (c.src_region == 0 ? params : buffers) + c.src_offset;
   T* dst = ema + c.dst_offset;
@@ -425,4 +473,4 @@ __global__ void ema_update(T* __restrict__ ema, const T* __restrict__ params, co
 
 }  // namespace vision::train
 // ---- instantiation ----
-template __global__ void vision::train::muon_normalize<__nv_bfloat16>(__nv_bfloat16*, const void*, const int64_t*);
+template __global__ void vision::train::muon_normalize<__nv_bfloat16>(__nv_bfloat16*, const void*, const int64_t*, const void*);

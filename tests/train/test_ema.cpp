@@ -130,3 +130,25 @@ TEST(Ema, RefusesAnotherModelsState) {
   graph::StateStore other(*other_graph, graph::cpu_backend(), {Shape{1, 3, 8, 8}});
   EXPECT_NE(error_of([&] { ema.update(other); }).find("not the one the average was made from"), std::string::npos);
 }
+
+// The update queued behind an optimizer step follows the step's decision: a skipped step leaves the average and its
+// count as they were, an applied one equals update(); a second queue before finishing is refused.
+TEST(Ema, QueuedUpdateFollowsTheStepsDecision) {
+  auto g = small_model();
+  graph::StateStore st(*g, graph::cpu_backend(), {Shape{1, 3, 8, 8}});
+  randomise(st);
+  train::ModelEma queued(st), plain(st);
+  randomise(st);
+  train::OptimStatus skipped{1.0f, 1.0f, 1.0f, 0}, applied{1.0f, 1.0f, 1.0f, 1};
+  queued.queue_update(st, &skipped);
+  EXPECT_THROW(queued.queue_update(st, &applied), Error);
+  queued.finish_update(false);
+  EXPECT_EQ(queued.updates(), 0);
+  for (const auto& k : queued.keys()) EXPECT_EQ(queued.tensor(k).to_vector(), plain.tensor(k).to_vector()) << k;
+  queued.queue_update(st, &applied);
+  queued.finish_update(true);
+  plain.update(st);
+  EXPECT_EQ(queued.updates(), 1);
+  for (const auto& k : queued.keys()) EXPECT_EQ(queued.tensor(k).to_vector(), plain.tensor(k).to_vector()) << k;
+  EXPECT_THROW(queued.finish_update(true), Error);
+}

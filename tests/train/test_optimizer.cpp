@@ -334,6 +334,33 @@ TEST(Optimizer, SkipsAndCountsStepsWithNonFiniteGradients) {
   }
 }
 
+// A queued step (queue_step) decides on the backend and is read back by finish_step: the same result, parameters and
+// counts as step(), for an applied and a skipped (NaN) step; a second queue before finishing, or a finish without a
+// queue, is refused.
+TEST(Optimizer, QueuedStepEqualsStep) {
+  for (std::string kind : {"sgd", "adamw", "musgd"}) {
+    auto a = fixture_model(graph::cpu_backend()), b = fixture_model(graph::cpu_backend());
+    auto oa = a->optimizer(fixture_options(kind)), ob = b->optimizer(fixture_options(kind));
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> g = random_values(static_cast<size_t>(a->numel));
+      if (i == 1) g[5] = std::numeric_limits<float>::quiet_NaN();
+      a->set_all(a->grads, g);
+      b->set_all(b->grads, g);
+      oa->queue_step();
+      EXPECT_THROW(oa->queue_step(), Error);
+      EXPECT_EQ(oa->step_status()->applied, i == 1 ? 0 : 1);
+      const train::StepResult ra = oa->finish_step(), rb = ob->step();
+      EXPECT_EQ(ra.applied, rb.applied) << kind << " " << i;
+      EXPECT_EQ(ra.clip_coef, rb.clip_coef);
+      if (rb.applied) EXPECT_EQ(ra.grad_norm, rb.grad_norm);
+      EXPECT_EQ(a->all(a->params), b->all(b->params)) << kind << " " << i;
+    }
+    EXPECT_EQ(oa->steps(), 2);
+    EXPECT_EQ(oa->skipped_steps(), 1);
+    EXPECT_THROW(oa->finish_step(), Error);
+  }
+}
+
 // --freeze: the first N layers' tensors get no update, no state, and their gradients leave the norm.
 TEST(Optimizer, FrozenLayersGetNoUpdatesAndLeaveTheNorm) {
   EXPECT_EQ(train::freeze_prefixes(3), (std::vector<std::string>{"model.0.", "model.1.", "model.2."}));

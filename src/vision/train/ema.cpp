@@ -53,20 +53,23 @@ struct ModelEma::Impl {
   std::vector<graph::StateEntry> entries;  // the model's, to check later updates against
   std::vector<EmaChunk> chunks;
   int64_t total = 0, updates = 0;
+  bool pending = false;  // an update queued and not yet finished
   std::shared_ptr<void> memory, device_chunks;
 
-  void run(const graph::StateStore& model, float d, float omd) {
+  // status: an optimizer step's decision (host memory on the CPU, device memory on CUDA), or null: always update.
+  void run(const graph::StateStore& model, float d, float omd, const OptimStatus* status = nullptr) {
     check_model(model);
     const auto* params = static_cast<const float*>(model.flat_params().raw());
     const float* buffers = buffer_base(model, slots);
     auto* ema = static_cast<float*>(memory.get());
     if (backend->backend() == graph::Backend::cpu) {
-      ema_update_cpu(ema, params, buffers, chunks, d, omd);
+      if (status == nullptr || status->applied) ema_update_cpu(ema, params, buffers, chunks, d, omd);
       return;
     }
 #ifdef VISION_HAS_CUDA
     launch_ema_update(*backend, ema, params, buffers,
-                      static_cast<const EmaChunk*>(device_chunks.get()), static_cast<int64_t>(chunks.size()), d, omd);
+                      static_cast<const EmaChunk*>(device_chunks.get()), static_cast<int64_t>(chunks.size()), d, omd,
+                      status);
 #else
     fail("EMA: this build has no CUDA backend");
 #endif
@@ -123,10 +126,23 @@ ModelEma::ModelEma(const graph::StateStore& model, EmaOptions options) : impl_(s
 ModelEma::~ModelEma() = default;
 
 void ModelEma::update(const graph::StateStore& model) {
+  queue_update(model, nullptr);
+  finish_update(true);
+}
+
+void ModelEma::queue_update(const graph::StateStore& model, const OptimStatus* step_status) {
   Impl& m = *impl_;
+  VISION_CHECK(!m.pending, "EMA: an update was queued and not finished (finish_update) before the next one");
   const double d = ema_decay(m.updates + 1, m.options.decay, m.options.tau);
-  m.run(model, static_cast<float>(d), static_cast<float>(1.0 - d));
-  ++m.updates;
+  m.run(model, static_cast<float>(d), static_cast<float>(1.0 - d), step_status);
+  m.pending = true;
+}
+
+void ModelEma::finish_update(bool applied) {
+  Impl& m = *impl_;
+  VISION_CHECK(m.pending, "EMA: finish_update without a queued update");
+  m.pending = false;
+  if (applied) ++m.updates;
 }
 
 int64_t ModelEma::updates() const { return impl_->updates; }

@@ -12,6 +12,7 @@
 
 #include "vision/core/safetensors.h"
 #include "vision/graph/state.h"
+#include "vision/train/optim_layout.cuh"
 
 namespace vision::train {
 
@@ -33,6 +34,11 @@ class ModelEma {
 
   // One update from the model's current state (the store it was made from, or one with the same entries).
   void update(const graph::StateStore& model);
+  // The update queued behind an optimizer step (Optimizer::queue_step), following its decision where it runs
+  // (step_status: Optimizer::step_status(); null: always): nothing changes when the step is skipped. finish_update
+  // then counts it (applied: the step's StepResult::applied); it must come before the next queue_update.
+  void queue_update(const graph::StateStore& model, const OptimStatus* step_status);
+  void finish_update(bool applied);
   int64_t updates() const;
   // The decay the next update uses.
   double next_decay() const;

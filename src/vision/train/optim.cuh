@@ -25,6 +25,14 @@ __device__ __forceinline__ float block_tree_sum(float v, float* s) {
   return s[0];
 }
 
+// The gradient factor of an update: the step's decision when there is one (false: the step is skipped), else coef.
+__device__ __forceinline__ bool step_coef(const void* status, float& coef) {
+  if (status == nullptr) return true;
+  const OptimStatus& s = *static_cast<const OptimStatus*>(status);
+  coef = s.coef;
+  return s.applied != 0;
+}
+
 __device__ __forceinline__ int64_t ns_index(const OptimTensor& t, int64_t e) {
   if (!t.transposed) return t.ns_offset + e;
   const int64_t i = e / t.cols, j = e % t.cols;
@@ -49,21 +57,26 @@ __global__ void grad_sumsq_partial(const T* __restrict__ grads, const void* __re
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-// *out = Σ partials[0..n) (one block).
+// The step's decision (an OptimStatus at status) from Σ partials[0..n) (one block).
 template <typename T>
-__global__ void grad_sumsq_finalize(const T* __restrict__ partials, int64_t n, float* __restrict__ out) {
+__global__ void grad_sumsq_finalize(const T* __restrict__ partials, int64_t n, void* __restrict__ status,
+                                    float max_grad_norm) {
   __shared__ float s[kOptimThreads];
   float acc = 0.0f;
   for (int64_t j = threadIdx.x; j < n; j += kOptimThreads) acc = __fadd_rn(acc, vk::to_float(partials[j]));
   const float total = optim_detail::block_tree_sum(acc, s);
-  if (threadIdx.x == 0) *out = total;
+  if (threadIdx.x == 0) *static_cast<OptimStatus*>(status) = optim_math::decide_step(total, max_grad_norm);
 }
 
+// The update kernels take the gradient factor from status (the step's OptimStatus) when it is not null, and then do
+// nothing for a skipped step; with a null status they scale by coef.
 // SGD (Nesterov, L2 decay, no dampening), after the Muon update for tensors with a Newton–Schulz output (MuSGD).
 template <typename T>
 __global__ void sgd_step(T* __restrict__ params, const T* __restrict__ grads, T* __restrict__ momentum,
                          const __nv_bfloat16* __restrict__ ns_out, const void* __restrict__ tensor_table,
-                         const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef) {
+                         const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef,
+                         const void* __restrict__ status) {
+  if (!optim_detail::step_coef(status, coef)) return;
   const OptimChunk c = static_cast<const OptimChunk*>(chunk_table)[blockIdx.x];
   const OptimTensor t = static_cast<const OptimTensor*>(tensor_table)[c.tensor];
   const OptimGroup& G = static_cast<const OptimGroup*>(group_table)[t.group];
@@ -86,7 +99,9 @@ __global__ void sgd_step(T* __restrict__ params, const T* __restrict__ grads, T*
 template <typename T>
 __global__ void adamw_step(T* __restrict__ params, const T* __restrict__ grads, T* __restrict__ exp_avg,
                            T* __restrict__ exp_avg_sq, const void* __restrict__ tensor_table,
-                           const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef) {
+                           const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef,
+                           const void* __restrict__ status) {
+  if (!optim_detail::step_coef(status, coef)) return;
   const OptimChunk c = static_cast<const OptimChunk*>(chunk_table)[blockIdx.x];
   const OptimTensor t = static_cast<const OptimTensor*>(tensor_table)[c.tensor];
   const OptimGroup G = static_cast<const OptimGroup*>(group_table)[t.group];
@@ -106,7 +121,9 @@ __global__ void adamw_step(T* __restrict__ params, const T* __restrict__ grads, 
 template <typename T>
 __global__ void muon_prepare(const T* __restrict__ grads, T* __restrict__ muon_momentum,
                              __nv_bfloat16* __restrict__ ns_in, const void* __restrict__ tensor_table,
-                             const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef) {
+                             const void* __restrict__ chunk_table, const void* __restrict__ group_table, float coef,
+                           const void* __restrict__ status) {
+  if (!optim_detail::step_coef(status, coef)) return;
   const OptimChunk c = static_cast<const OptimChunk*>(chunk_table)[blockIdx.x];
   const OptimTensor t = static_cast<const OptimTensor*>(tensor_table)[c.tensor];
   const OptimGroup& G = static_cast<const OptimGroup*>(group_table)[t.group];
@@ -124,7 +141,9 @@ __global__ void muon_prepare(const T* __restrict__ grads, T* __restrict__ muon_m
 // One block per Muon tensor (tensor index muon_tensors[blockIdx.x]): its workspace matrix X ← bf16(X / (‖X‖_F + 1e-7)).
 template <typename T>
 __global__ void muon_normalize(T* __restrict__ ns, const void* __restrict__ tensor_table,
-                               const int64_t* __restrict__ muon_tensors) {
+                               const int64_t* __restrict__ muon_tensors, const void* __restrict__ status) {
+  float unused = 1.0f;
+  if (!optim_detail::step_coef(status, unused)) return;
   __shared__ float s[kOptimThreads];
   const OptimTensor t = static_cast<const OptimTensor*>(tensor_table)[muon_tensors[blockIdx.x]];
   T* x = ns + t.ns_offset;
@@ -138,10 +157,13 @@ __global__ void muon_normalize(T* __restrict__ ns, const void* __restrict__ tens
   for (int64_t j = threadIdx.x; j < t.numel; j += kOptimThreads) x[j] = vk::from_float<T>(__fdiv_rn(vk::to_float(x[j]), den));
 }
 
-// EMA: ema ← d·ema + omd·source over the chunks (source region 0: params, 1: buffers).
+// EMA: ema ← d·ema + omd·source over the chunks (source region 0: params, 1: buffers); nothing when status (an
+// OptimStatus, or null) says the step was skipped.
 template <typename T>
 __global__ void ema_update(T* __restrict__ ema, const T* __restrict__ params, const T* __restrict__ buffers,
-                           const void* __restrict__ chunk_table, float d, float omd) {
+                           const void* __restrict__ chunk_table, float d, float omd, const void* __restrict__ status) {
+  float unused = 1.0f;
+  if (!optim_detail::step_coef(status, unused)) return;
   const EmaChunk c = static_cast<const EmaChunk*>(chunk_table)[blockIdx.x];
   const T* src = (c.src_region == 0 ? params : buffers) + c.src_offset;
   T* dst = ema + c.dst_offset;

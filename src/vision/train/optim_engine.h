@@ -36,12 +36,19 @@ struct StatePointers {
   float* second = nullptr;         // AdamW exp_avg_sq; MuSGD Muon momentum buffer
 };
 
+// A step is decide(), then sgd() or adamw(), queued without waiting (the CUDA engine's on the backend's stream); the
+// updates take their gradient factor from the decision and do nothing when it skips the step.
 class Engine {
  public:
   virtual ~Engine() = default;
-  virtual float grad_sumsq() = 0;
-  virtual void sgd(std::span<const OptimGroup> groups, float coef, bool musgd, int ns_steps) = 0;
-  virtual void adamw(std::span<const OptimGroup> groups, float coef) = 0;
+  // Σ g² over the non-frozen elements and the step's decision from it (optim_math::decide_step).
+  virtual void decide(float max_grad_norm) = 0;
+  virtual void sgd(std::span<const OptimGroup> groups, bool musgd, int ns_steps) = 0;
+  virtual void adamw(std::span<const OptimGroup> groups) = 0;
+  // The last decision, read back (the CUDA engine waits for its stream).
+  virtual OptimStatus status() = 0;
+  // Where the last decision lives (device memory on CUDA): what the EMA's update reads to follow it.
+  virtual const OptimStatus* status_pointer() const = 0;
 };
 
 #ifdef VISION_HAS_CUDA

@@ -21,34 +21,44 @@ class CudaEngine final : public Engine {
     muon_tensors_ = upload(t.muon_tensors);
     groups_ = backend.allocate(std::max<size_t>(t.tensors.size(), 1) * sizeof(OptimGroup));
     partials_ = backend.allocate(std::max<size_t>(t.chunks.size(), 1) * sizeof(float));
-    sum_ = backend.allocate(sizeof(float));
+    status_ = backend.allocate(sizeof(OptimStatus));
     if (t.ns_elements > 0) {
       const size_t ns_bytes = static_cast<size_t>(t.ns_elements) * 2, sq_bytes = static_cast<size_t>(t.max_square) * 2;
       ns_x_ = backend.allocate(ns_bytes);
+      // Zeroed: a skipped step leaves the Muon input unwritten, and the Newton–Schulz GEMMs still read it (their
+      // result is then unused).
+      backend.fill_zero(ns_x_.get(), ns_bytes);
       ns_y_ = backend.allocate(ns_bytes);
       ns_a_ = backend.allocate(sq_bytes);
       ns_b_ = backend.allocate(sq_bytes);
     }
   }
 
-  float grad_sumsq() override {
+  void decide(float max_grad_norm) override {
     launch_grad_sumsq(cuda_.stream(), p_.grads, as<OptimTensor>(tensors_), as<OptimChunk>(chunks_),
-                      static_cast<int64_t>(t_.chunks.size()), as<float>(partials_), as<float>(sum_));
-    float host = 0;
-    backend_.copy_to_host(&host, sum_.get(), sizeof(host));
+                      static_cast<int64_t>(t_.chunks.size()), as<float>(partials_), as<OptimStatus>(status_),
+                      max_grad_norm);
+  }
+
+  OptimStatus status() override {
+    OptimStatus host{};
+    backend_.copy_to_host(&host, status_.get(), sizeof(host));
     return host;
   }
 
-  void sgd(std::span<const OptimGroup> groups, float coef, bool musgd, int ns_steps) override {
+  const OptimStatus* status_pointer() const override { return as<OptimStatus>(status_); }
+
+  void sgd(std::span<const OptimGroup> groups, bool musgd, int ns_steps) override {
+    const auto* status = as<OptimStatus>(status_);
     upload_groups(groups);
     const uint16_t* ns_out = nullptr;
     if (musgd && !t_.muon_tensors.empty()) {
       auto* x = as<uint16_t>(ns_x_);
       launch_muon_prepare(cuda_.stream(), p_.grads, p_.second, x, as<OptimTensor>(tensors_),
                           as<OptimChunk>(muon_chunks_), static_cast<int64_t>(t_.muon_chunks.size()),
-                          as<OptimGroup>(groups_), coef);
+                          as<OptimGroup>(groups_), 1.0f, status);
       launch_muon_normalize(cuda_.stream(), x, as<OptimTensor>(tensors_), as<int64_t>(muon_tensors_),
-                            static_cast<int64_t>(t_.muon_tensors.size()));
+                            static_cast<int64_t>(t_.muon_tensors.size()), status);
       // Every batch runs the same number of iterations, so all results land in the same buffer.
       for (const auto& b : t_.ns_batches)
         ns_out = newton_schulz_cuda(cuda_.cublas(), cuda_.stream(), x + b.ns_offset, as<uint16_t>(ns_y_) + b.ns_offset,
@@ -56,13 +66,15 @@ class CudaEngine final : public Engine {
                  b.ns_offset;
     }
     launch_sgd_step(cuda_.stream(), p_.params, p_.grads, p_.momentum, ns_out, as<OptimTensor>(tensors_),
-                    as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), as<OptimGroup>(groups_), coef);
+                    as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), as<OptimGroup>(groups_), 1.0f,
+                    status);
   }
 
-  void adamw(std::span<const OptimGroup> groups, float coef) override {
+  void adamw(std::span<const OptimGroup> groups) override {
     upload_groups(groups);
     launch_adamw_step(cuda_.stream(), p_.params, p_.grads, p_.momentum, p_.second, as<OptimTensor>(tensors_),
-                      as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), as<OptimGroup>(groups_), coef);
+                      as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), as<OptimGroup>(groups_), 1.0f,
+                      as<OptimStatus>(status_));
   }
 
  private:
@@ -85,7 +97,7 @@ class CudaEngine final : public Engine {
   StatePointers p_;
   graph::BackendContext& backend_;
   graph::CudaBackendContext& cuda_;
-  std::shared_ptr<void> tensors_, chunks_, muon_chunks_, muon_tensors_, groups_, partials_, sum_;
+  std::shared_ptr<void> tensors_, chunks_, muon_chunks_, muon_tensors_, groups_, partials_, status_;
   std::shared_ptr<void> ns_x_, ns_y_, ns_a_, ns_b_;
 };
 

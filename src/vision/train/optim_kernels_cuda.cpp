@@ -44,81 +44,83 @@ GradSumsqPartial::GradSumsqPartial()
           {"grad_sumsq_partial", kOptimFile, DType::f32, {}, "const {T}*, const void*, const void*, float*", kOptimScope}) {}
 
 GradSumsqFinalize::GradSumsqFinalize()
-    : KernelDescriptor({"grad_sumsq_finalize", kOptimFile, DType::f32, {}, "const {T}*, int64_t, float*", kOptimScope}) {}
+    : KernelDescriptor({"grad_sumsq_finalize", kOptimFile, DType::f32, {}, "const {T}*, int64_t, void*, float", kOptimScope}) {}
 
 SgdStep::SgdStep()
     : KernelDescriptor({"sgd_step", kOptimFile, DType::f32, {},
-                        "{T}*, const {T}*, {T}*, const __nv_bfloat16*, const void*, const void*, const void*, float",
+                        "{T}*, const {T}*, {T}*, const __nv_bfloat16*, const void*, const void*, const void*, float, const void*",
                         kOptimScope}) {}
 
 AdamwStep::AdamwStep()
     : KernelDescriptor({"adamw_step", kOptimFile, DType::f32, {},
-                        "{T}*, const {T}*, {T}*, {T}*, const void*, const void*, const void*, float", kOptimScope}) {}
+                        "{T}*, const {T}*, {T}*, {T}*, const void*, const void*, const void*, float, const void*", kOptimScope}) {}
 
 MuonPrepare::MuonPrepare()
     : KernelDescriptor({"muon_prepare", kOptimFile, DType::f32, {},
-                        "const {T}*, {T}*, __nv_bfloat16*, const void*, const void*, const void*, float", kOptimScope}) {}
+                        "const {T}*, {T}*, __nv_bfloat16*, const void*, const void*, const void*, float, const void*", kOptimScope}) {}
 
 MuonNormalize::MuonNormalize()
-    : KernelDescriptor({"muon_normalize", kOptimFile, DType::bf16, {}, "{T}*, const void*, const int64_t*", kOptimScope}) {}
+    : KernelDescriptor({"muon_normalize", kOptimFile, DType::bf16, {}, "{T}*, const void*, const int64_t*, const void*", kOptimScope}) {}
 
 EmaUpdate::EmaUpdate()
     : KernelDescriptor(
-          {"ema_update", kOptimFile, DType::f32, {}, "{T}*, const {T}*, const {T}*, const void*, float, float", kOptimScope}) {}
+          {"ema_update", kOptimFile, DType::f32, {}, "{T}*, const {T}*, const {T}*, const void*, float, float, const void*", kOptimScope}) {}
 
 void launch_grad_sumsq(cudaStream_t stream, const float* grads, const OptimTensor* tensors, const OptimChunk* chunks,
-                       int64_t n_chunks, float* partials, float* out) {
-  if (n_chunks == 0) {
-    VISION_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), stream));
-    return;
-  }
-  cuda::kernel_instance<GradSumsqPartial>().launch(stream, chunk_grid(n_chunks, "grad_sumsq"), dim3(kOptimThreads), 0,
-                                                   grads, tensors, chunks, partials);
+                       int64_t n_chunks, float* partials, OptimStatus* status, float max_grad_norm) {
+  if (n_chunks > 0)
+    cuda::kernel_instance<GradSumsqPartial>().launch(stream, chunk_grid(n_chunks, "grad_sumsq"), dim3(kOptimThreads),
+                                                     0, grads, tensors, chunks, partials);
+  // No chunks: the sum of nothing, 0, decided by the same kernel.
   cuda::kernel_instance<GradSumsqFinalize>().launch(stream, dim3(1), dim3(kOptimThreads), 0,
-                                                    static_cast<const float*>(partials), n_chunks, out);
+                                                    static_cast<const float*>(partials), n_chunks,
+                                                    static_cast<void*>(status), max_grad_norm);
 }
 
 void launch_sgd_step(cudaStream_t stream, float* params, const float* grads, float* momentum, const uint16_t* ns_out,
                      const OptimTensor* tensors, const OptimChunk* chunks, int64_t n_chunks, const OptimGroup* groups,
-                     float coef) {
+                     float coef, const OptimStatus* status) {
   if (n_chunks == 0) return;
   cuda::kernel_instance<SgdStep>().launch(stream, chunk_grid(n_chunks, "sgd_step"), dim3(kOptimThreads), 0, params,
-                                          grads, momentum, ns_out, tensors, chunks, groups, coef);
+                                          grads, momentum, ns_out, tensors, chunks, groups, coef,
+                                          static_cast<const void*>(status));
 }
 
 void launch_adamw_step(cudaStream_t stream, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                        const OptimTensor* tensors, const OptimChunk* chunks, int64_t n_chunks,
-                       const OptimGroup* groups, float coef) {
+                       const OptimGroup* groups, float coef, const OptimStatus* status) {
   if (n_chunks == 0) return;
   cuda::kernel_instance<AdamwStep>().launch(stream, chunk_grid(n_chunks, "adamw_step"), dim3(kOptimThreads), 0, params,
-                                            grads, exp_avg, exp_avg_sq, tensors, chunks, groups, coef);
+                                            grads, exp_avg, exp_avg_sq, tensors, chunks, groups, coef,
+                                            static_cast<const void*>(status));
 }
 
 void launch_muon_prepare(cudaStream_t stream, const float* grads, float* muon_momentum, uint16_t* ns_in,
                          const OptimTensor* tensors, const OptimChunk* chunks, int64_t n_chunks,
-                         const OptimGroup* groups, float coef) {
+                         const OptimGroup* groups, float coef, const OptimStatus* status) {
   if (n_chunks == 0) return;
   cuda::kernel_instance<MuonPrepare>().launch(stream, chunk_grid(n_chunks, "muon_prepare"), dim3(kOptimThreads), 0,
-                                              grads, muon_momentum, ns_in, tensors, chunks, groups, coef);
+                                              grads, muon_momentum, ns_in, tensors, chunks, groups, coef,
+                                              static_cast<const void*>(status));
 }
 
 void launch_muon_normalize(cudaStream_t stream, uint16_t* ns, const OptimTensor* tensors, const int64_t* muon_tensors,
-                           int64_t n_muon) {
+                           int64_t n_muon, const OptimStatus* status) {
   if (n_muon == 0) return;
   cuda::kernel_instance<MuonNormalize>().launch(stream, chunk_grid(n_muon, "muon_normalize"), dim3(kOptimThreads), 0,
-                                                ns, tensors, muon_tensors);
+                                                ns, tensors, muon_tensors, static_cast<const void*>(status));
 }
 
 void launch_ema_update(cudaStream_t stream, float* ema, const float* params, const float* buffers,
-                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd) {
+                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd, const OptimStatus* status) {
   if (n_chunks == 0) return;
   cuda::kernel_instance<EmaUpdate>().launch(stream, chunk_grid(n_chunks, "ema_update"), dim3(kOptimThreads), 0, ema,
-                                            params, buffers, chunks, d, omd);
+                                            params, buffers, chunks, d, omd, static_cast<const void*>(status));
 }
 
 void launch_ema_update(graph::BackendContext& backend, float* ema, const float* params, const float* buffers,
-                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd) {
-  launch_ema_update(graph::stream_of(&backend), ema, params, buffers, chunks, n_chunks, d, omd);
+                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd, const OptimStatus* status) {
+  launch_ema_update(graph::stream_of(&backend), ema, params, buffers, chunks, n_chunks, d, omd, status);
 }
 
 uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_t* x, uint16_t* y, uint16_t* a,

@@ -19,53 +19,62 @@ struct GradSumsqPartial : cuda::KernelDescriptor<const void* /*grads*/, const vo
                                                  const void* /*chunks*/, void* /*partials (f32)*/> {
   GradSumsqPartial();
 };
-struct GradSumsqFinalize : cuda::KernelDescriptor<const void* /*partials*/, int64_t /*n*/, void* /*out (f32)*/> {
+struct GradSumsqFinalize : cuda::KernelDescriptor<const void* /*partials*/, int64_t /*n*/, void* /*status*/,
+                                                  float /*max_grad_norm*/> {
   GradSumsqFinalize();
 };
 struct SgdStep
     : cuda::KernelDescriptor<void* /*params*/, const void* /*grads*/, void* /*momentum*/, const void* /*ns_out (bf16)*/,
-                             const void* /*tensors*/, const void* /*chunks*/, const void* /*groups*/, float /*coef*/> {
+                             const void* /*tensors*/, const void* /*chunks*/, const void* /*groups*/, float /*coef*/,
+                             const void* /*status*/> {
   SgdStep();
 };
 struct AdamwStep
     : cuda::KernelDescriptor<void* /*params*/, const void* /*grads*/, void* /*exp_avg*/, void* /*exp_avg_sq*/,
-                             const void* /*tensors*/, const void* /*chunks*/, const void* /*groups*/, float /*coef*/> {
+                             const void* /*tensors*/, const void* /*chunks*/, const void* /*groups*/, float /*coef*/,
+                             const void* /*status*/> {
   AdamwStep();
 };
 struct MuonPrepare
     : cuda::KernelDescriptor<const void* /*grads*/, void* /*muon_momentum*/, void* /*ns_in (bf16)*/,
-                             const void* /*tensors*/, const void* /*chunks*/, const void* /*groups*/, float /*coef*/> {
+                             const void* /*tensors*/, const void* /*chunks*/, const void* /*groups*/, float /*coef*/,
+                             const void* /*status*/> {
   MuonPrepare();
 };
 struct MuonNormalize
-    : cuda::KernelDescriptor<void* /*ns (bf16)*/, const void* /*tensors*/, const void* /*muon_tensors (i64)*/> {
+    : cuda::KernelDescriptor<void* /*ns (bf16)*/, const void* /*tensors*/, const void* /*muon_tensors (i64)*/,
+                             const void* /*status*/> {
   MuonNormalize();
 };
 struct EmaUpdate : cuda::KernelDescriptor<void* /*ema*/, const void* /*params*/, const void* /*buffers*/,
-                                          const void* /*chunks*/, float /*d*/, float /*omd*/> {
+                                          const void* /*chunks*/, float /*d*/, float /*omd*/, const void* /*status*/> {
   EmaUpdate();
 };
 
 // Device pointers throughout; tensors/chunks/groups are arrays of OptimTensor/OptimChunk/OptimGroup, n_chunks blocks.
-// partials: n_chunks floats; out: one float (Σ grad² over the chunks, the CPU twin's order).
+// partials: n_chunks floats; status: the step's decision (optim_math::decide_step of Σ grad² over the chunks, the CPU
+// twin's order, and max_grad_norm). The updates (and the EMA) take their gradient factor from status where one is
+// given, and do nothing when it says the step is skipped; with a null status they scale by coef.
 void launch_grad_sumsq(cudaStream_t stream, const float* grads, const OptimTensor* tensors, const OptimChunk* chunks,
-                       int64_t n_chunks, float* partials, float* out);
+                       int64_t n_chunks, float* partials, OptimStatus* status, float max_grad_norm = 0.0f);
 void launch_sgd_step(cudaStream_t stream, float* params, const float* grads, float* momentum, const uint16_t* ns_out,
                      const OptimTensor* tensors, const OptimChunk* chunks, int64_t n_chunks, const OptimGroup* groups,
-                     float coef);
+                     float coef, const OptimStatus* status = nullptr);
 void launch_adamw_step(cudaStream_t stream, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                        const OptimTensor* tensors, const OptimChunk* chunks, int64_t n_chunks,
-                       const OptimGroup* groups, float coef);
+                       const OptimGroup* groups, float coef, const OptimStatus* status = nullptr);
 void launch_muon_prepare(cudaStream_t stream, const float* grads, float* muon_momentum, uint16_t* ns_in,
                          const OptimTensor* tensors, const OptimChunk* chunks, int64_t n_chunks,
-                         const OptimGroup* groups, float coef);
+                         const OptimGroup* groups, float coef, const OptimStatus* status = nullptr);
 void launch_muon_normalize(cudaStream_t stream, uint16_t* ns, const OptimTensor* tensors, const int64_t* muon_tensors,
-                           int64_t n_muon);
+                           int64_t n_muon, const OptimStatus* status = nullptr);
 void launch_ema_update(cudaStream_t stream, float* ema, const float* params, const float* buffers,
-                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd);
+                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd,
+                       const OptimStatus* status = nullptr);
 // The same on a CUDA backend's stream (train/ema.cpp reaches the backend through this, not graph/cuda/).
 void launch_ema_update(graph::BackendContext& backend, float* ema, const float* params, const float* buffers,
-                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd);
+                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd,
+                       const OptimStatus* status = nullptr);
 
 // `steps` Newton–Schulz iterations on `batch` row-major m × n bf16 matrices (m ≤ n) at x, on the handle's stream,
 // by cuBLAS strided-batched GEMMs in bf16 with f32 accumulation: per iteration A = X·Xᵀ, B = c·(A·A) + b·A (B preset

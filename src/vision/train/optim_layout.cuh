@@ -53,6 +53,16 @@ struct OptimGroup {
   float pad_[5];
 };
 
+// What a step decided, where the step runs (on the device for CUDA): grad_sumsq_finalize writes it from the gradient's
+// sum of squares, the update kernels and the EMA read it, so that queueing a step needs nothing back from the device;
+// the host reads it when it asks (Optimizer::finish_step).
+struct OptimStatus {
+  float sumsq;      // Σ g² over the non-frozen elements
+  float norm;       // sqrt(sumsq), before clipping (+inf or NaN when a gradient is not finite)
+  float coef;       // the clipping factor the update scales the gradients by (1 when not clipped)
+  int32_t applied;  // 1: the step updates; 0: the gradient was not finite, nothing changes
+};
+
 // A run of the EMA's flat f32 copy: `length` elements from source region `src_region` (0: the flat parameters,
 // 1: the buffer region) at element `src_offset`, to the EMA at element `dst_offset`.
 struct EmaChunk {

@@ -11,6 +11,22 @@ namespace vision::train::optim_math {
 // The gradient as the step uses it: times coef (the clipping factor, or the f16 loss scale's inverse).
 VISION_HD float scaled_grad(float g, float coef) { return hd::mul_rn(g, coef); }
 
+// A step's decision from its gradient's sum of squares: the norm, whether it is finite (n − n is 0 for a finite n
+// alone), and the clipping factor min(1, max_grad_norm / (norm + 1e-6)) of torch.nn.utils.clip_grad_norm_ (1 when
+// max_grad_norm ≤ 0 turns clipping off, or when the step is skipped).
+VISION_HD OptimStatus decide_step(float sumsq, float max_grad_norm) {
+  OptimStatus s;
+  s.sumsq = sumsq;
+  s.norm = hd::sqrt_rn(sumsq);
+  s.applied = hd::sub_rn(s.norm, s.norm) == 0.0f ? 1 : 0;
+  s.coef = 1.0f;
+  if (s.applied && max_grad_norm > 0.0f) {
+    const float q = hd::div_rn(max_grad_norm, hd::add_rn(s.norm, 1e-6f));
+    s.coef = q < 1.0f ? q : 1.0f;
+  }
+  return s;
+}
+
 // MuSGD: a Muon tensor's parameter after the Newton–Schulz update ns (then SGD's step follows).
 VISION_HD float muon_update(float p, float muon_lr, float ns) { return hd::sub_rn(p, hd::mul_rn(muon_lr, ns)); }
 

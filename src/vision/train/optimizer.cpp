@@ -10,6 +10,7 @@
 #include "vision/core/error.h"
 #include "vision/train/optim_kernels.h"
 #include "vision/train/optim_engine.h"
+#include "vision/train/optim_math.cuh"
 
 namespace vision::train {
 
@@ -98,8 +99,16 @@ OptimTables build_tables(const GroupAssignment& a, bool musgd) {
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const OptimTables& t, StatePointers p) : t_(t), p_(p), ns_(static_cast<size_t>(t.ns_elements)) {}
-  float grad_sumsq() override { return grad_sumsq_cpu(p_.grads, t_.tensors, t_.chunks); }
-  void sgd(std::span<const OptimGroup> groups, float coef, bool musgd, int ns_steps) override {
+
+  void decide(float max_grad_norm) override {
+    status_ = optim_math::decide_step(grad_sumsq_cpu(p_.grads, t_.tensors, t_.chunks), max_grad_norm);
+  }
+  OptimStatus status() override { return status_; }
+  const OptimStatus* status_pointer() const override { return &status_; }
+
+  void sgd(std::span<const OptimGroup> groups, bool musgd, int ns_steps) override {
+    if (!status_.applied) return;
+    const float coef = status_.coef;
     if (musgd && !t_.muon_tensors.empty()) {
       muon_prepare_cpu(p_.grads, p_.second, ns_.data(), t_.tensors, t_.muon_chunks, groups, coef);
       muon_normalize_cpu(ns_.data(), t_.tensors, t_.muon_tensors);
@@ -108,16 +117,18 @@ class CpuEngine final : public Engine {
     sgd_step_cpu(p_.params, p_.grads, p_.momentum, ns_.empty() ? nullptr : ns_.data(), t_.tensors, t_.chunks, groups,
                  coef);
   }
-  void adamw(std::span<const OptimGroup> groups, float coef) override {
-    adamw_step_cpu(p_.params, p_.grads, p_.momentum, p_.second, t_.tensors, t_.chunks, groups, coef);
+
+  void adamw(std::span<const OptimGroup> groups) override {
+    if (!status_.applied) return;
+    adamw_step_cpu(p_.params, p_.grads, p_.momentum, p_.second, t_.tensors, t_.chunks, groups, status_.coef);
   }
 
  private:
   const OptimTables& t_;
   StatePointers p_;
   std::vector<uint16_t> ns_;
+  OptimStatus status_{};
 };
-
 
 }  // namespace
 
@@ -132,6 +143,7 @@ struct Optimizer::Impl {
   std::shared_ptr<void> momentum_mem, second_mem;
   std::unique_ptr<Engine> engine;
   int64_t steps = 0, skipped = 0;
+  bool pending = false;  // a step queued and not yet finished
 
   struct StateSlot {
     std::string name;
@@ -277,24 +289,43 @@ void Optimizer::set_group_weight_decay(size_t i, double weight_decay) {
   impl_->settings[i].weight_decay = weight_decay;
 }
 
-StepResult Optimizer::step() {
+void Optimizer::queue_step() {
   Impl& m = *impl_;
+  VISION_CHECK(!m.pending, "optimizer: a step was queued and not finished (finish_step) before the next one");
+  m.engine->decide(m.options.max_grad_norm > 0 ? static_cast<float>(m.options.max_grad_norm) : 0.0f);
+  // The tables as for an applied step (AdamW's t = steps + 1); a skipped step does not use them.
+  ++m.steps;
+  const std::vector<OptimGroup> groups = m.group_table();
+  --m.steps;
+  if (m.options.kind == OptimizerKind::adamw) m.engine->adamw(groups);
+  else m.engine->sgd(groups, m.options.kind == OptimizerKind::musgd, m.options.ns_steps);
+  m.pending = true;
+}
+
+StepResult Optimizer::finish_step() {
+  Impl& m = *impl_;
+  VISION_CHECK(m.pending, "optimizer: finish_step without a queued step");
+  m.pending = false;
+  const OptimStatus s = m.engine->status();
   StepResult r;
-  r.grad_norm = std::sqrt(m.engine->grad_sumsq());
-  if (!std::isfinite(r.grad_norm)) {
+  r.grad_norm = s.norm;
+  if (!s.applied) {
     ++m.skipped;
     return r;
   }
-  if (m.options.max_grad_norm > 0)
-    r.clip_coef = std::min(1.0f, static_cast<float>(m.options.max_grad_norm) / (r.grad_norm + 1e-6f));
-  ++m.steps;
-  const std::vector<OptimGroup> groups = m.group_table();
-  if (m.options.kind == OptimizerKind::adamw) m.engine->adamw(groups, r.clip_coef);
-  else m.engine->sgd(groups, r.clip_coef, m.options.kind == OptimizerKind::musgd, m.options.ns_steps);
-  if (m.store) m.store->mark_updated();
+  r.clip_coef = s.coef;
   r.applied = true;
+  ++m.steps;
+  if (m.store) m.store->mark_updated();
   return r;
 }
+
+StepResult Optimizer::step() {
+  queue_step();
+  return finish_step();
+}
+
+const OptimStatus* Optimizer::step_status() const { return impl_->engine->status_pointer(); }
 
 void Optimizer::zero_grad() { impl_->backend->fill_zero(impl_->grads.raw(), impl_->grads.nbytes()); }
 

@@ -26,6 +26,7 @@
 
 #include "vision/core/safetensors.h"
 #include "vision/graph/state.h"
+#include "vision/train/optim_layout.cuh"
 #include "vision/train/param_groups.h"
 
 namespace vision::train {
@@ -90,8 +91,17 @@ class Optimizer {
   void set_group_momentum(size_t i, double momentum);
   void set_group_weight_decay(size_t i, double weight_decay);
 
-  // Clip, check, update (see above). Waits for the backend once (the norm is read back).
+  // Clip, check, update (see above). Waits for the backend once (the decision is read back): queue_step() then
+  // finish_step().
   StepResult step();
+  // The step queued without waiting: the norm, the non-finite check and the clipping factor are decided where the step
+  // runs (on the device for CUDA), and the updates follow that decision. finish_step() reads it back (waiting for the
+  // backend) and brings the step counts up to date; it must come before the next queue_step(). The state store is
+  // marked updated by finish_step.
+  void queue_step();
+  StepResult finish_step();
+  // Where the last queued step's decision lives (device memory on CUDA): ModelEma::queue_update follows it.
+  const OptimStatus* step_status() const;
   // Zeroes the whole flat gradient buffer.
   void zero_grad();
   int64_t steps() const;          // applied steps (AdamW's t)

@@ -28,6 +28,7 @@
 #include "vision/train/ema.h"
 #include "vision/train/optim_kernels.h"
 #include "vision/train/optim_kernels_cuda.h"
+#include "vision/train/optim_math.cuh"
 #include "vision/train/optimizer.h"
 
 using namespace vision;
@@ -38,6 +39,7 @@ using core::Tensor;
 using train::EmaChunk;
 using train::OptimChunk;
 using train::OptimGroup;
+using train::OptimStatus;
 using train::OptimTensor;
 
 namespace {
@@ -187,16 +189,24 @@ TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
 
   // Gradient sum of squares.
   {
-    Dev<float> partials(std::vector<float>(t.chunks.size())), sum(std::vector<float>(1));
+    Dev<float> partials(std::vector<float>(t.chunks.size()));
+    Dev<OptimStatus> status(std::vector<OptimStatus>(1));
     partials.buf.poison();
-    sum.buf.poison();
+    status.buf.poison();
     train::launch_grad_sumsq(nullptr, d_grads.get(), tensors.get(), chunks.get(), static_cast<int64_t>(t.chunks.size()),
-                             partials.get(), sum.get());
+                             partials.get(), status.get(), 10.0f);
     VISION_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> ref(t.chunks.size());
     train::grad_sumsq_partials_cpu(grads.data(), t.tensors, t.chunks, ref.data());
     EXPECT_EQ(partials.download(), ref);
-    EXPECT_EQ(sum.download()[0], train::grad_sumsq_cpu(grads.data(), t.tensors, t.chunks));
+    const OptimStatus got = status.download()[0];
+    const OptimStatus want = train::optim_math::decide_step(train::grad_sumsq_cpu(grads.data(), t.tensors, t.chunks),
+                                                            10.0f);
+    EXPECT_EQ(got.sumsq, want.sumsq);
+    EXPECT_EQ(got.norm, want.norm);
+    EXPECT_EQ(got.coef, want.coef);
+    EXPECT_EQ(got.applied, 1);
+    EXPECT_LT(got.coef, 1.0f);  // the random gradient's norm is above 10: clipped
   }
   // SGD with the Muon update of the two Muon tensors (and without: ns_out null, no Muon tensors).
   const auto ns_out = random_bf16(static_cast<size_t>(t.ns));
@@ -271,6 +281,92 @@ TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
     auto ref = ema0;
     train::ema_update_cpu(ref.data(), grads.data(), bufs.data(), ec, 0.37f, 0.63f);
     EXPECT_EQ(ema.download(), ref);
+  }
+}
+
+// The updates driven by a step's decision on the device (Optimizer::queue_step): with an applied decision they equal
+// the CPU twin at the decision's factor, bit for bit; with a skipped one (a NaN gradient, decided by the same kernel)
+// every update kernel and the EMA leave their buffers as they were.
+TEST(OptimizerKernels, UpdatesFollowTheDecisionOnTheDevice) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const Tables t = make_tables();
+  const Dev<OptimTensor> tensors(t.tensors);
+  const Dev<OptimChunk> chunks(t.chunks), muon_chunks(t.muon_chunks);
+  const Dev<int64_t> muon(t.muon);
+  const Dev<OptimGroup> groups(t.groups);
+  const auto n = static_cast<size_t>(t.numel);
+  const auto params = random_values(n), mom = random_values(n, -0.1f, 0.1f), sq = random_values(n, 0.0f, 0.01f);
+  const auto n_chunks = static_cast<int64_t>(t.chunks.size());
+  for (const bool finite : {true, false}) {
+    SCOPED_TRACE(finite ? "finite gradient" : "a NaN in the gradient");
+    auto grads = random_values(n);
+    if (!finite) grads[n / 2] = std::numeric_limits<float>::quiet_NaN();
+    const Dev<float> d_grads(grads);
+    Dev<float> partials(std::vector<float>(t.chunks.size()));
+    Dev<OptimStatus> status(std::vector<OptimStatus>(1));
+    status.buf.poison();
+    train::launch_grad_sumsq(nullptr, d_grads.get(), tensors.get(), chunks.get(), n_chunks, partials.get(),
+                             status.get(), 10.0f);
+    VISION_CUDA_CHECK(cudaDeviceSynchronize());
+    const OptimStatus s = status.download()[0];
+    ASSERT_EQ(s.applied, finite ? 1 : 0);
+    const float coef = s.coef;  // the factor the CPU twin is given for an applied step
+    {
+      Dev<float> p(params), b(mom);
+      train::launch_sgd_step(nullptr, p.get(), d_grads.get(), b.get(), nullptr, tensors.get(), chunks.get(), n_chunks,
+                             groups.get(), 123.0f, status.get());  // the decision's factor, not 123
+      VISION_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<OptimTensor> plain = t.tensors;
+      for (auto& r : plain) r.ns_offset = -1;
+      auto rp = params, rb = mom;
+      if (finite) train::sgd_step_cpu(rp.data(), grads.data(), rb.data(), nullptr, plain, t.chunks, t.groups, coef);
+      EXPECT_EQ(p.download(), rp);
+      EXPECT_EQ(b.download(), rb);
+    }
+    {
+      Dev<float> p(params), m1(mom), m2(sq);
+      train::launch_adamw_step(nullptr, p.get(), d_grads.get(), m1.get(), m2.get(), tensors.get(), chunks.get(),
+                               n_chunks, groups.get(), 123.0f, status.get());
+      VISION_CUDA_CHECK(cudaDeviceSynchronize());
+      auto rp = params, r1 = mom, r2 = sq;
+      if (finite) train::adamw_step_cpu(rp.data(), grads.data(), r1.data(), r2.data(), t.tensors, t.chunks, t.groups, coef);
+      EXPECT_EQ(p.download(), rp);
+      EXPECT_EQ(m1.download(), r1);
+      EXPECT_EQ(m2.download(), r2);
+    }
+    {
+      Dev<float> b(mom);
+      const auto ns0 = random_bf16(static_cast<size_t>(t.ns));
+      Dev<uint16_t> ns(ns0);
+      train::launch_muon_prepare(nullptr, d_grads.get(), b.get(), ns.get(), tensors.get(), muon_chunks.get(),
+                                 static_cast<int64_t>(t.muon_chunks.size()), groups.get(), 123.0f, status.get());
+      train::launch_muon_normalize(nullptr, ns.get(), tensors.get(), muon.get(), static_cast<int64_t>(t.muon.size()),
+                                   status.get());
+      VISION_CUDA_CHECK(cudaDeviceSynchronize());
+      auto rb = mom;
+      auto rns = ns0;
+      if (finite) {
+        train::muon_prepare_cpu(grads.data(), rb.data(), rns.data(), t.tensors, t.muon_chunks, t.groups, coef);
+        train::muon_normalize_cpu(rns.data(), t.tensors, t.muon);
+      }
+      EXPECT_EQ(b.download(), rb);
+      EXPECT_EQ(ns.download(), rns);
+    }
+    {
+      std::vector<EmaChunk> ec;
+      for (int64_t off = 0; off < 9000; off += train::kOptimChunk)
+        ec.push_back({0, off, off, std::min<int64_t>(train::kOptimChunk, 9000 - off)});
+      const Dev<EmaChunk> dec(ec);
+      const auto ema0 = random_values(9000);
+      Dev<float> ema(ema0);
+      const Dev<float> d_params(params);
+      train::launch_ema_update(nullptr, ema.get(), d_params.get(), nullptr, dec.get(), static_cast<int64_t>(ec.size()),
+                               0.37f, 0.63f, status.get());
+      VISION_CUDA_CHECK(cudaDeviceSynchronize());
+      auto ref = ema0;
+      if (finite) train::ema_update_cpu(ref.data(), params.data(), nullptr, ec, 0.37f, 0.63f);
+      EXPECT_EQ(ema.download(), ref);
+    }
   }
 }
 

@@ -303,19 +303,37 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
     executor_->train_step(inputs, grads_pending_, seed, copy_loss);
   }
   grads_pending_ = true;
-  const std::vector<float> loss =
-      backend_->download(Tensor::view(lb, Shape{4}, DType::f32, backend_->device())).to_vector();
-  lap(r.timing.backward);
-  r.loss = loss[0];
-  r.items = {loss[1], loss[2], loss[3]};
-
-  if (ni - last_step_ >= accumulate) {
+  const bool step_now = ni - last_step_ >= accumulate;
+  // The optimizer step and the EMA queued behind the backward, following the step's decision on the device, and read
+  // back with the loss: one wait for the device per step, none between the passes and the update. Profiling (each
+  // pass timed) and f16 (the loss scale's decision is the host's) take the step after the loss is read.
+  const bool queued = step_now && !options_.profile && !scaler_;
+  auto begin_step = [&] {  // the job's gradients summed over the ranks, rank 0's buffers everywhere
     r.stepped = true;
     last_step_ = ni;
     if (options_.comm) {
       all_reduce_gradients();
       broadcast_state(/*parameters=*/false);
     }
+  };
+  if (queued) {
+    begin_step();
+    optimizer_->queue_step();
+    if (ema_) ema_->queue_update(executor_->state(), optimizer_->step_status());
+    optimizer_->zero_grad();
+    grads_pending_ = false;
+  }
+  const std::vector<float> loss =
+      backend_->download(Tensor::view(lb, Shape{4}, DType::f32, backend_->device())).to_vector();
+  lap(r.timing.backward);
+  r.loss = loss[0];
+  r.items = {loss[1], loss[2], loss[3]};
+
+  if (queued) {
+    r.step = optimizer_->finish_step();
+    if (ema_) ema_->finish_update(r.step.applied);
+  } else if (step_now) {
+    begin_step();
     const bool finite = !scaler_ || scaler_->scaler.unscale(executor_->state());
     if (finite) {
       r.step = optimizer_->step();
