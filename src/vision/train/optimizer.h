@@ -4,7 +4,9 @@
 // One step: the gradient's global L2 norm over every non-frozen element (a fixed-order f32 reduction: two launches on
 // CUDA, no atomics; the CPU twin reproduces it bit for bit); when the norm is not finite (a NaN or Inf gradient, or
 // an overflow) the step is skipped and counted and nothing changes; else the gradients are scaled on the fly by
-// coef = min(1, max_grad_norm / (norm + 1e-6)) (torch.nn.utils.clip_grad_norm_) and the update runs:
+// coef = min(1, max_grad_norm / (norm + 1e-6)) (torch.nn.utils.clip_grad_norm_) and the update runs. The decision
+// (OptimStatus: norm, finite, coef) is made where the step runs — on the device for CUDA — and the update kernels
+// follow it, so a step can be queued without waiting (queue_step) and read back later (finish_step):
 //   SGD, AdamW: one fused launch over the whole flat buffer (one CUDA block per chunk of one tensor; the block finds
 //     its tensor's group in a small table, so every group has its own lr, momentum and weight decay);
 //   MuSGD: one launch for the Muon momentum and the bf16 Newton–Schulz input of every Muon tensor, one for the
