@@ -147,9 +147,15 @@ void add_kernels_command(CLI::App& app) {
   ops->callback(print_ops);
 
   auto name = std::make_shared<std::string>();
-  CLI::App* source = kernels->add_subcommand("source", "Print the exact source NVRTC compiles for a kernel");
-  source->add_option("NAME", *name, "kernel id, as printed by `vision kernels list`")->required();
-  source->callback([name] { std::fputs(find_kernel(*name).source().c_str(), stdout); });
+  auto names = std::make_shared<std::vector<std::string>>();
+  CLI::App* source =
+      kernels->add_subcommand("source", "Print the exact source NVRTC compiles for a kernel (several: one after the other)");
+  source->add_option("NAME", *names, "kernel ids, as printed by `vision kernels list`")->required();
+  source->callback([names] {
+    std::vector<const cuda::Kernel*> found;  // every name checked before anything is printed
+    for (const std::string& n : *names) found.push_back(&find_kernel(n));
+    for (const cuda::Kernel* k : found) std::fputs(k->source().c_str(), stdout);
+  });
 
   auto ptx_arch = std::make_shared<std::string>();
   CLI::App* ptx = kernels->add_subcommand("ptx", "Compile a kernel (through the cache) and print its PTX");
