@@ -217,7 +217,8 @@ struct Optimizer::Impl {
     }
   }
 
-  std::vector<OptimGroup> group_table() const {
+  // The groups' table for a step that is AdamW's t-th.
+  std::vector<OptimGroup> group_table(int64_t step) const {
     std::vector<OptimGroup> out;
     for (const auto& s : settings) {
       OptimGroup g{};
@@ -230,7 +231,7 @@ struct Optimizer::Impl {
       g.beta2 = static_cast<float>(options.beta2);
       g.one_minus_beta2 = static_cast<float>(1.0 - options.beta2);
       g.eps = static_cast<float>(options.eps);
-      const double t = static_cast<double>(steps);
+      const double t = static_cast<double>(step);
       g.step_size = static_cast<float>(s.lr / (1.0 - std::pow(s.momentum, t)));
       g.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options.beta2, t)));
       out.push_back(g);
@@ -294,9 +295,7 @@ void Optimizer::queue_step() {
   VISION_CHECK(!m.pending, "optimizer: a step was queued and not finished (finish_step) before the next one");
   m.engine->decide(m.options.max_grad_norm > 0 ? static_cast<float>(m.options.max_grad_norm) : 0.0f);
   // The tables as for an applied step (AdamW's t = steps + 1); a skipped step does not use them.
-  ++m.steps;
-  const std::vector<OptimGroup> groups = m.group_table();
-  --m.steps;
+  const std::vector<OptimGroup> groups = m.group_table(m.steps + 1);
   if (m.options.kind == OptimizerKind::adamw) m.engine->adamw(groups);
   else m.engine->sgd(groups, m.options.kind == OptimizerKind::musgd, m.options.ns_steps);
   m.pending = true;

@@ -155,6 +155,16 @@ std::vector<double> newton_schulz_f64(std::vector<double> x, int64_t m, int64_t 
   return x;
 }
 
+// The tables on the device.
+struct DevTables {
+  explicit DevTables(const Tables& t)
+      : tensors(t.tensors), chunks(t.chunks), muon_chunks(t.muon_chunks), muon(t.muon), groups(t.groups) {}
+  Dev<OptimTensor> tensors;
+  Dev<OptimChunk> chunks, muon_chunks;
+  Dev<int64_t> muon;
+  Dev<OptimGroup> groups;
+};
+
 graph::CudaBackendContext& cuda_ctx() { return graph::CudaBackendContext::of(graph::cuda_backend().get()); }
 
 }  // namespace
@@ -177,10 +187,7 @@ TEST(OptimizerKernelDescriptors, EveryKernelIsRegistered) {
 TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   const Tables t = make_tables();
-  const Dev<OptimTensor> tensors(t.tensors);
-  const Dev<OptimChunk> chunks(t.chunks), muon_chunks(t.muon_chunks);
-  const Dev<int64_t> muon(t.muon);
-  const Dev<OptimGroup> groups(t.groups);
+  const DevTables dev(t);
   const auto n = static_cast<size_t>(t.numel);
   const auto grads = random_values(n), params = random_values(n), mom = random_values(n, -0.1f, 0.1f),
              sq = random_values(n, 0.0f, 0.01f);
@@ -193,7 +200,7 @@ TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
     Dev<OptimStatus> status(std::vector<OptimStatus>(1));
     partials.buf.poison();
     status.buf.poison();
-    train::launch_grad_sumsq(nullptr, d_grads.get(), tensors.get(), chunks.get(), static_cast<int64_t>(t.chunks.size()),
+    train::launch_grad_sumsq(nullptr, d_grads.get(), dev.tensors.get(), dev.chunks.get(), static_cast<int64_t>(t.chunks.size()),
                              partials.get(), status.get(), 10.0f);
     VISION_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> ref(t.chunks.size());
@@ -213,8 +220,8 @@ TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
   {
     Dev<float> p(params), b(mom);
     const Dev<uint16_t> ns(ns_out);
-    train::launch_sgd_step(nullptr, p.get(), d_grads.get(), b.get(), ns.get(), tensors.get(), chunks.get(),
-                           static_cast<int64_t>(t.chunks.size()), groups.get(), coef);
+    train::launch_sgd_step(nullptr, p.get(), d_grads.get(), b.get(), ns.get(), dev.tensors.get(), dev.chunks.get(),
+                           static_cast<int64_t>(t.chunks.size()), dev.groups.get(), coef);
     VISION_CUDA_CHECK(cudaDeviceSynchronize());
     auto rp = params, rb = mom;
     train::sgd_step_cpu(rp.data(), grads.data(), rb.data(), ns_out.data(), t.tensors, t.chunks, t.groups, coef);
@@ -227,8 +234,8 @@ TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
     for (auto& r : plain) r.ns_offset = -1;
     const Dev<OptimTensor> plain_d(plain);
     Dev<float> p(params), b(mom);
-    train::launch_sgd_step(nullptr, p.get(), d_grads.get(), b.get(), nullptr, plain_d.get(), chunks.get(),
-                           static_cast<int64_t>(t.chunks.size()), groups.get(), 1.0f);
+    train::launch_sgd_step(nullptr, p.get(), d_grads.get(), b.get(), nullptr, plain_d.get(), dev.chunks.get(),
+                           static_cast<int64_t>(t.chunks.size()), dev.groups.get(), 1.0f);
     VISION_CUDA_CHECK(cudaDeviceSynchronize());
     auto rp = params, rb = mom;
     train::sgd_step_cpu(rp.data(), grads.data(), rb.data(), nullptr, plain, t.chunks, t.groups, 1.0f);
@@ -238,8 +245,8 @@ TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
   // AdamW.
   {
     Dev<float> p(params), m1(mom), m2(sq);
-    train::launch_adamw_step(nullptr, p.get(), d_grads.get(), m1.get(), m2.get(), tensors.get(), chunks.get(),
-                             static_cast<int64_t>(t.chunks.size()), groups.get(), coef);
+    train::launch_adamw_step(nullptr, p.get(), d_grads.get(), m1.get(), m2.get(), dev.tensors.get(), dev.chunks.get(),
+                             static_cast<int64_t>(t.chunks.size()), dev.groups.get(), coef);
     VISION_CUDA_CHECK(cudaDeviceSynchronize());
     auto rp = params, r1 = mom, r2 = sq;
     train::adamw_step_cpu(rp.data(), grads.data(), r1.data(), r2.data(), t.tensors, t.chunks, t.groups, coef);
@@ -252,15 +259,15 @@ TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
     Dev<float> b(mom);
     Dev<uint16_t> ns(std::vector<uint16_t>(static_cast<size_t>(t.ns)));
     ns.buf.poison();
-    train::launch_muon_prepare(nullptr, d_grads.get(), b.get(), ns.get(), tensors.get(), muon_chunks.get(),
-                               static_cast<int64_t>(t.muon_chunks.size()), groups.get(), coef);
+    train::launch_muon_prepare(nullptr, d_grads.get(), b.get(), ns.get(), dev.tensors.get(), dev.muon_chunks.get(),
+                               static_cast<int64_t>(t.muon_chunks.size()), dev.groups.get(), coef);
     VISION_CUDA_CHECK(cudaDeviceSynchronize());
     auto rb = mom;
     std::vector<uint16_t> rns(static_cast<size_t>(t.ns), 0xffff);
     train::muon_prepare_cpu(grads.data(), rb.data(), rns.data(), t.tensors, t.muon_chunks, t.groups, coef);
     EXPECT_EQ(b.download(), rb);
     EXPECT_EQ(ns.download(), rns);
-    train::launch_muon_normalize(nullptr, ns.get(), tensors.get(), muon.get(), static_cast<int64_t>(t.muon.size()));
+    train::launch_muon_normalize(nullptr, ns.get(), dev.tensors.get(), dev.muon.get(), static_cast<int64_t>(t.muon.size()));
     VISION_CUDA_CHECK(cudaDeviceSynchronize());
     train::muon_normalize_cpu(rns.data(), t.tensors, t.muon);
     EXPECT_EQ(ns.download(), rns);
@@ -290,10 +297,7 @@ TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
 TEST(OptimizerKernels, UpdatesFollowTheDecisionOnTheDevice) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   const Tables t = make_tables();
-  const Dev<OptimTensor> tensors(t.tensors);
-  const Dev<OptimChunk> chunks(t.chunks), muon_chunks(t.muon_chunks);
-  const Dev<int64_t> muon(t.muon);
-  const Dev<OptimGroup> groups(t.groups);
+  const DevTables dev(t);
   const auto n = static_cast<size_t>(t.numel);
   const auto params = random_values(n), mom = random_values(n, -0.1f, 0.1f), sq = random_values(n, 0.0f, 0.01f);
   const auto n_chunks = static_cast<int64_t>(t.chunks.size());
@@ -305,7 +309,7 @@ TEST(OptimizerKernels, UpdatesFollowTheDecisionOnTheDevice) {
     Dev<float> partials(std::vector<float>(t.chunks.size()));
     Dev<OptimStatus> status(std::vector<OptimStatus>(1));
     status.buf.poison();
-    train::launch_grad_sumsq(nullptr, d_grads.get(), tensors.get(), chunks.get(), n_chunks, partials.get(),
+    train::launch_grad_sumsq(nullptr, d_grads.get(), dev.tensors.get(), dev.chunks.get(), n_chunks, partials.get(),
                              status.get(), 10.0f);
     VISION_CUDA_CHECK(cudaDeviceSynchronize());
     const OptimStatus s = status.download()[0];
@@ -313,8 +317,8 @@ TEST(OptimizerKernels, UpdatesFollowTheDecisionOnTheDevice) {
     const float coef = s.coef;  // the factor the CPU twin is given for an applied step
     {
       Dev<float> p(params), b(mom);
-      train::launch_sgd_step(nullptr, p.get(), d_grads.get(), b.get(), nullptr, tensors.get(), chunks.get(), n_chunks,
-                             groups.get(), 123.0f, status.get());  // the decision's factor, not 123
+      train::launch_sgd_step(nullptr, p.get(), d_grads.get(), b.get(), nullptr, dev.tensors.get(), dev.chunks.get(), n_chunks,
+                             dev.groups.get(), 123.0f, status.get());  // the decision's factor, not 123
       VISION_CUDA_CHECK(cudaDeviceSynchronize());
       std::vector<OptimTensor> plain = t.tensors;
       for (auto& r : plain) r.ns_offset = -1;
@@ -325,8 +329,8 @@ TEST(OptimizerKernels, UpdatesFollowTheDecisionOnTheDevice) {
     }
     {
       Dev<float> p(params), m1(mom), m2(sq);
-      train::launch_adamw_step(nullptr, p.get(), d_grads.get(), m1.get(), m2.get(), tensors.get(), chunks.get(),
-                               n_chunks, groups.get(), 123.0f, status.get());
+      train::launch_adamw_step(nullptr, p.get(), d_grads.get(), m1.get(), m2.get(), dev.tensors.get(), dev.chunks.get(),
+                               n_chunks, dev.groups.get(), 123.0f, status.get());
       VISION_CUDA_CHECK(cudaDeviceSynchronize());
       auto rp = params, r1 = mom, r2 = sq;
       if (finite) train::adamw_step_cpu(rp.data(), grads.data(), r1.data(), r2.data(), t.tensors, t.chunks, t.groups, coef);
@@ -338,9 +342,9 @@ TEST(OptimizerKernels, UpdatesFollowTheDecisionOnTheDevice) {
       Dev<float> b(mom);
       const auto ns0 = random_bf16(static_cast<size_t>(t.ns));
       Dev<uint16_t> ns(ns0);
-      train::launch_muon_prepare(nullptr, d_grads.get(), b.get(), ns.get(), tensors.get(), muon_chunks.get(),
-                                 static_cast<int64_t>(t.muon_chunks.size()), groups.get(), 123.0f, status.get());
-      train::launch_muon_normalize(nullptr, ns.get(), tensors.get(), muon.get(), static_cast<int64_t>(t.muon.size()),
+      train::launch_muon_prepare(nullptr, d_grads.get(), b.get(), ns.get(), dev.tensors.get(), dev.muon_chunks.get(),
+                                 static_cast<int64_t>(t.muon_chunks.size()), dev.groups.get(), 123.0f, status.get());
+      train::launch_muon_normalize(nullptr, ns.get(), dev.tensors.get(), dev.muon.get(), static_cast<int64_t>(t.muon.size()),
                                    status.get());
       VISION_CUDA_CHECK(cudaDeviceSynchronize());
       auto rb = mom;
