@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "vision/core/error.h"
@@ -391,6 +392,76 @@ TEST(Augment, OnePassEqualsTheStepsComposed) {
         compared += static_cast<int64_t>(boxes.size());
       }
   EXPECT_GT(compared, 100);
+}
+
+// The pipeline as a plan (plan_sample), rendered pixel by pixel through warp_math.cuh (warp_plan_cpu: the GPU
+// kernel's twin) and then HSV-jittered with the plan's gains, gives the one-pass pipeline's bytes, boxes and draws:
+// mosaic on and off, the options above (a perspective among them), and an image larger than imgsz (the letterbox
+// resizes it on the host: the plan's single tile is the letterboxed image) beside smaller ones (pasted with a border).
+TEST(Augment, PlanRenderedPixelByPixelEqualsTheOnePass) {
+  constexpr int64_t imgsz = 96;
+  const std::vector<LabeledImage> images = {noise_image(96, 72, 1), noise_image(50, 96, 2), noise_image(130, 101, 3),
+                                            noise_image(80, 61, 4), noise_image(96, 90, 5)};
+  const SampleLoader load = [&](size_t i) { return images[i]; };
+  int64_t loads = 0;
+  const SourceLoader shared = [&](size_t i) {
+    ++loads;
+    return SourceImage{std::make_shared<const Image>(images[i].image), images[i].boxes, true};
+  };
+  std::vector<AugmentOptions> options(4);
+  options[1].degrees = 10, options[1].shear = 5, options[1].perspective = 0.0008;
+  options[2].flipud = 1, options[2].fliplr = 1, options[2].scale = 0.9;  // far zoom-outs: the fill around the canvas
+  options[3].scale = 0, options[3].translate = 0, options[3].hsv_h = 0.5;
+  AugmentScratch scratch;
+  std::vector<uint8_t> want(imgsz * imgsz * 3), got(imgsz * imgsz * 3);
+  int64_t compared = 0, tiles[5] = {};
+  for (size_t k = 0; k < options.size(); ++k)
+    for (uint64_t seed = 0; seed < 10; ++seed)
+      for (const bool mosaic : {true, false}) {
+        SCOPED_TRACE(testing::Message() << "options " << k << " seed " << seed << " mosaic " << mosaic);
+        const size_t index = seed % images.size();
+        Random a(derive_seed(5, seed, k)), b(derive_seed(5, seed, k));
+        std::fill(want.begin(), want.end(), uint8_t{7});
+        const std::vector<TargetBox> want_boxes =
+            augment_sample_into(index, images.size(), load, imgsz, options[k], mosaic, a, want.data(), scratch);
+        SamplePlan plan;
+        const std::vector<TargetBox> boxes =
+            plan_sample(index, images.size(), shared, imgsz, options[k], mosaic, b, plan);
+        ASSERT_GE(plan.warp.tiles, 1);
+        ++tiles[plan.warp.tiles];
+        EXPECT_EQ(plan.warp.affine, options[k].perspective == 0 ? 1 : 0);
+        std::fill(got.begin(), got.end(), uint8_t{7});
+        warp_plan_cpu(host_warp_plan(plan), got.data());
+        apply_hsv(got.data(), imgsz * imgsz, plan.hsv);
+        EXPECT_TRUE(want == got);
+        EXPECT_EQ(want_boxes, boxes);
+        EXPECT_EQ(a.integer(0, 1 << 30), b.integer(0, 1 << 30));  // the same number of draws
+        compared += static_cast<int64_t>(boxes.size());
+      }
+  EXPECT_GT(compared, 60);
+  EXPECT_GT(tiles[4], 20);  // mosaics
+  EXPECT_GT(tiles[1], 20);  // letterboxes
+  EXPECT_GT(loads, 100);
+}
+
+// A source that is not a 3-channel image is refused, naming the sample.
+TEST(Augment, PlanRefusesABadSource) {
+  const SourceLoader bad = [](size_t) { return SourceImage{std::make_shared<const Image>(Image(8, 8, 1)), {}, false}; };
+  SamplePlan plan;
+  Random rng(1);
+  AugmentOptions o;
+  o.mosaic = 0;
+  EXPECT_THROW(
+      {
+        try {
+          plan_sample(0, 1, bad, 32, o, false, rng, plan);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("sample 0 did not load as a 3-channel image"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
 }
 
 }  // namespace vision::data

@@ -95,9 +95,11 @@ Matrix3 random_affine_matrix(Random& rng, const AugmentOptions& o, int64_t in_w,
 
 namespace {
 
+bool is_affine(const Matrix3& m) { return m[6] == 0 && m[7] == 0 && m[8] == 1; }
+
 // The inverse M⁻¹ warp samples by: OpenCV's invertAffineTransform for an affine M, the full inverse otherwise.
 Matrix3 warp_inverse(const Matrix3& m) {
-  if (m[6] == 0 && m[7] == 0 && m[8] == 1) {
+  if (is_affine(m)) {
     double d = m[0] * m[4] - m[1] * m[3];
     VISION_CHECK(d != 0, "augment: the affine matrix is singular (scale 0?)");
     d = 1.0 / d;
@@ -114,44 +116,34 @@ struct WarpTarget {
   bool mirror_x = false, mirror_y = false;
 };
 
-// warp's pixels written through `target`.
-void warp_into(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_h, uint8_t fill, WarpTarget target) {
+// warp's pixels written through `target`, from M⁻¹ (warp_inverse; `affine`: M's last row is (0, 0, 1)).
+void warp_into(const Image& image, const Matrix3& inv, bool affine, int64_t out_w, int64_t out_h, uint8_t fill,
+               WarpTarget target) {
   VISION_CHECK(image.channels == 3 && !image.empty(), "augment: warp needs a 3-channel image");
   VISION_CHECK(out_w > 0 && out_h > 0, "augment: warp to {}×{}: the output must not be empty", out_w, out_h);
-  const bool affine = m[6] == 0 && m[7] == 0 && m[8] == 1;
-  const Matrix3 inv = warp_inverse(m);
   const int64_t w = image.width, h = image.height;
   const uint8_t border[3] = {fill, fill, fill};
-  // Affine: input positions in 1/1024 steps per row and column (rounded separately), then to 1/32 — OpenCV's
-  // warpAffine arithmetic, so the output matches it; perspective: each position rounded to 1/32.
-  constexpr double kAb = 1024;
+  // Affine: the columns' parts of the positions once per warp, the rows' once per row (warp_math.cuh).
   std::vector<int64_t> adx, ady;
   if (affine) {
     adx.resize(static_cast<size_t>(out_w));
     ady.resize(static_cast<size_t>(out_w));
-    for (int64_t x = 0; x < out_w; ++x) {
-      adx[static_cast<size_t>(x)] = std::lrint(std::clamp(inv[0] * static_cast<double>(x) * kAb, -1e12, 1e12));
-      ady[static_cast<size_t>(x)] = std::lrint(std::clamp(inv[3] * static_cast<double>(x) * kAb, -1e12, 1e12));
-    }
+    for (int64_t x = 0; x < out_w; ++x)
+      warp_column(inv.data(), x, &adx[static_cast<size_t>(x)], &ady[static_cast<size_t>(x)]);
   }
   const int64_t step = target.mirror_x ? -3 : 3;
   for (int64_t y = 0; y < out_h; ++y) {
     uint8_t* dst = target.base + (target.mirror_y ? out_h - 1 - y : y) * out_w * 3 +
                    (target.mirror_x ? (out_w - 1) * 3 : 0);
-    const double yd = static_cast<double>(y);
-    const int64_t x0r = affine ? std::lrint(std::clamp((inv[1] * yd + inv[2]) * kAb, -1e12, 1e12)) + 16 : 0;
-    const int64_t y0r = affine ? std::lrint(std::clamp((inv[4] * yd + inv[5]) * kAb, -1e12, 1e12)) + 16 : 0;
+    int64_t x0r = 0, y0r = 0;
+    if (affine) warp_row(inv.data(), y, &x0r, &y0r);
     for (int64_t x = 0; x < out_w; ++x, dst += step) {
       int64_t fx, fy;
       if (affine) {
         fx = (x0r + adx[static_cast<size_t>(x)]) >> 5;
         fy = (y0r + ady[static_cast<size_t>(x)]) >> 5;
       } else {
-        const double xd = static_cast<double>(x);
-        const double q = inv[6] * xd + inv[7] * yd + inv[8];
-        const double r = q != 0 ? 32.0 / q : 0.0;
-        fx = std::lrint(std::clamp((inv[0] * xd + inv[1] * yd + inv[2]) * r, -1e12, 1e12));
-        fy = std::lrint(std::clamp((inv[3] * xd + inv[4] * yd + inv[5]) * r, -1e12, 1e12));
+        warp_perspective(inv.data(), x, y, &fx, &fy);
       }
       const int64_t x0 = fx >> 5, y0 = fy >> 5;  // floor
       if (x0 < -1 || y0 < -1 || x0 >= w || y0 >= h) {  // all four neighbours outside: the fill
@@ -159,7 +151,6 @@ void warp_into(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_
         continue;
       }
       const int ax = static_cast<int>(fx & 31), ay = static_cast<int>(fy & 31);
-      const int w00 = (32 - ax) * (32 - ay), w10 = ax * (32 - ay), w01 = (32 - ax) * ay, w11 = ax * ay;
       const uint8_t *p00, *p10, *p01, *p11;
       if (x0 >= 0 && y0 >= 0 && x0 + 1 < w && y0 + 1 < h) {
         p00 = image.at(x0, y0);
@@ -175,8 +166,7 @@ void warp_into(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_
         p01 = px(x0, y0 + 1);
         p11 = px(x0 + 1, y0 + 1);
       }
-      for (int c = 0; c < 3; ++c)
-        dst[c] = static_cast<uint8_t>((p00[c] * w00 + p10[c] * w10 + p01[c] * w01 + p11[c] * w11 + 512) >> 10);
+      for (int c = 0; c < 3; ++c) dst[c] = warp_blend(p00[c], p10[c], p01[c], p11[c], ax, ay);
     }
   }
 }
@@ -186,7 +176,7 @@ void warp_into(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_
 Image warp(const Image& image, const Matrix3& m, int64_t out_w, int64_t out_h, uint8_t fill) {
   VISION_CHECK(out_w > 0 && out_h > 0, "augment: warp to {}×{}: the output must not be empty", out_w, out_h);
   Image out(out_w, out_h, 3);
-  warp_into(image, m, out_w, out_h, fill, {out.pixels.data()});
+  warp_into(image, warp_inverse(m), is_affine(m), out_w, out_h, fill, {out.pixels.data()});
   return out;
 }
 
@@ -247,49 +237,79 @@ LabeledImage random_affine(const LabeledImage& in, Random& rng, const AugmentOpt
 
 namespace {
 
-// mosaic4 onto `canvas`, whose buffer is reused when it has the room (it is resized to 2·imgsz square and filled).
-std::vector<TargetBox> mosaic4_onto(std::span<const LabeledImage> images, int64_t imgsz, Random& rng, Image& canvas) {
-  VISION_CHECK(images.size() == 4, "augment: a mosaic takes 4 images, got {}", images.size());
+// The mosaic's centre (xc, yc), uniform in [imgsz/2, 3·imgsz/2], x drawn first, whole pixels.
+std::array<int64_t, 2> draw_mosaic_centre(Random& rng, int64_t imgsz) {
   const int64_t s = imgsz, S = 2 * imgsz;
   const int64_t xc = static_cast<int64_t>(rng.uniform(static_cast<double>(s / 2), static_cast<double>(S - s / 2)));
   const int64_t yc = static_cast<int64_t>(rng.uniform(static_cast<double>(s / 2), static_cast<double>(S - s / 2)));
-  std::vector<TargetBox> boxes;
+  return {xc, yc};
+}
+
+// Where mosaic image i (w × h) goes on the S × S canvas around the centre: the canvas rectangle and the source corner
+// it shows (the four are disjoint quadrants of the canvas).
+WarpTile mosaic_tile(size_t i, int64_t w, int64_t h, int64_t S, int64_t xc, int64_t yc) {
+  int64_t x1a, y1a, x2a, y2a, x1b, y1b;  // canvas rectangle and the source's top-left corner
+  switch (i) {
+    case 0:  // top left of the centre
+      x1a = std::max<int64_t>(xc - w, 0), y1a = std::max<int64_t>(yc - h, 0), x2a = xc, y2a = yc;
+      x1b = w - (x2a - x1a), y1b = h - (y2a - y1a);
+      break;
+    case 1:  // top right
+      x1a = xc, y1a = std::max<int64_t>(yc - h, 0), x2a = std::min(xc + w, S), y2a = yc;
+      x1b = 0, y1b = h - (y2a - y1a);
+      break;
+    case 2:  // bottom left
+      x1a = std::max<int64_t>(xc - w, 0), y1a = yc, x2a = xc, y2a = std::min(S, yc + h);
+      x1b = w - (x2a - x1a), y1b = 0;
+      break;
+    default:  // bottom right
+      x1a = xc, y1a = yc, x2a = std::min(xc + w, S), y2a = std::min(S, yc + h);
+      x1b = 0, y1b = 0;
+      break;
+  }
+  const int64_t cw = std::min(x2a - x1a, w - x1b), ch = std::min(y2a - y1a, h - y1b);
+  const auto i32 = [](int64_t v) { return static_cast<int32_t>(v); };
+  return {i32(x1a), i32(y1a), i32(std::max<int64_t>(cw, 0)), i32(std::max<int64_t>(ch, 0)), i32(x1b), i32(y1b),
+          i32(w), i32(h)};
+}
+
+// A mosaic image's boxes moved with its tile, clipped to the S × S canvas, those left with no area dropped.
+void mosaic_boxes(std::span<const TargetBox> in, const WarpTile& t, int64_t S, std::vector<TargetBox>& out) {
+  const float padw = static_cast<float>(t.x - t.sx), padh = static_cast<float>(t.y - t.sy);
+  const float lim = static_cast<float>(S);
+  for (const TargetBox& b : in) {
+    TargetBox c{b.cls, std::clamp(b.x1 + padw, 0.0f, lim), std::clamp(b.y1 + padh, 0.0f, lim),
+                std::clamp(b.x2 + padw, 0.0f, lim), std::clamp(b.y2 + padh, 0.0f, lim)};
+    if (c.x2 > c.x1 && c.y2 > c.y1) out.push_back(c);
+  }
+}
+
+// A canvas of side S filled with kLetterboxFill and the tiles' pixels copied onto it; its buffer is reused when it
+// has the room.
+void compose_canvas(std::span<const WarpTile> tiles, std::span<const Image* const> sources, int64_t S, Image& canvas) {
   canvas.width = canvas.height = S;
   canvas.channels = 3;
   canvas.pixels.assign(static_cast<size_t>(S * S * 3), kLetterboxFill);
-  for (size_t i = 0; i < 4; ++i) {
-    const Image& img = images[i].image;
-    const int64_t w = img.width, h = img.height;
-    int64_t x1a, y1a, x2a, y2a, x1b, y1b;  // canvas rectangle and the source's top-left corner
-    switch (i) {
-      case 0:  // top left of the centre
-        x1a = std::max<int64_t>(xc - w, 0), y1a = std::max<int64_t>(yc - h, 0), x2a = xc, y2a = yc;
-        x1b = w - (x2a - x1a), y1b = h - (y2a - y1a);
-        break;
-      case 1:  // top right
-        x1a = xc, y1a = std::max<int64_t>(yc - h, 0), x2a = std::min(xc + w, S), y2a = yc;
-        x1b = 0, y1b = h - (y2a - y1a);
-        break;
-      case 2:  // bottom left
-        x1a = std::max<int64_t>(xc - w, 0), y1a = yc, x2a = xc, y2a = std::min(S, yc + h);
-        x1b = w - (x2a - x1a), y1b = 0;
-        break;
-      default:  // bottom right
-        x1a = xc, y1a = yc, x2a = std::min(xc + w, S), y2a = std::min(S, yc + h);
-        x1b = 0, y1b = 0;
-        break;
-    }
-    const int64_t cw = std::min(x2a - x1a, w - x1b), ch = std::min(y2a - y1a, h - y1b);
-    for (int64_t y = 0; y < ch; ++y)
-      std::copy_n(img.at(x1b, y1b + y), cw * 3, canvas.at(x1a, y1a + y));
-    const float padw = static_cast<float>(x1a - x1b), padh = static_cast<float>(y1a - y1b);
-    const float lim = static_cast<float>(S);
-    for (const TargetBox& b : images[i].boxes) {
-      TargetBox t{b.cls, std::clamp(b.x1 + padw, 0.0f, lim), std::clamp(b.y1 + padh, 0.0f, lim),
-                  std::clamp(b.x2 + padw, 0.0f, lim), std::clamp(b.y2 + padh, 0.0f, lim)};
-      if (t.x2 > t.x1 && t.y2 > t.y1) boxes.push_back(t);
-    }
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const WarpTile& t = tiles[i];
+    for (int64_t y = 0; y < t.h; ++y) std::copy_n(sources[i]->at(t.sx, t.sy + y), t.w * 3, canvas.at(t.x, t.y + y));
   }
+}
+
+// mosaic4 onto `canvas` (compose_canvas).
+std::vector<TargetBox> mosaic4_onto(std::span<const LabeledImage> images, int64_t imgsz, Random& rng, Image& canvas) {
+  VISION_CHECK(images.size() == 4, "augment: a mosaic takes 4 images, got {}", images.size());
+  const int64_t S = 2 * imgsz;
+  const auto [xc, yc] = draw_mosaic_centre(rng, imgsz);
+  std::vector<TargetBox> boxes;
+  std::array<WarpTile, 4> tiles;
+  std::array<const Image*, 4> sources{};
+  for (size_t i = 0; i < 4; ++i) {
+    tiles[i] = mosaic_tile(i, images[i].image.width, images[i].image.height, S, xc, yc);
+    sources[i] = &images[i].image;
+    mosaic_boxes(images[i].boxes, tiles[i], S, boxes);
+  }
+  compose_canvas(tiles, sources, S, canvas);
   return boxes;
 }
 
@@ -472,28 +492,61 @@ void flip_ud(LabeledImage& x) {
 // ---------------------------------------------------------------------------------------------------------------
 // The pipeline
 
-std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleLoader& load, int64_t imgsz,
-                                           const AugmentOptions& o, bool mosaic, Random& rng, uint8_t* out,
-                                           AugmentScratch& scratch, HsvGains* defer_hsv) {
+std::vector<TargetBox> plan_sample(size_t index, size_t n, const SourceLoader& load, int64_t imgsz,
+                                   const AugmentOptions& o, bool mosaic, Random& rng, SamplePlan& plan) {
   VISION_CHECK(n > 0 && index < n, "augment: sample {} of a dataset of {}", index, n);
-  VISION_CHECK(imgsz > 0, "augment: imgsz must be positive, got {}", imgsz);
+  VISION_CHECK(imgsz > 0 && imgsz <= (int64_t{1} << 20), "augment: imgsz must be in [1, 2^20], got {}", imgsz);
+  plan = SamplePlan{};
+  WarpPlan& w = plan.warp;
+  w.fill = kLetterboxFill;
+  w.out = static_cast<int32_t>(imgsz);
+  const auto source = [&](size_t i) {
+    SourceImage x = load(i);
+    VISION_CHECK(x.image && x.image->channels == 3 && !x.image->empty() &&
+                     x.image->pixels.size() == static_cast<size_t>(x.image->width * x.image->height * 3),
+                 "augment: sample {} did not load as a 3-channel image", i);
+    return x;
+  };
   // The draws in augment_sample's order: the mosaic's (its partners, its centre), the affine's, HSV's, the flips'.
-  const Image* source = nullptr;
   std::vector<TargetBox> boxes;
-  LabeledImage single;
   if (mosaic && o.mosaic > 0 && rng.chance(o.mosaic)) {
-    std::array<LabeledImage, 4>& four = scratch.four;
-    four[0] = load(index);
-    for (size_t i = 1; i < 4; ++i) four[i] = load(static_cast<size_t>(rng.integer(0, static_cast<int64_t>(n) - 1)));
-    boxes = mosaic4_onto(four, imgsz, rng, scratch.canvas);
-    source = &scratch.canvas;
-  } else {
-    single = letterbox_square(load(index), imgsz);
-    boxes = std::move(single.boxes);
-    source = &single.image;
+    std::array<SourceImage, 4> four;
+    four[0] = source(index);
+    for (size_t i = 1; i < 4; ++i) four[i] = source(static_cast<size_t>(rng.integer(0, static_cast<int64_t>(n) - 1)));
+    const int64_t S = 2 * imgsz;
+    const auto [xc, yc] = draw_mosaic_centre(rng, imgsz);
+    for (size_t i = 0; i < 4; ++i) {
+      w.tile[i] = mosaic_tile(i, four[i].image->width, four[i].image->height, S, xc, yc);
+      mosaic_boxes(four[i].boxes, w.tile[i], S, boxes);
+      plan.sources[i] = std::move(four[i].image);
+      plan.lasting[i] = four[i].lasting;
+    }
+    w.tiles = 4;
+    w.canvas = static_cast<int32_t>(S);
+  } else {  // letterbox_square: the image pasted at its offset when it needs no resizing (the training load's case)
+    SourceImage x = source(index);
+    const Image& img = *x.image;
+    const LetterboxTransform t = letterbox_transform(img.height, img.width, imgsz, imgsz, false, 0);
+    VISION_CHECK(t.input_w == imgsz && t.input_h == imgsz, "augment: a letterbox of {}×{} to {} is {}×{}", img.width,
+                 img.height, imgsz, t.input_w, t.input_h);
+    const auto i32 = [](int64_t v) { return static_cast<int32_t>(v); };
+    if (t.resized_w == img.width && t.resized_h == img.height) {
+      w.tile[0] = {i32(static_cast<int64_t>(t.pad_x)), i32(static_cast<int64_t>(t.pad_y)), i32(img.width),
+                   i32(img.height), 0, 0, i32(img.width), i32(img.height)};
+      plan.sources[0] = x.image;
+      plan.lasting[0] = x.lasting;
+    } else {
+      w.tile[0] = {0, 0, i32(imgsz), i32(imgsz), 0, 0, i32(imgsz), i32(imgsz)};
+      plan.sources[0] = std::make_shared<const Image>(letterbox(img, t));
+    }
+    const auto fx = [&](float v) { return static_cast<float>(v * t.scale + t.pad_x); };
+    const auto fy = [&](float v) { return static_cast<float>(v * t.scale + t.pad_y); };
+    for (const TargetBox& b : x.boxes) boxes.push_back({b.cls, fx(b.x1), fy(b.y1), fx(b.x2), fy(b.y2)});
+    w.tiles = 1;
+    w.canvas = static_cast<int32_t>(imgsz);
   }
   double s = 1;
-  const Matrix3 m = random_affine_matrix(rng, o, source->width, source->height, imgsz, imgsz, &s);
+  const Matrix3 m = random_affine_matrix(rng, o, w.canvas, w.canvas, imgsz, imgsz, &s);
   boxes = affine_boxes(boxes, m, s, imgsz, imgsz);
   const auto gains = draw_hsv_gains(rng, o);
   const bool up_down = o.flipud > 0 && rng.chance(o.flipud);
@@ -503,13 +556,62 @@ std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleL
     if (up_down) b.y1 = side - std::exchange(b.y2, side - b.y1);
     if (left_right) b.x1 = side - std::exchange(b.x2, side - b.x1);
   }
-  // Each output pixel warped (bilinear from the source; an identity M samples every pixel exactly) and written at its
-  // mirrored place, then the HSV jitter over the output (a pass of its own: fused into the warp's loop it ran slower).
-  warp_into(*source, m, imgsz, imgsz, kLetterboxFill, {out, left_right, up_down});
+  const Matrix3 inv = warp_inverse(m);
+  std::copy(inv.begin(), inv.end(), w.inv);
+  w.affine = is_affine(m) ? 1 : 0;
+  w.mirror_x = left_right ? 1 : 0;
+  w.mirror_y = up_down ? 1 : 0;
+  plan.hsv = gains.value_or(HsvGains{1, 1, 1});
+  return boxes;
+}
+
+WarpPlan host_warp_plan(const SamplePlan& plan) {
+  WarpPlan w = plan.warp;
+  for (int i = 0; i < w.tiles; ++i) {
+    VISION_CHECK(plan.sources[static_cast<size_t>(i)], "augment: the plan's tile {} has no image", i);
+    w.source[i] = reinterpret_cast<uint64_t>(plan.sources[static_cast<size_t>(i)]->pixels.data());
+  }
+  return w;
+}
+
+void warp_plan_cpu(const WarpPlan& plan, uint8_t* out) {
+  VISION_CHECK(plan.out > 0 && plan.canvas > 0 && plan.tiles >= 1 && plan.tiles <= kWarpMaxTiles,
+               "augment: a warp plan of {} tiles to {}×{}", plan.tiles, plan.out, plan.out);
+  for (int64_t y = 0; y < plan.out; ++y)
+    for (int64_t x = 0; x < plan.out; ++x) warp_plan_pixel(plan, x, y, out + warp_plan_offset(plan, x, y));
+}
+
+std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleLoader& load, int64_t imgsz,
+                                           const AugmentOptions& o, bool mosaic, Random& rng, uint8_t* out,
+                                           AugmentScratch& scratch, HsvGains* defer_hsv) {
+  const SourceLoader shared = [&](size_t i) {
+    LabeledImage x = load(i);
+    return SourceImage{std::make_shared<const Image>(std::move(x.image)), std::move(x.boxes), false};
+  };
+  SamplePlan plan;
+  std::vector<TargetBox> boxes = plan_sample(index, n, shared, imgsz, o, mosaic, rng, plan);
+  // The canvas composed (or the letterboxed image itself where it is the whole canvas), then each output pixel warped
+  // (bilinear; an identity M samples every pixel exactly) and written at its mirrored place, then the HSV jitter over
+  // the output (a pass of its own: fused into the warp's loop it ran slower).
+  const WarpPlan& w = plan.warp;
+  const WarpTile& t0 = w.tile[0];
+  const Image* canvas = plan.sources[0].get();
+  if (w.tiles != 1 || t0.x != 0 || t0.y != 0 || t0.sx != 0 || t0.sy != 0 || t0.width != w.canvas ||
+      t0.height != w.canvas) {
+    std::array<const Image*, kWarpMaxTiles> sources{};
+    for (int i = 0; i < w.tiles; ++i) sources[static_cast<size_t>(i)] = plan.sources[static_cast<size_t>(i)].get();
+    const auto tiles = static_cast<size_t>(w.tiles);
+    compose_canvas(std::span(w.tile, tiles), std::span(sources.data(), tiles), w.canvas, scratch.canvas);
+    canvas = &scratch.canvas;
+  }
+  Matrix3 inv;
+  std::copy(w.inv, w.inv + 9, inv.begin());
+  warp_into(*canvas, inv, w.affine != 0, imgsz, imgsz, kLetterboxFill, {out, w.mirror_x != 0, w.mirror_y != 0});
+  const bool jitter = plan.hsv != HsvGains{1, 1, 1};
   if (defer_hsv)
-    *defer_hsv = gains.value_or(HsvGains{1, 1, 1});
-  else if (gains)
-    apply_hsv(out, imgsz * imgsz, *gains);
+    *defer_hsv = plan.hsv;
+  else if (jitter)
+    apply_hsv(out, imgsz * imgsz, plan.hsv);
   return boxes;
 }
 

@@ -14,12 +14,14 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "vision/data/dataset.h"
 #include "vision/data/image.h"
 #include "vision/data/random.h"
+#include "vision/data/warp_math.cuh"
 
 namespace vision::data {
 
@@ -142,10 +144,9 @@ using SampleLoader = std::function<LabeledImage(size_t index)>;
 LabeledImage augment_sample(size_t index, size_t n, const SampleLoader& load, int64_t imgsz, const AugmentOptions& o,
                             bool mosaic, Random& rng);
 
-// Buffers augment_sample_into reuses from one sample to the next (one per thread): the mosaic's four images and its
-// canvas (2·imgsz square), which would otherwise be allocated — and their pages faulted in — for every sample.
+// A buffer augment_sample_into reuses from one sample to the next (one per thread): the mosaic's canvas (2·imgsz
+// square), which would otherwise be allocated — and its pages faulted in — for every sample.
 struct AugmentScratch {
-  std::array<LabeledImage, 4> four;
   Image canvas;
 };
 
@@ -157,5 +158,41 @@ struct AugmentScratch {
 std::vector<TargetBox> augment_sample_into(size_t index, size_t n, const SampleLoader& load, int64_t imgsz,
                                            const AugmentOptions& o, bool mosaic, Random& rng, uint8_t* out,
                                            AugmentScratch& scratch, HsvGains* defer_hsv = nullptr);
+
+// ---------------------------------------------------------------------------------------------------------------
+// The pipeline as a plan: the draws and the boxes on the host, the pixels wherever the sources are (warp_math.cuh)
+
+// A training-loaded image for a plan, shared rather than copied (a ram cache's own image is used in place), with its
+// boxes; `lasting` when the image stays as it is for the loader's life (a ram cache's), so a device may keep a copy.
+struct SourceImage {
+  std::shared_ptr<const Image> image;
+  std::vector<TargetBox> boxes;
+  bool lasting = false;
+};
+using SourceLoader = std::function<SourceImage(size_t index)>;
+
+// One augmented sample with its pixels not computed yet: the warp of a canvas that the sources' tiles make up (the
+// mosaic's four, or the letterboxed image), its flips, and the HSV jitter's gains ({1, 1, 1} when none were drawn).
+// warp.source is left 0: whoever renders the plan points it at the sources' pixels (host_warp_plan, or a device's
+// copies of them).
+struct SamplePlan {
+  WarpPlan warp;
+  std::array<std::shared_ptr<const Image>, kWarpMaxTiles> sources;  // tile i's image
+  std::array<bool, kWarpMaxTiles> lasting{};
+  HsvGains hsv{1, 1, 1};
+};
+
+// augment_sample_into's draws, in its order, and its boxes; the pixels as a plan. warp_plan_cpu of the plan (or the
+// GPU's augment_warp, data/warp_cuda.h) followed by the HSV jitter with plan.hsv gives augment_sample_into's bytes.
+std::vector<TargetBox> plan_sample(size_t index, size_t n, const SourceLoader& load, int64_t imgsz,
+                                   const AugmentOptions& o, bool mosaic, Random& rng, SamplePlan& plan);
+
+// plan.warp with its sources' host addresses.
+WarpPlan host_warp_plan(const SamplePlan& plan);
+
+// The plan's out × out × 3 pixels, one at a time through warp_math.cuh: the GPU kernel's CPU twin (plan.source must
+// hold host addresses). augment_sample_into composes the canvas and warps it row by row instead, with the same
+// arithmetic.
+void warp_plan_cpu(const WarpPlan& plan, uint8_t* out);
 
 }  // namespace vision::data
