@@ -116,6 +116,55 @@ TEST(Loader, DeferredHsvGivesTheSameBatchOnceApplied) {
   EXPECT_THROW(TrainLoader(d, o), Error);
 }
 
+// warp_on_device: each image a plan whose pixels (warp_plan_cpu, the GPU kernel's twin, then the jitter with the
+// plan's gains) are the batch the loader makes itself, with the same boxes, samples and gains — mosaic on (epoch 1)
+// and off (close_mosaic); with the ram cache the plans' sources are the cache's own images (lasting: a device may keep
+// copies), without it they are not. The option needs hsv_on_device.
+TEST(Loader, PlansRenderToTheLoadersOwnBatches) {
+  test::TempDir dir;
+  const Dataset d = make_dataset(dir);
+  for (const CacheMode cache : {CacheMode::ram, CacheMode::none}) {
+    SCOPED_TRACE(cache_mode_name(cache));
+    LoaderOptions o = small(2);
+    o.pixels = BatchPixels::u8_nhwc;
+    o.hsv_on_device = true;
+    o.cache = cache;
+    TrainLoader pixels(d, o);
+    o.warp_on_device = true;
+    TrainLoader plans(d, o);
+    int64_t compared = 0, lasting = 0, sources = 0;
+    for (const bool mosaic : {true, false}) {
+      const auto a = epoch(pixels, 1, mosaic), b = epoch(plans, 1, mosaic);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_TRUE(a[i].plans.empty());
+        const int64_t n = b[i].images.dim(0);
+        ASSERT_EQ(b[i].plans.size(), static_cast<size_t>(n));
+        EXPECT_EQ(a[i].boxes, b[i].boxes);
+        EXPECT_EQ(a[i].samples, b[i].samples);
+        EXPECT_EQ(a[i].hsv, b[i].hsv);
+        const size_t bytes = 64 * 64 * 3;
+        std::vector<uint8_t> px(bytes, 7);
+        for (int64_t k = 0; k < n; ++k) {
+          const SamplePlan& plan = b[i].plans[static_cast<size_t>(k)];
+          EXPECT_EQ(plan.warp.tiles, mosaic ? 4 : 1);
+          for (int t = 0; t < plan.warp.tiles; ++t) lasting += plan.lasting[static_cast<size_t>(t)], ++sources;
+          warp_plan_cpu(host_warp_plan(plan), px.data());
+          EXPECT_EQ(std::memcmp(px.data(), a[i].images.data<uint8_t>() + static_cast<size_t>(k) * bytes, bytes), 0)
+              << "batch " << i << " image " << k;
+          ++compared;
+        }
+      }
+    }
+    EXPECT_EQ(compared, 20);
+    EXPECT_EQ(lasting, cache == CacheMode::ram ? sources : 0);
+  }
+  LoaderOptions o = small(1);
+  o.pixels = BatchPixels::u8_nhwc;
+  o.warp_on_device = true;
+  EXPECT_THROW(TrainLoader(d, o), Error);
+}
+
 TEST(Loader, EpochsDiffer) {
   test::TempDir dir;
   const Dataset d = make_dataset(dir);

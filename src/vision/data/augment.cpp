@@ -56,11 +56,17 @@ LabeledImage load_for_training(Image image, std::span<const LabelBox> labels, in
   } else {
     out.image = std::move(image);
   }
-  const double w = static_cast<double>(out.image.width), h = static_cast<double>(out.image.height);
-  out.boxes.reserve(labels.size());
+  out.boxes = training_boxes(labels, out.image.width, out.image.height);
+  return out;
+}
+
+std::vector<TargetBox> training_boxes(std::span<const LabelBox> labels, int64_t width, int64_t height) {
+  const double w = static_cast<double>(width), h = static_cast<double>(height);
+  std::vector<TargetBox> out;
+  out.reserve(labels.size());
   for (const LabelBox& l : labels)
-    out.boxes.push_back({l.cls, static_cast<float>((l.cx - l.w / 2) * w), static_cast<float>((l.cy - l.h / 2) * h),
-                         static_cast<float>((l.cx + l.w / 2) * w), static_cast<float>((l.cy + l.h / 2) * h)});
+    out.push_back({l.cls, static_cast<float>((l.cx - l.w / 2) * w), static_cast<float>((l.cy - l.h / 2) * h),
+                   static_cast<float>((l.cx + l.w / 2) * w), static_cast<float>((l.cy + l.h / 2) * h)});
   return out;
 }
 

@@ -52,6 +52,8 @@ struct LabeledImage {
 // The training load: the image resized (bilinear) so its long side is imgsz, keeping the aspect ratio (each side
 // ceil(side · r), at most imgsz; an image already that size is kept), the normalised labels as boxes in its pixels.
 LabeledImage load_for_training(Image image, std::span<const LabelBox> labels, int64_t imgsz);
+// The normalised labels as boxes in the pixels of a width × height image (the training load's boxes).
+std::vector<TargetBox> training_boxes(std::span<const LabelBox> labels, int64_t width, int64_t height);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Geometry

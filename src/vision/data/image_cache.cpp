@@ -181,41 +181,45 @@ Image ImageCache::from_disk(size_t i) {
   return out;
 }
 
+std::shared_ptr<const Image> ImageCache::share(size_t i) {
+  VISION_CHECK(i < dataset_.samples.size(), "image cache: sample {} of {}", i, dataset_.samples.size());
+  if (mode_ != CacheMode::ram) return std::make_shared<const Image>(get(i));
+  {
+    // One decode per image: a second worker asking for an image being decoded waits for it.
+    std::unique_lock lk(mu_);
+    ram_ready_.wait(lk, [&] { return ram_[i] != nullptr || !decoding_[i]; });
+    if (const std::shared_ptr<const Image>& kept = ram_[i]) {
+      ++stats_.from_cache;
+      return kept;
+    }
+    decoding_[i] = 1;
+  }
+  std::shared_ptr<const Image> made;
+  try {
+    made = std::make_shared<const Image>(decode(i));
+  } catch (...) {
+    {
+      std::lock_guard lk(mu_);
+      decoding_[i] = 0;  // a waiter tries again (and meets the same error)
+    }
+    ram_ready_.notify_all();
+    throw;
+  }
+  {
+    std::lock_guard lk(mu_);
+    ++stats_.decoded;
+    ram_[i] = made;
+    decoding_[i] = 0;
+    stats_.ram_bytes += static_cast<double>(made->pixels.size());
+  }
+  ram_ready_.notify_all();
+  return made;
+}
+
 Image ImageCache::get(size_t i) {
   VISION_CHECK(i < dataset_.samples.size(), "image cache: sample {} of {}", i, dataset_.samples.size());
   switch (mode_) {
-    case CacheMode::ram: {
-      {
-        // One decode per image: a second worker asking for an image being decoded waits for it.
-        std::unique_lock lk(mu_);
-        ram_ready_.wait(lk, [&] { return ram_[i] != nullptr || !decoding_[i]; });
-        if (const std::shared_ptr<const Image>& kept = ram_[i]) {
-          ++stats_.from_cache;
-          return *kept;
-        }
-        decoding_[i] = 1;
-      }
-      std::shared_ptr<const Image> made;
-      try {
-        made = std::make_shared<const Image>(decode(i));
-      } catch (...) {
-        {
-          std::lock_guard lk(mu_);
-          decoding_[i] = 0;  // a waiter tries again (and meets the same error)
-        }
-        ram_ready_.notify_all();
-        throw;
-      }
-      {
-        std::lock_guard lk(mu_);
-        ++stats_.decoded;
-        ram_[i] = made;
-        decoding_[i] = 0;
-        stats_.ram_bytes += static_cast<double>(made->pixels.size());
-      }
-      ram_ready_.notify_all();
-      return *made;
-    }
+    case CacheMode::ram: return *share(i);
     case CacheMode::disk: return from_disk(i);
     default: {
       Image out = decode(i);

@@ -83,6 +83,9 @@ class ImageCache {
   // Sample i's image, resized so that its long side is imgsz. Throws vision::Error (naming the file) when it cannot be
   // read; a damaged or unwritable cache file is not an error (see warnings()).
   Image get(size_t i);
+  // The same image shared rather than copied: with the ram cache the cache's own (it stays as it is while the cache
+  // lives), otherwise a new one.
+  std::shared_ptr<const Image> share(size_t i);
 
   ImageCacheStats stats() const;
   // Problems met with cache files, one per file ("path: why"), in the order met.

@@ -40,6 +40,9 @@ const LoaderOptions& checked(const Dataset& dataset, const LoaderOptions& o) {
   VISION_CHECK(!o.hsv_on_device || o.pixels == BatchPixels::u8_nhwc,
                "TrainLoader: hsv_on_device leaves the HSV jitter to the consumer of u8 batches; f32 batches are "
                "normalised on the loader's threads, after which it cannot be applied");
+  VISION_CHECK(!o.warp_on_device || o.hsv_on_device,
+               "TrainLoader: warp_on_device leaves the warp to the consumer, and the HSV jitter after it: it needs "
+               "hsv_on_device (u8 batches) too");
   return o;
 }
 
@@ -149,6 +152,7 @@ void TrainLoader::work() {
         s.batch.boxes.resize(static_cast<size_t>(size));
         s.batch.samples.resize(static_cast<size_t>(size));
         s.batch.hsv.assign(o_.hsv_on_device ? static_cast<size_t>(size) : 0, HsvGains{1, 1, 1});
+        s.batch.plans.assign(o_.warp_on_device && o_.augment ? static_cast<size_t>(size) : 0, SamplePlan{});
         s.remaining = size;
       } catch (...) {
         if (!error_) error_ = std::current_exception();
@@ -201,7 +205,8 @@ core::Tensor TrainLoader::allocate_batch(const core::Shape& shape, core::DType d
   return core::Tensor::wrap(std::move(owner), p, shape, dtype, core::Device::cpu);
 }
 
-LabeledImage TrainLoader::load(size_t index, size_t& used) {
+template <typename Load>
+auto TrainLoader::first_readable(size_t index, size_t& used, const Load& load) {
   const size_t n = dataset_.samples.size();
   for (size_t k = 0; k < n; ++k) {
     const size_t j = (index + k) % n;
@@ -209,9 +214,8 @@ LabeledImage TrainLoader::load(size_t index, size_t& used) {
       std::lock_guard lk(bad_mu_);
       if (bad_[j]) continue;
     }
-    const Sample& sample = dataset_.samples[j];
     try {
-      LabeledImage x = load_for_training(cache_.get(j), sample.labels, o_.imgsz);
+      auto x = load(j);
       used = j;
       return x;
     } catch (const Error& e) {
@@ -225,6 +229,25 @@ LabeledImage TrainLoader::load(size_t index, size_t& used) {
   }
   fail("TrainLoader: no image of the dataset ('{}' split of {}, {} images) can be read; the first problem: {}",
        dataset_.split, dataset_.config.file.string(), n, counts().problems.empty() ? "?" : counts().problems[0]);
+}
+
+LabeledImage TrainLoader::load(size_t index, size_t& used) {
+  return first_readable(index, used, [&](size_t j) {
+    return load_for_training(cache_.get(j), dataset_.samples[j].labels, o_.imgsz);
+  });
+}
+
+SourceImage TrainLoader::load_source(size_t index, size_t& used) {
+  return first_readable(index, used, [&](size_t j) {
+    SourceImage x;
+    x.image = cache_.share(j);
+    VISION_CHECK(x.image->channels == 3 && std::max(x.image->width, x.image->height) == o_.imgsz,
+                 "TrainLoader: the cached image of sample {} is {}×{}×{}, not a training load at {}", j, x.image->width,
+                 x.image->height, x.image->channels, o_.imgsz);
+    x.boxes = training_boxes(dataset_.samples[j].labels, x.image->width, x.image->height);
+    x.lasting = cache_.mode() == CacheMode::ram;
+    return x;
+  });
 }
 
 void TrainLoader::make_item(int64_t b, int64_t slot, Slot& s, WorkerScratch& scratch) {
@@ -242,7 +265,17 @@ void TrainLoader::make_item(int64_t b, int64_t slot, Slot& s, WorkerScratch& scr
   };
   const size_t bytes = static_cast<size_t>(o_.imgsz * o_.imgsz * 3);
   std::vector<TargetBox> boxes;
-  if (o_.augment) {
+  if (o_.augment && o_.warp_on_device) {  // the draws and the boxes here, the pixels as a plan (the consumer's)
+    const SourceLoader sources = [&](size_t index) {
+      size_t j = index;
+      SourceImage x = load_source(index, j);
+      if (first) used = j, first = false;
+      return x;
+    };
+    SamplePlan& plan = s.batch.plans[static_cast<size_t>(slot)];
+    boxes = plan_sample(sample, n, sources, o_.imgsz, o_.aug, mosaic_, rng, plan);
+    s.batch.hsv[static_cast<size_t>(slot)] = plan.hsv;
+  } else if (o_.augment) {
     // u8 batches: augmented straight into the batch's slot; f32: into the worker's image, then normalised.
     uint8_t* dst;
     if (o_.pixels == BatchPixels::u8_nhwc) {

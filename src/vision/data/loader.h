@@ -56,6 +56,12 @@ struct LoaderOptions {
   // (TrainBatch::hsv) and its pixels are the rest of the pipeline's. The CUDA trainer applies them on the device (the
   // jitter is about half the augmentation's CPU time); the pixels after it are the same.
   bool hsv_on_device = false;
+  // The warp left to the consumer too (with hsv_on_device, for u8 batches, when augmenting): each image of a batch is
+  // a plan (TrainBatch::plans: the draws made, the boxes final, the pixels described — plan_sample) and the batch's
+  // images tensor is left unwritten. Workers then only draw and take their sources (with the ram cache, its own
+  // images, shared: a device can keep copies of them); the CUDA trainer renders the plans on the device, which gives
+  // the same pixels. Without augmentation the pixels are made as before.
+  bool warp_on_device = false;
   // Host memory for a new batch buffer of `bytes` (e.g. pinned memory, for uploads without staging); default:
   // aligned_alloc. Buffers are pooled: a batch's buffer is reused for a later batch of the same size once every tensor
   // using it is dropped; buffers are not zeroed, since every image overwrites its whole slot.
@@ -68,6 +74,7 @@ struct TrainBatch {
   std::vector<std::vector<TargetBox>> boxes;  // per image, in its pixels
   std::vector<size_t> samples;               // the dataset sample each image came from (after any replacement)
   std::vector<HsvGains> hsv;                 // per image, with LoaderOptions::hsv_on_device (else empty)
+  std::vector<SamplePlan> plans;             // per image, with LoaderOptions::warp_on_device (else empty)
 };
 
 struct LoaderCounts {
@@ -110,6 +117,11 @@ class TrainLoader {
   void work();
   // The training load of sample `index`, or of the next readable one (its index in `used`).
   LabeledImage load(size_t index, size_t& used);
+  // The same, shared from the cache rather than copied (the plans' sources).
+  SourceImage load_source(size_t index, size_t& used);
+  // The index of the first readable sample from `index` on (wrapping round), and the call's result on it.
+  template <typename Load>
+  auto first_readable(size_t index, size_t& used, const Load& load);
   // A worker's buffers: the augmentation's and, for f32 batches, the augmented image before its normalisation.
   struct WorkerScratch {
     AugmentScratch augment;
