@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 
@@ -358,6 +360,10 @@ TrainResult run_training_ranked(TrainConfig o, const TrainCallbacks& callbacks,
     // them on the device.
     lo.pixels = data::BatchPixels::u8_nhwc;
     lo.hsv_on_device = true;  // the HSV jitter, half the augmentation's CPU time, runs on the GPU
+    // And the warp (the mosaic's composition, the affine, the flips): the workers only draw and take their sources.
+    // VISION_WARP_ON_HOST=1 keeps it on the workers (the A/B of bench/train/NOTES.md).
+    const char* host_warp = std::getenv("VISION_WARP_ON_HOST");
+    lo.warp_on_device = !(host_warp && std::string_view(host_warp) == "1");
     lo.host_memory = [](size_t bytes) {
       cuda::PinnedBytes p = cuda::pinned_alloc(bytes);
       return std::shared_ptr<void>(p.release(), cuda::PinnedFree{});
@@ -480,12 +486,12 @@ TrainResult run_training_ranked(TrainConfig o, const TrainCallbacks& callbacks,
       if (i < first) continue;
       // The next batch now (the loader is usually ahead: it waits rarely), so that on CUDA its copy to the device
       // overlaps this batch's step.
-      if (i + 1 < nb && (ahead = loader.next())) trainer.stage_input(ahead->images, ahead->hsv);
+      if (i + 1 < nb && (ahead = loader.next())) trainer.stage_input(ahead->images, ahead->hsv, ahead->plans);
       waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
       const int64_t rows = yolo::loss_target_rows(data::max_boxes(*b));
       core::Tensor targets, count;
       data::fill_targets(*b, rows, targets, count);
-      const yolo::IterationResult r = trainer.train_batch(b->images, targets, count, b->hsv);
+      const yolo::IterationResult r = trainer.train_batch(b->images, targets, count, b->hsv, b->plans);
       for (size_t k = 0; k < 3; ++k) sums[k] += r.items[k];
       ++seen;
       images_done += b->images.dim(0);

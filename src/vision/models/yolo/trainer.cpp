@@ -204,15 +204,17 @@ void Yolo26Trainer::pad_targets(const Tensor& targets, const Tensor& count) {
                 static_cast<size_t>(rows * 5) * sizeof(float));
 }
 
-void Yolo26Trainer::stage_input(const Tensor& images, std::span<const data::HsvGains> hsv) {
+void Yolo26Trainer::stage_input(const Tensor& images, std::span<const data::HsvGains> hsv,
+                                std::span<const data::SamplePlan> plans) {
   if (backend_->backend() != graph::Backend::cuda || !images.defined() || images.dtype() != DType::u8 ||
       images.device() != core::Device::cpu)
     return;
   if (!u8_upload_) u8_upload_ = std::make_unique<U8BatchUpload>();
-  u8_upload_->stage(*backend_, images, hsv);
+  u8_upload_->stage(*backend_, images, hsv, plans);
 }
 
-Tensor Yolo26Trainer::model_input(const Tensor& images, std::span<const data::HsvGains> hsv) {
+Tensor Yolo26Trainer::model_input(const Tensor& images, std::span<const data::HsvGains> hsv,
+                                  std::span<const data::SamplePlan> plans) {
   const bool u8 = images.defined() && images.dtype() == DType::u8;
   VISION_CHECK(images.defined() && images.rank() == 4 &&
                    (u8 ? images.dim(3) == 3 && images.device() == core::Device::cpu
@@ -227,6 +229,8 @@ Tensor Yolo26Trainer::model_input(const Tensor& images, std::span<const data::Hs
   VISION_CHECK(hsv.empty() || (u8 && static_cast<int64_t>(hsv.size()) == b),
                "train: HSV gains ({}) come with u8 images, one per image ({} given)", hsv.size(),
                u8 ? b : int64_t{0});
+  VISION_CHECK(plans.empty() || (u8 && backend_->backend() == graph::Backend::cuda),
+               "train: augmentation plans (the loader's warp_on_device) are rendered on a CUDA backend, for u8 batches");
   if (backend_->backend() == graph::Backend::cpu) {  // the CPU plans compute in f32
     if (u8 && !hsv.empty()) {  // the jitter on a copy: the caller's batch stays as it is
       const Tensor jittered = images.clone();
@@ -250,7 +254,7 @@ Tensor Yolo26Trainer::model_input(const Tensor& images, std::span<const data::Hs
   const Tensor dst = Tensor::view(input_buffer_.get(), shape, dtype, core::Device::cuda, layout);
   if (u8) {
     if (!u8_upload_) u8_upload_ = std::make_unique<U8BatchUpload>();
-    u8_upload_->run(*backend_, images, dst, hsv);
+    u8_upload_->run(*backend_, images, dst, hsv, plans);
   } else {
     backend_->convert(dst, images.device() == core::Device::cpu ? backend_->upload(images) : images);
   }
@@ -258,8 +262,9 @@ Tensor Yolo26Trainer::model_input(const Tensor& images, std::span<const data::Hs
 }
 
 IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& targets, const Tensor& count,
-                                           std::span<const data::HsvGains> hsv) {
-  const Tensor input = model_input(images, hsv);
+                                           std::span<const data::HsvGains> hsv,
+                                           std::span<const data::SamplePlan> plans) {
+  const Tensor input = model_input(images, hsv, plans);
   VISION_CHECK(images.dim(0) == targets.dim(0), "train: {} images but targets for {}", images.dim(0), targets.dim(0));
   pad_targets(targets, count);
 

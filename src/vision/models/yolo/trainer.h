@@ -135,16 +135,20 @@ class Yolo26Trainer {
   // ≥ the largest count (the trainer pads it to a bucket that only grows, so few plans are built). The images reach
   // the plan in its own input format (compute dtype and layout): the conversion runs on the backend. `hsv` (u8 images
   // only): one set of HSV gains per image, the loader's deferred jitter (data::TrainBatch::hsv), applied before the
-  // normalisation — on the device on CUDA, on a copy of the images on the CPU.
+  // normalisation — on the device on CUDA, on a copy of the images on the CPU. `plans` (u8 images, CUDA only): one per
+  // image, the loader's deferred warp (data::TrainBatch::plans, LoaderOptions::warp_on_device), rendered on the device
+  // in place of the images' unwritten pixels (trainer_input.h).
   IterationResult train_batch(const core::Tensor& images, const core::Tensor& targets, const core::Tensor& count,
-                              std::span<const data::HsvGains> hsv = {});
+                              std::span<const data::HsvGains> hsv = {}, std::span<const data::SamplePlan> plans = {});
   // The next batch's images (and gains) ahead of its train_batch: on CUDA, u8 images start their copy to the device
   // now, on a stream of their own, overlapping the step queued before (the images must not change until then);
   // elsewhere nothing happens. Optional: train_batch uploads what was not staged.
-  void stage_input(const core::Tensor& images, std::span<const data::HsvGains> hsv = {});
+  void stage_input(const core::Tensor& images, std::span<const data::HsvGains> hsv = {},
+                   std::span<const data::SamplePlan> plans = {});
   // The batch's images as train_batch feeds them to the plan: its input format (compute dtype and layout), on the
   // backend (CUDA) or the host (CPU). On CUDA a view of the trainer's input buffer, which the next batch overwrites.
-  core::Tensor model_input(const core::Tensor& images, std::span<const data::HsvGains> hsv = {});
+  core::Tensor model_input(const core::Tensor& images, std::span<const data::HsvGains> hsv = {},
+                           std::span<const data::SamplePlan> plans = {});
   // Data-parallel ranks (TrainerOptions::comm); each call is a collective that every rank makes in the same order.
   int rank() const { return options_.comm ? options_.comm->rank() : 0; }
   // How the ranks' collectives run: "nccl" (device memory), the communicator's backend ("mpi", through host memory on

@@ -10,10 +10,11 @@ struct U8BatchUpload::Impl {};
 U8BatchUpload::U8BatchUpload() = default;
 U8BatchUpload::~U8BatchUpload() = default;
 void U8BatchUpload::run(graph::BackendContext&, const core::Tensor&, const core::Tensor&,
-                        std::span<const data::HsvGains>) {
+                        std::span<const data::HsvGains>, std::span<const data::SamplePlan>) {
   fail("train: the u8 batch upload needs the CUDA backend, and this build has no CUDA");
 }
-void U8BatchUpload::stage(graph::BackendContext&, const core::Tensor&, std::span<const data::HsvGains>) {
+void U8BatchUpload::stage(graph::BackendContext&, const core::Tensor&, std::span<const data::HsvGains>,
+                          std::span<const data::SamplePlan>) {
   fail("train: the u8 batch upload needs the CUDA backend, and this build has no CUDA");
 }
 #endif

@@ -28,12 +28,19 @@ class U8BatchUpload {
   // RGB) / 255, queued on the backend's stream. With `hsv` (one set of gains per image, data::TrainBatch::hsv), each
   // image is first HSV-jittered on the device (data/hsv_cuda.h; the bytes apply_hsv gives). Throws vision::Error for
   // other shapes or counts, or a backend that is not CUDA (and in a build without CUDA).
+  //
+  // With `plans` (one per image, data::TrainBatch::plans: LoaderOptions::warp_on_device), the pixels are not copied:
+  // the plans are rendered on the device (data/warp_cuda.h; the bytes warp_plan_cpu gives) from device copies of
+  // their sources — kept for the upload's life for a ram cache's images (SamplePlan::lasting) while they fit in a
+  // quarter of the device memory free at the first batch, copied for the batch otherwise — and `images` (left
+  // unwritten by the loader) only gives the batch's shape and identity.
   void run(graph::BackendContext& backend, const core::Tensor& images, const core::Tensor& dst,
-           std::span<const data::HsvGains> hsv = {});
+           std::span<const data::HsvGains> hsv = {}, std::span<const data::SamplePlan> plans = {});
   // Queues the copy (and the jitter) of a batch that run() will be given next, on a copy stream of its own, so that
   // it overlaps the work already queued (the step before): run() with the same images and gains then only waits for
   // it and normalises. Two batches can be staged at a time; the images must not change in between.
-  void stage(graph::BackendContext& backend, const core::Tensor& images, std::span<const data::HsvGains> hsv = {});
+  void stage(graph::BackendContext& backend, const core::Tensor& images, std::span<const data::HsvGains> hsv = {},
+             std::span<const data::SamplePlan> plans = {});
 
  private:
   struct Impl;

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -108,6 +111,57 @@ TEST(Yolo26TrainerGpu, DeferredHsvOnTheDeviceEqualsTheCpus) {
   EXPECT_FALSE(std::equal(plain.begin(), plain.begin() + item, want.begin()));                   // jittered
   EXPECT_TRUE(std::equal(before.begin(), before.end(), u8.images.data<uint8_t>()));
   EXPECT_THROW(gpu.model_input(u8.images, std::vector<data::HsvGains>(2, {1, 1, 1})), Error);
+}
+
+// The loader's deferred warp (TrainBatch::plans) rendered on the device gives the plan's input that the CPU-rendered
+// pixels give (warp_plan_cpu into a u8 batch, then the trainer's own path with the same HSV gains): mosaics and
+// letterboxes, sources kept on the device (lasting) and copied per batch, the same plans given again (the kept
+// sources reused) and staged ahead; the images tensor's own bytes are not read.
+TEST(Yolo26TrainerGpu, WarpPlansOnTheDeviceEqualTheCpuRenderedPixels) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const yolo::ModelInfo info = tiny_info();
+  const auto init = yolo::initial_weights(info);
+  std::mt19937_64 g(77);
+  std::vector<std::shared_ptr<const data::Image>> sources;
+  for (const auto& [w, h] : std::vector<std::pair<int64_t, int64_t>>{{kSize, kSize * 3 / 4}, {kSize / 2, kSize}, {kSize, kSize}}) {
+    data::Image im(w, h, 3);
+    for (auto& p : im.pixels) p = static_cast<uint8_t>(g() & 0xff);
+    sources.push_back(std::make_shared<const data::Image>(std::move(im)));
+  }
+  const data::SourceLoader load = [&](size_t i) {
+    return data::SourceImage{sources[i], {{0, 2, 2, 20, 20}}, i != 1};  // source 1 is copied for each batch
+  };
+  constexpr int64_t b = 4;
+  std::vector<data::SamplePlan> plans(b);
+  std::vector<data::HsvGains> gains(b);
+  Tensor pixels = Tensor::zeros(Shape{b, kSize, kSize, 3}, core::DType::u8);
+  for (int64_t i = 0; i < b; ++i) {
+    data::Random r(data::derive_seed(5, static_cast<uint64_t>(i), 0));
+    data::AugmentOptions o;
+    o.degrees = 8;
+    data::plan_sample(static_cast<size_t>(i) % sources.size(), sources.size(), load, kSize, o, i != 2, r,
+                      plans[static_cast<size_t>(i)]);
+    gains[static_cast<size_t>(i)] = plans[static_cast<size_t>(i)].hsv;
+    data::warp_plan_cpu(data::host_warp_plan(plans[static_cast<size_t>(i)]),
+                        pixels.data<uint8_t>() + i * kSize * kSize * 3);
+  }
+  yolo::TrainerOptions o = tiny_options();
+  yolo::Yolo26Trainer gpu(cuda_backend(), info, init, o);
+  const std::vector<float> want = gpu.model_input(pixels, gains).to_vector();
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(testing::Message() << "round " << round);
+    Tensor unwritten = Tensor::zeros(Shape{b, kSize, kSize, 3}, core::DType::u8);
+    std::memset(unwritten.raw(), 0x5a, unwritten.nbytes());
+    if (round == 2) gpu.stage_input(unwritten, gains, plans);
+    const Tensor device = gpu.model_input(unwritten, gains, plans);
+    VISION_CUDA_CHECK(cudaDeviceSynchronize());
+    Tensor got = Tensor::zeros(device.shape(), device.dtype(), device.layout());
+    VISION_CUDA_CHECK(cudaMemcpy(got.raw(), device.raw(), got.nbytes(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got.to_vector(), want);
+  }
+  yolo::Yolo26Trainer cpu(graph::cpu_backend(), info, init, o);
+  EXPECT_THROW(cpu.model_input(pixels, gains, plans), Error);  // plans are rendered on CUDA only
+  EXPECT_THROW(gpu.model_input(pixels, gains, std::span(plans).first(2)), Error);
 }
 
 // Batches staged ahead (stage_input: copied and jittered on the upload's own stream while the previous step runs)
