@@ -2,9 +2,11 @@
 // TrainLoader (JPEG decode, training load, default augmentation — mosaic, affine, HSV, flips — and the write into the
 // batch tensor: f32 NCHW, or u8 NHWC as the CUDA trainer takes it) over a `vision synth` dataset made in a temporary
 // folder, for each image size, worker count, image cache mode (none: decode every image each time; ram: decoded once,
-// kept resized) and batch pixel format asked. A row "decode only" (augment = false: decode, resize, letterbox) with every worker shows what the
-// augmentation costs. Timed: whole epochs (start_epoch to the last next()), after one untimed warm-up epoch; the median
-// of --epochs epochs. Prints one table. There is no peer in this run (ultralytics' loader needs PyTorch); see NOTES.md.
+// kept resized) and batch pixel format asked (u8-gpu-warp: the workers only make each image's draws, boxes and
+// sources, as for the CUDA trainer, which renders the plans). A row "decode only" (augment = false: decode, resize,
+// letterbox) with every worker shows what the augmentation costs. Timed: whole epochs (start_epoch to the last
+// next()), after one untimed warm-up epoch; the median of --epochs epochs. Prints one table. There is no peer in this
+// run (ultralytics' loader needs PyTorch); see NOTES.md.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -35,7 +37,7 @@ struct Row {
 
 Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, bool augment, int epochs,
             data::CacheMode cache = data::CacheMode::none, data::BatchPixels pixels = data::BatchPixels::f32_nchw,
-            bool hsv_on_device = false) {
+            bool hsv_on_device = false, bool warp_on_device = false) {
   data::LoaderOptions o;
   o.imgsz = imgsz;
   o.batch = batch;
@@ -44,6 +46,7 @@ Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, b
   o.cache = cache;
   o.pixels = pixels;
   o.hsv_on_device = hsv_on_device;
+  o.warp_on_device = warp_on_device;
   data::TrainLoader loader(d, o);
   std::vector<double> seconds;
   for (int e = 0; e <= epochs; ++e) {
@@ -59,7 +62,10 @@ Row measure(const data::Dataset& d, int64_t imgsz, int64_t batch, int workers, b
   const double n = static_cast<double>(d.samples.size());
   const std::string what =
       augment ? fmt::format("default aug, cache {}, {}", data::cache_mode_name(cache),
-                            hsv_on_device ? "u8, HSV left to GPU" : pixels == data::BatchPixels::u8_nhwc ? "u8" : "f32")
+                            warp_on_device  ? "plans, pixels left to GPU"
+                            : hsv_on_device ? "u8, HSV left to GPU"
+                            : pixels == data::BatchPixels::u8_nhwc ? "u8"
+                                                                   : "f32")
               : "decode only";
   return {imgsz, what, loader.workers(), n / med, 1000.0 * med / static_cast<double>(loader.batches_per_epoch())};
 }
@@ -77,7 +83,8 @@ int main(int argc, char** argv) {
   app.add_option("--cache", caches, "image cache modes: none, ram, disk")->delimiter(',');
   app.add_option("--pixels", pixel_formats,
                  "batch pixel formats: f32 (NCHW / 255), u8 (NHWC), u8-gpu-hsv (u8, the HSV jitter left to the "
-                 "consumer, as the CUDA trainer takes it)")
+                 "consumer), u8-gpu-warp (each image a plan: the draws, boxes and sources, the warp and the jitter left "
+                 "to the consumer, as the CUDA trainer takes them)")
       ->delimiter(',');
   app.add_option("--imgsz", sizes, "image sizes (the synth images are made at each size)");
   app.add_option("--workers", workers, "worker counts; 0 = every hardware thread (up to 8)");
@@ -101,10 +108,11 @@ int main(int argc, char** argv) {
       for (int w : workers)
         for (const std::string& c : caches)
           for (const std::string& p : pixel_formats) {
-            VISION_CHECK(p == "f32" || p == "u8" || p == "u8-gpu-hsv", "--pixels {}: use f32, u8 or u8-gpu-hsv", p);
+            VISION_CHECK(p == "f32" || p == "u8" || p == "u8-gpu-hsv" || p == "u8-gpu-warp",
+                         "--pixels {}: use f32, u8, u8-gpu-hsv or u8-gpu-warp", p);
             rows.push_back(measure(d, imgsz, batch, w, true, epochs, data::parse_cache_mode(c),
                                    p == "f32" ? data::BatchPixels::f32_nchw : data::BatchPixels::u8_nhwc,
-                                   p == "u8-gpu-hsv"));
+                                   p == "u8-gpu-hsv" || p == "u8-gpu-warp", p == "u8-gpu-warp"));
           }
       rows.push_back(measure(d, imgsz, batch, 0, false, epochs));
     }
