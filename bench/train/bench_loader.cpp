@@ -119,9 +119,9 @@ int main(int argc, char** argv) {
     if (keep.empty()) fs::remove_all(root);
     fmt::print("TrainLoader: {} synth JPEG images (made at imgsz), batch {}, median of {} epochs; {} hardware threads\n",
                images, batch, epochs, std::thread::hardware_concurrency());
-    fmt::print("{:>6}  {:<42} {:>8} {:>10} {:>10}\n", "imgsz", "pipeline", "workers", "images/s", "ms/batch");
+    fmt::print("{:>6}  {:<48} {:>8} {:>10} {:>10}\n", "imgsz", "pipeline", "workers", "images/s", "ms/batch");
     for (const Row& r : rows)
-      fmt::print("{:>6}  {:<42} {:>8} {:>10.1f} {:>10.1f}\n", r.imgsz, r.what, r.workers, r.images_per_s,
+      fmt::print("{:>6}  {:<48} {:>8} {:>10.1f} {:>10.1f}\n", r.imgsz, r.what, r.workers, r.images_per_s,
                  r.ms_per_batch);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_loader: {}\n", e.what());

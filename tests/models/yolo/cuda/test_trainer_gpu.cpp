@@ -147,17 +147,19 @@ TEST(Yolo26TrainerGpu, WarpPlansOnTheDeviceEqualTheCpuRenderedPixels) {
   }
   yolo::TrainerOptions o = tiny_options();
   yolo::Yolo26Trainer gpu(cuda_backend(), info, init, o);
-  const std::vector<float> want = gpu.model_input(pixels, gains).to_vector();
+  const auto to_host = [](const Tensor& device) {
+    VISION_CUDA_CHECK(cudaDeviceSynchronize());
+    Tensor host = Tensor::zeros(device.shape(), device.dtype(), device.layout());
+    VISION_CUDA_CHECK(cudaMemcpy(host.raw(), device.raw(), host.nbytes(), cudaMemcpyDeviceToHost));
+    return host.to_vector();
+  };
+  const std::vector<float> want = to_host(gpu.model_input(pixels, gains));
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(testing::Message() << "round " << round);
     Tensor unwritten = Tensor::zeros(Shape{b, kSize, kSize, 3}, core::DType::u8);
     std::memset(unwritten.raw(), 0x5a, unwritten.nbytes());
     if (round == 2) gpu.stage_input(unwritten, gains, plans);
-    const Tensor device = gpu.model_input(unwritten, gains, plans);
-    VISION_CUDA_CHECK(cudaDeviceSynchronize());
-    Tensor got = Tensor::zeros(device.shape(), device.dtype(), device.layout());
-    VISION_CUDA_CHECK(cudaMemcpy(got.raw(), device.raw(), got.nbytes(), cudaMemcpyDeviceToHost));
-    EXPECT_EQ(got.to_vector(), want);
+    EXPECT_EQ(to_host(gpu.model_input(unwritten, gains, plans)), want);
   }
   yolo::Yolo26Trainer cpu(graph::cpu_backend(), info, init, o);
   EXPECT_THROW(cpu.model_input(pixels, gains, plans), Error);  // plans are rendered on CUDA only
