@@ -89,7 +89,7 @@ struct Detector::Impl {
       void* batch_data = c.batch.get(*backend, batch_bytes);
       const core::Tensor tensor =
           core::Tensor::view(batch_data, shape, input_format.dtype, core::Device::cuda, input_format.layout);
-      const cudaStream_t stream = graph::CudaBackendContext::of(backend.get()).stream();
+      const cudaStream_t stream = graph::stream_of(backend.get());
       for (size_t i = 0; i < images.size(); ++i) {
         c.uploader.upload(image_bytes + offsets[i], sources[i], static_cast<size_t>(images[i].width * images[i].height * 3),
                           stream);

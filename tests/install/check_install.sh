@@ -23,6 +23,7 @@ for h in $headers; do
 done
 echo "check_install: $(wc -w <<<"$headers") public headers compile on their own"
 [ ! -e "$prefix/include/vision/graph" ] && [ ! -e "$prefix/include/vision/cuda" ] || fail "internal headers installed"
+cmp -s "$prefix/share/doc/vision/LICENSE" "$source/LICENSE" || fail "the LICENSE is not installed in share/doc/vision"
 
 # examples/ as an outside project.
 "$cmake" -S "$source/examples" -B "$work/examples" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \

@@ -156,6 +156,10 @@ constexpr bool check_launch_args(std::index_sequence<I...>) {
 
 }  // namespace detail
 
+// Blocks for a grid-stride loop over `items` with `threads` per block: enough to cover them, at most 65535 · 8
+// (the loop does the rest), at least 1.
+uint32_t grid_blocks(int64_t items, int threads);
+
 // A kernel whose arguments are the declared Params. A family's descriptor derives from it:
 //   struct SiluForward : KernelDescriptor<const void* /*x*/, void* /*y*/, int64_t /*n*/> { ... };
 template <typename... Params>
@@ -190,11 +194,15 @@ class KernelDescriptor : public Kernel {
           values);
     }
   }
-};
 
-// Blocks for a grid-stride loop over `items` with `threads` per block: enough to cover them, at most 65535 · 8
-// (the loop does the rest), at least 1.
-uint32_t grid_blocks(int64_t items, int threads);
+  // The launch of a grid-stride kernel over `items` (one thread each, the loop doing what the grid does not cover):
+  // grid_blocks(items, threads) blocks of `threads`, no dynamic shared memory. Most element-wise and per-pixel
+  // launchers are this one call.
+  template <typename... A>
+  void launch_over(cudaStream_t stream, int64_t items, int threads, A&&... args) const {
+    launch(stream, dim3(grid_blocks(items, threads)), dim3(static_cast<unsigned>(threads)), 0, std::forward<A>(args)...);
+  }
+};
 
 // All kernel descriptors, for `vision kernels list|source|ptx|build`. Families register from their descriptor .cpp
 // with VISION_REGISTER_KERNELS(fn); the registration functions run on first use of the registry.

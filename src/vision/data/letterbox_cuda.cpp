@@ -41,7 +41,7 @@ void launch_letterbox_normalize(cudaStream_t stream, const uint8_t* image, const
   const int64_t plane = t.input_w * t.input_h;
   auto* item = static_cast<std::byte*>(batch.raw()) + index * 3 * plane * core::dtype_size(batch.dtype());
   cuda::kernel_instance<LetterboxNormalize>(batch.dtype())
-      .launch(stream, dim3(cuda::grid_blocks(plane, kThreads)), dim3(kThreads), 0, image, t.orig_w, t.orig_h,
+      .launch_over(stream, plane, kThreads, image, t.orig_w, t.orig_h,
               static_cast<void*>(item), t.input_w, t.input_h, t.resized_w, t.resized_h,
               static_cast<int64_t>(t.pad_x), static_cast<int64_t>(t.pad_y),
               static_cast<int32_t>(batch.layout() == core::Layout::nhwc ? 1 : 0));

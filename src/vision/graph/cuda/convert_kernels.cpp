@@ -54,7 +54,7 @@ void launch_copy_rows(cudaStream_t stream, void* dst, size_t dst_pitch, const vo
   while (common % static_cast<size_t>(vec) != 0) vec /= 2;
   const auto units = [&](size_t bytes) { return static_cast<int64_t>(bytes / static_cast<size_t>(vec)); };
   const int64_t total = units(width) * static_cast<int64_t>(rows);
-  cuda::kernel_instance<CopyRows>(vec).launch(stream, dim3(cuda::grid_blocks(total, kThreads)), dim3(kThreads), 0, src,
+  cuda::kernel_instance<CopyRows>(vec).launch_over(stream, total, kThreads, src,
                                               dst, units(width), static_cast<int64_t>(rows), units(src_pitch),
                                               units(dst_pitch));
 }
@@ -71,7 +71,7 @@ void launch_convert(cudaStream_t stream, const core::Tensor& dst, const core::Te
   }
   if (relayout == 0 && dst.dtype() == src.dtype() && !accumulate && dst.raw() == src.raw()) return;
   cuda::kernel_instance<ConvertCopy>(src.dtype(), dst.dtype())
-      .launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, static_cast<const void*>(src.raw()), dst.raw(), n, c, h, w,
+      .launch_over(stream, n, kThreads, static_cast<const void*>(src.raw()), dst.raw(), n, c, h, w,
               relayout, static_cast<int32_t>(accumulate));
 }
 
@@ -79,7 +79,7 @@ void launch_scale_check_finite(cudaStream_t stream, const core::Tensor& t, float
   const int64_t n = t.numel();
   if (n == 0) return;
   cuda::kernel_instance<ScaleCheckFinite>(t.dtype())
-      .launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads), 0, t.raw(), n, factor,
+      .launch_over(stream, n, kThreads, t.raw(), n, factor,
               static_cast<void*>(nonfinite));
 }
 

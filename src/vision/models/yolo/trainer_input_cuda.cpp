@@ -249,7 +249,7 @@ void U8BatchUpload::run(graph::BackendContext& backend, const core::Tensor& imag
   Impl& m = *impl_;
   Impl::Slot* slot = m.find(images, hsv);
   if (!slot) slot = &m.stage(backend, images, hsv, plans);
-  const cudaStream_t stream = graph::CudaBackendContext::of(&backend).stream();
+  const cudaStream_t stream = graph::stream_of(&backend);
   VISION_CUDA_CHECK(cudaStreamWaitEvent(stream, slot->ready.get(), 0));
   const auto* pixels = static_cast<const uint8_t*>(slot->device.get());
   const int64_t h = images.dim(1), w = images.dim(2);

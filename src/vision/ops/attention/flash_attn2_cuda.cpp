@@ -376,7 +376,7 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
       lse = static_cast<float*>(ctx.saved[0].raw());
     }
     check_tensor(ctx.output, "o", Shape{s.batch_heads, s.n_q, s.d_v}, q.dtype());
-    launch_flash_attention2_forward(stream(ctx.backend), q.dtype(), static_cast<int>(s.d_qk), static_cast<int>(s.d_v),
+    launch_flash_attention2_forward(graph::stream_of(ctx.backend), q.dtype(), static_cast<int>(s.d_qk), static_cast<int>(s.d_v),
                                     q.raw(), k.raw(), v.raw(), ctx.output.raw(), lse, s.batch_heads, s.n_q, s.n_k,
                                     scale_);
   }
@@ -415,7 +415,7 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
     float* dq_accum = fused ? reinterpret_cast<float*>(ws + delta_bytes(s) + scratch_bytes(s)) : nullptr;
     void* grad_k = gk.defined() ? gk.raw() : (gv.defined() ? scratch : nullptr);
     void* grad_v = gv.defined() ? gv.raw() : (gk.defined() ? scratch : nullptr);
-    launch_flash_attention2_backward(stream(ctx.backend), dtype, static_cast<int>(s.d_qk), static_cast<int>(s.d_v),
+    launch_flash_attention2_backward(graph::stream_of(ctx.backend), dtype, static_cast<int>(s.d_qk), static_cast<int>(s.d_v),
                                      q.raw(), k.raw(), v.raw(), ctx.output.raw(), ctx.grad_output.raw(),
                                      static_cast<const float*>(ctx.saved[0].raw()), delta, dq_accum,
                                      gq.defined() ? gq.raw() : nullptr, grad_k, grad_v, s.batch_heads, s.n_q, s.n_k,
@@ -452,7 +452,6 @@ class FlashAttention2CudaRuntime final : public graph::RuntimeOp {
   static size_t dq_accum_bytes(const AttentionSizes& s) {
     return graph::align_up(static_cast<size_t>(s.batch_heads * s.n_q * s.d_qk) * 4, 256);
   }
-  static cudaStream_t stream(graph::BackendContext* b) { return graph::CudaBackendContext::of(b).stream(); }
 
   static void check_tensor(const Tensor& t, const char* what, const Shape& shape, DType dtype) {
     VISION_CHECK(t.defined() && t.device() == core::Device::cuda && t.shape() == shape && t.dtype() == dtype,

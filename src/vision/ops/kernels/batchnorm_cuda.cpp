@@ -159,7 +159,7 @@ void launch_batchnorm_fold(cudaStream_t stream, const float* w, const float* bia
   const int64_t n = out_channels * per_out;
   if (n == 0) return;
   cuda::kernel_instance<BatchNormFold>(DType::f32)
-      .launch(stream, dim3(cuda::grid_blocks(n, 256)), dim3(256), 0, w, bias, gamma, beta, mean, var, w_out, b_out,
+      .launch_over(stream, n, 256, w, bias, gamma, beta, mean, var, w_out, b_out,
               out_channels, per_out, eps);
 }
 

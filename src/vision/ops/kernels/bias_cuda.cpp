@@ -58,7 +58,7 @@ void launch_bias_act(cudaStream_t stream, DType dtype, Layout layout, bool silu,
   const int64_t n = y.numel();
   if (n == 0) return;
   cuda::kernel_instance<BiasAct>(dtype, layout, silu)
-      .launch(stream, dim3(cuda::grid_blocks(n, kBiasThreads)), dim3(kBiasThreads), 0, y_data, bias, n, y[1], y[2] * y[3]);
+      .launch_over(stream, n, kBiasThreads, y_data, bias, n, y[1], y[2] * y[3]);
 }
 
 size_t channel_sum_workspace_bytes(const core::Shape& x, Layout layout) {
@@ -73,8 +73,7 @@ void launch_channel_sum(cudaStream_t stream, DType dtype, Layout layout, const c
   cuda::kernel_instance<ChannelSumPartials>(dtype, layout)
       .launch(stream, dim3(static_cast<uint32_t>(r.tiles), static_cast<uint32_t>(r.splits)),
               dim3(kChannelReduceThreads), 0, x_data, workspace, r.rows, r.channels, r.inner, r.rows_per_split);
-  cuda::kernel_instance<ChannelSumFinalize>(dtype).launch(stream, dim3(cuda::grid_blocks(r.channels, kBiasThreads)),
-                                                          dim3(kBiasThreads), 0, static_cast<const void*>(workspace), out,
+  cuda::kernel_instance<ChannelSumFinalize>(dtype).launch_over(stream, r.channels, kBiasThreads, static_cast<const void*>(workspace), out,
                                                           r.splits, r.channels);
 }
 

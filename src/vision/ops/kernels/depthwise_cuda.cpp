@@ -57,7 +57,7 @@ void launch_depthwise_conv2d_nhwc(cudaStream_t stream, core::DType dtype, const 
   const int64_t threads = y.numel() / vec;
   const auto i32 = [](int64_t v) { return static_cast<int32_t>(v); };
   cuda::kernel_instance<DepthwiseConv2dNhwc>(dtype, static_cast<int>(kernel), static_cast<int>(stride), silu, vec)
-      .launch(stream, dim3(cuda::grid_blocks(threads, kDepthwiseThreads)), dim3(kDepthwiseThreads), 0, x_data,
+      .launch_over(stream, threads, kDepthwiseThreads, x_data,
               static_cast<const void*>(weight), static_cast<const void*>(bias), y_data,
               i32(x[0]), i32(x[2]), i32(x[3]), i32(x[1]), i32(y[2]), i32(y[3]), i32(pad));
 }

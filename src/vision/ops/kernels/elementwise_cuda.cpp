@@ -21,8 +21,7 @@ void launch_flat(cudaStream_t stream, DType dtype, int64_t n, A... args) {
   VISION_CHECK(n >= 0, "{}: negative element count {}", cuda::kernel_instance<D>(dtype).name(), n);
   if (n == 0) return;
   const int64_t per_thread = 16 / static_cast<int64_t>(core::dtype_size(dtype));  // the kernels' 16-byte accesses
-  cuda::kernel_instance<D>(dtype).launch(stream, dim3(cuda::grid_blocks((n + per_thread - 1) / per_thread, kElementwiseThreads)),
-                                         dim3(kElementwiseThreads), 0, args..., n);
+  cuda::kernel_instance<D>(dtype).launch_over(stream, (n + per_thread - 1) / per_thread, kElementwiseThreads, args..., n);
 }
 
 void register_elementwise_kernels(cuda::KernelRegistry& r) {

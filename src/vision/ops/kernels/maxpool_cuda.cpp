@@ -62,7 +62,7 @@ void launch_maxpool2d_forward(cudaStream_t stream, DType dtype, Layout layout, M
   const int64_t n = batch * channels * ho * wo;  // one thread per output
   if (n == 0) return;
   cuda::kernel_instance<MaxPool2dForward>(dtype, win, layout)
-      .launch(stream, dim3(cuda::grid_blocks(n, kMaxPoolThreads)), dim3(kMaxPoolThreads), 0, x, y, argmax, batch, channels, h, w,
+      .launch_over(stream, n, kMaxPoolThreads, x, y, argmax, batch, channels, h, w,
               ho, wo);
 }
 
@@ -75,7 +75,7 @@ void launch_maxpool2d_backward(cudaStream_t stream, DType dtype, Layout layout, 
   const int64_t n = batch * channels * h * w;  // one thread per input element
   if (n == 0) return;
   cuda::kernel_instance<MaxPool2dBackward>(dtype, win, layout)
-      .launch(stream, dim3(cuda::grid_blocks(n, kMaxPoolThreads)), dim3(kMaxPoolThreads), 0, dy, argmax, dx, batch, channels, h, w,
+      .launch_over(stream, n, kMaxPoolThreads, dy, argmax, dx, batch, channels, h, w,
               ho, wo);
 }
 

@@ -33,7 +33,7 @@ void launch_permute(cudaStream_t stream, core::DType dtype, const void* x, void*
   }
   const int64_t n = out_shape.numel();
   if (n == 0) return;
-  cuda::kernel_instance<PermuteCopy>(dtype).launch(stream, dim3(cuda::grid_blocks(n, kPermuteThreads)), dim3(kPermuteThreads), 0, x,
+  cuda::kernel_instance<PermuteCopy>(dtype).launch_over(stream, n, kPermuteThreads, x,
                                                    y, n, d[1], d[2], d[3], s[0], s[1], s[2], s[3]);
 }
 

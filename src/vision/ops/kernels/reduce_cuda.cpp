@@ -37,7 +37,7 @@ void launch_reduce_sum_backward(cudaStream_t stream, DType dtype, bool square, c
   VISION_CHECK(n >= 0, "reduce_sum_backward: negative element count {}", n);
   if (n == 0) return;
   cuda::kernel_instance<ReduceSumBackward>(dtype, square)
-      .launch(stream, dim3(cuda::grid_blocks(n, 256)), dim3(256), 0, x, dy, dx, n, scale);
+      .launch_over(stream, n, 256, x, dy, dx, n, scale);
 }
 
 }  // namespace vision::ops::kernels

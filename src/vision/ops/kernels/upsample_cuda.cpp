@@ -23,7 +23,7 @@ void launch(cudaStream_t stream, DType dtype, Layout layout, const void* in, voi
                batch, channels, h, w);
   const int64_t n = batch * channels * h * w;  // one thread per input element
   if (n == 0) return;
-  kernel.launch(stream, dim3(cuda::grid_blocks(n, kUpsampleThreads)), dim3(kUpsampleThreads), 0, in, out, batch, channels, h, w);
+  kernel.launch_over(stream, n, kUpsampleThreads, in, out, batch, channels, h, w);
 }
 
 void register_upsample_kernels(cuda::KernelRegistry& r) {

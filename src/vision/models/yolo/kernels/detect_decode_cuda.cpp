@@ -59,8 +59,7 @@ void launch_detect_decode_forward(cudaStream_t stream, DType dtype, const void* 
   check_sizes(batch, n_anchors);
   const int64_t n = batch * n_anchors;
   if (n == 0) return;
-  cuda::kernel_instance<DetectDecodeForward>(dtype).launch(stream, dim3(cuda::grid_blocks(n, kThreads)),
-                                                           dim3(kThreads), 0, ltrb, anchors, boxes, batch, n_anchors,
+  cuda::kernel_instance<DetectDecodeForward>(dtype).launch_over(stream, n, kThreads, ltrb, anchors, boxes, batch, n_anchors,
                                                            static_cast<int32_t>(mode));
 }
 
@@ -69,8 +68,7 @@ void launch_detect_decode_backward(cudaStream_t stream, DType dtype, const void*
   check_sizes(batch, n_anchors);
   const int64_t n = batch * 4 * n_anchors;
   if (n == 0) return;
-  cuda::kernel_instance<DetectDecodeBackward>(dtype).launch(stream, dim3(cuda::grid_blocks(n, kThreads)),
-                                                            dim3(kThreads), 0, grad_boxes, grad_ltrb, batch,
+  cuda::kernel_instance<DetectDecodeBackward>(dtype).launch_over(stream, n, kThreads, grad_boxes, grad_ltrb, batch,
                                                             n_anchors);
 }
 
@@ -105,7 +103,7 @@ class DetectDecodeCudaRuntime final : public graph::RuntimeOp {
     check_tensor(ltrb, "ltrb", ltrb.shape(), ltrb.dtype());
     check_tensor(ctx.output, "boxes", ltrb.shape(), ltrb.dtype());
     check_tensor(anchors, "anchors", Shape{3, ltrb.dim(2)}, DType::f32);
-    launch_detect_decode_forward(stream(ctx.backend), ltrb.dtype(), ltrb.raw(),
+    launch_detect_decode_forward(graph::stream_of(ctx.backend), ltrb.dtype(), ltrb.raw(),
                                  static_cast<const float*>(anchors.raw()), ctx.output.raw(), ltrb.dim(0), ltrb.dim(2),
                                  mode_);
   }
@@ -119,11 +117,11 @@ class DetectDecodeCudaRuntime final : public graph::RuntimeOp {
     if (d.defined()) {
       check_tensor(g, "grad_boxes", ctx.inputs.at(0).shape(), ctx.inputs.at(0).dtype());
       check_tensor(d, "grad_ltrb", g.shape(), g.dtype());
-      launch_detect_decode_backward(stream(ctx.backend), g.dtype(), g.raw(), d.raw(), g.dim(0), g.dim(2));
+      launch_detect_decode_backward(graph::stream_of(ctx.backend), g.dtype(), g.raw(), d.raw(), g.dim(0), g.dim(2));
     }
     for (size_t i = 1; i < 4; ++i)  // the level maps: only their shapes are used
       if (const Tensor& z = ctx.grad_inputs.at(i); z.defined())
-        VISION_CUDA_CHECK(cudaMemsetAsync(z.raw(), 0, z.nbytes(), stream(ctx.backend)));
+        VISION_CUDA_CHECK(cudaMemsetAsync(z.raw(), 0, z.nbytes(), graph::stream_of(ctx.backend)));
   }
 
   std::vector<graph::KernelInfo> kernels() const override {
@@ -135,7 +133,6 @@ class DetectDecodeCudaRuntime final : public graph::RuntimeOp {
   }
 
  private:
-  static cudaStream_t stream(graph::BackendContext* b) { return graph::CudaBackendContext::of(b).stream(); }
   static void check_tensor(const Tensor& t, const char* what, const Shape& shape, DType dtype) {
     VISION_CHECK(t.defined() && t.device() == core::Device::cuda && t.shape() == shape && t.dtype() == dtype,
                  "detect_decode (CUDA): {} must be a {} {} tensor on the GPU, got {}", what, core::dtype_name(dtype),

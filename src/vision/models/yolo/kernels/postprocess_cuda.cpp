@@ -244,7 +244,7 @@ class PostprocessCudaRuntime final : public graph::RuntimeOp {
                    "{} (CUDA): class_mask must be an f32 GPU tensor [{}], got {}", name(), s.n_classes, m.str());
       mask = static_cast<const float*>(m.raw());
     }
-    const cudaStream_t stream = graph::CudaBackendContext::of(ctx.backend).stream();
+    const cudaStream_t stream = graph::stream_of(ctx.backend);
     void* ws = ctx.workspace.defined() ? ctx.workspace.raw() : nullptr;
     const size_t ws_bytes = ctx.workspace.defined() ? ctx.workspace.nbytes() : 0;
     auto* d = static_cast<float*>(det.raw());

@@ -88,8 +88,7 @@ template <typename D>
 void launch_rows(cudaStream_t stream, core::DType dtype, const void* src, void* dst, const PsaRowsBlock& k) {
   const int64_t total = k.rows_numel();
   if (total == 0) return;
-  cuda::kernel_instance<D>(dtype, checked_pow2(k.width, "the row width"), k.layout).launch(
-      stream, dim3(cuda::grid_blocks(total, kThreads)), dim3(kThreads), 0, src, dst, total, k.n, k.heads, k.channels,
+  cuda::kernel_instance<D>(dtype, checked_pow2(k.width, "the row width"), k.layout).launch_over(stream, total, kThreads, src, dst, total, k.n, k.heads, k.channels,
       k.head_stride, k.offset);
 }
 
@@ -98,8 +97,7 @@ void launch_extract(cudaStream_t stream, core::DType dtype, core::Layout layout,
                     int64_t batch, int64_t key_dim, int64_t heads, int64_t n) {
   const int64_t total = batch * 4 * key_dim * heads * n;  // one thread per qkv element
   if (total == 0) return;
-  cuda::kernel_instance<D>(dtype, checked_pow2(key_dim, "key_dim"), layout).launch(
-      stream, dim3(cuda::grid_blocks(total, kThreads)), dim3(kThreads), 0, src, dst, total, n, heads);
+  cuda::kernel_instance<D>(dtype, checked_pow2(key_dim, "key_dim"), layout).launch_over(stream, total, kThreads, src, dst, total, n, heads);
 }
 
 }  // namespace
@@ -181,13 +179,13 @@ class CudaCopies final : public PsaCopies {
                         const Tensor& rows) const override {
     check(channels, block.batch * block.channels * block.n, channels.dtype(), "the channel-major tensor");
     check(rows, block.rows_numel(), channels.dtype(), "the rows");
-    launch_psa_channels_to_rows(stream(b), channels.dtype(), channels.raw(), rows.raw(), block);
+    launch_psa_channels_to_rows(graph::stream_of(&b), channels.dtype(), channels.raw(), rows.raw(), block);
   }
   void rows_to_channels(graph::BackendContext& b, const Tensor& rows, const PsaRowsBlock& block,
                         const Tensor& channels) const override {
     check(rows, block.rows_numel(), rows.dtype(), "the rows");
     check(channels, block.batch * block.channels * block.n, rows.dtype(), "the channel-major tensor");
-    launch_psa_rows_to_channels(stream(b), rows.dtype(), rows.raw(), channels.raw(), block);
+    launch_psa_rows_to_channels(graph::stream_of(&b), rows.dtype(), rows.raw(), channels.raw(), block);
   }
   void extract_v(graph::BackendContext& b, const Tensor& qkv, const PsaConfig& c, const Tensor& image) const override {
     check(qkv, qkv.numel(), qkv.dtype(), "qkv");
@@ -201,7 +199,7 @@ class CudaCopies final : public PsaCopies {
                 static_cast<size_t>(qkv.dim(0) * qkv.dim(2) * qkv.dim(3) * c.heads));
       return;
     }
-    launch_psa_extract_v(stream(b), qkv.dtype(), qkv.layout(), qkv.raw(), image.raw(), qkv.dim(0), c.key_dim, c.heads,
+    launch_psa_extract_v(graph::stream_of(&b), qkv.dtype(), qkv.layout(), qkv.raw(), image.raw(), qkv.dim(0), c.key_dim, c.heads,
                          qkv.dim(2) * qkv.dim(3));
   }
   void extract_v_backward(graph::BackendContext& b, const Tensor& grad_image, const PsaConfig& c,
@@ -210,7 +208,7 @@ class CudaCopies final : public PsaCopies {
     check(grad_image, grad_qkv.numel() / 2, grad_image.dtype(), "the V image gradient");
     VISION_CHECK(grad_qkv.layout() == grad_image.layout(), "psa_extract_v backward (CUDA): d_qkv is {}, the image "
                  "gradient {}", grad_qkv.str(), grad_image.str());
-    launch_psa_extract_v_backward(stream(b), grad_image.dtype(), grad_image.layout(), grad_image.raw(), grad_qkv.raw(),
+    launch_psa_extract_v_backward(graph::stream_of(&b), grad_image.dtype(), grad_image.layout(), grad_image.raw(), grad_qkv.raw(),
                                   grad_qkv.dim(0), c.key_dim, c.heads, grad_qkv.dim(2) * grad_qkv.dim(3));
   }
   bool supports(const graph::Format& f) const override { return core::is_floating(f.dtype); }
@@ -224,7 +222,7 @@ class CudaCopies final : public PsaCopies {
     VISION_CHECK(qkv.layout() == core::Layout::nhwc && image.layout() == core::Layout::nhwc,
                  "psa_attention (CUDA): the direct path takes NHWC qkv and image, got {} and {}", qkv.str(),
                  image.str());
-    launch_psa_attention_direct(stream(b), qkv.dtype(), qkv.raw(), image.raw(), qkv.dim(0), qkv.dim(2) * qkv.dim(3),
+    launch_psa_attention_direct(graph::stream_of(&b), qkv.dtype(), qkv.raw(), image.raw(), qkv.dim(0), qkv.dim(2) * qkv.dim(3),
                                 c.key_dim, c.heads, scale);
   }
   std::vector<graph::KernelInfo> direct_attention_kernels(const PsaConfig& c, const graph::Format& f) const override {
@@ -238,7 +236,6 @@ class CudaCopies final : public PsaCopies {
   }
 
  private:
-  static cudaStream_t stream(graph::BackendContext& b) { return graph::CudaBackendContext::of(&b).stream(); }
   static void check(const Tensor& t, int64_t numel, core::DType dtype, const char* what) {
     VISION_CHECK(t.defined() && t.device() == core::Device::cuda && t.numel() == numel && t.dtype() == dtype,
                  "psa (CUDA): {} must be a {} tensor of {} elements on the GPU, got {}", what, core::dtype_name(dtype),

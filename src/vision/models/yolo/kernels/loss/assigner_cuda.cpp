@@ -120,8 +120,7 @@ void launch_task_aligned_assigner(cudaStream_t stream, DType dtype, const void* 
                                                     targets, count, claimers, owner, s.n_anchors, s.n_classes, s.n_max,
                                                     static_cast<int32_t>(o.topk), o.alpha, o.beta, o.eps, o.small_side,
                                                     o.widened_side);
-  cuda::kernel_instance<AssignerResolve>(dtype).launch(
-      stream, dim3(cuda::grid_blocks(s.batch * s.n_anchors, kResolveThreads)), dim3(kResolveThreads), 0, boxes,
+  cuda::kernel_instance<AssignerResolve>(dtype).launch_over(stream, s.batch * s.n_anchors, kResolveThreads, boxes,
       anchors, targets, count, static_cast<const int32_t*>(claimers), owner, s.batch, s.n_anchors, s.n_classes,
       s.n_max, o.eps, o.small_side, o.widened_side);
   cuda::kernel_instance<AssignerFinalize>(dtype).launch(
@@ -175,7 +174,7 @@ class AssignerCudaRuntime final : public graph::RuntimeOp {
     check(ctx.outputs[1], "target_scores", Shape{s.batch, s.n_classes, s.n_anchors}, DType::f32);
     check(ctx.outputs[2], "fg_mask", Shape{s.batch, s.n_anchors}, DType::u8);
     check(ctx.outputs[3], "gt_index", Shape{s.batch, s.n_anchors}, DType::i32);
-    const cudaStream_t stream = graph::CudaBackendContext::of(ctx.backend).stream();
+    const cudaStream_t stream = graph::stream_of(ctx.backend);
     void* ws = ctx.workspace.defined() ? ctx.workspace.raw() : nullptr;
     const size_t ws_bytes = ctx.workspace.defined() ? ctx.workspace.nbytes() : 0;
     launch_task_aligned_assigner(stream, t, logits.raw(), boxes.raw(), static_cast<const float*>(ctx.params[0].raw()),

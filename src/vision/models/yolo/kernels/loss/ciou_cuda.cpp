@@ -124,7 +124,7 @@ class CiouLossCudaRuntime final : public graph::RuntimeOp {
         check_tensor(ctx.saved[k], "a saved tensor (iou, v, alpha)", ba, DType::f32);
         saved[k] = static_cast<float*>(ctx.saved[k].raw());
       }
-    launch_ciou_forward(stream(ctx.backend), pred.dtype(), pred.raw(), f32(ctx.inputs[1]), f32(ctx.inputs[2]),
+    launch_ciou_forward(graph::stream_of(ctx.backend), pred.dtype(), pred.raw(), f32(ctx.inputs[1]), f32(ctx.inputs[2]),
                         static_cast<float*>(ctx.output.raw()), saved[0], saved[1], saved[2], pred.dim(0),
                         pred.dim(2), options_.format);
   }
@@ -140,13 +140,13 @@ class CiouLossCudaRuntime final : public graph::RuntimeOp {
       const Shape ba{pred.dim(0), pred.dim(2)};
       check_tensor(ctx.grad_output, "d_loss", ba, DType::f32);
       check_tensor(d, "d_pred", pred.shape(), pred.dtype());
-      launch_ciou_backward(stream(ctx.backend), pred.dtype(), pred.raw(), f32(ctx.inputs.at(1)),
+      launch_ciou_backward(graph::stream_of(ctx.backend), pred.dtype(), pred.raw(), f32(ctx.inputs.at(1)),
                            f32(ctx.inputs.at(2)), f32(ctx.saved[0]), f32(ctx.saved[1]), f32(ctx.saved[2]),
                            f32(ctx.grad_output), d.raw(), pred.dim(0), pred.dim(2), options_);
     }
     for (size_t i = 1; i < 3; ++i)  // target and weight are not differentiated
       if (const Tensor& z = ctx.grad_inputs.at(i); z.defined())
-        VISION_CUDA_CHECK(cudaMemsetAsync(z.raw(), 0, z.nbytes(), stream(ctx.backend)));
+        VISION_CUDA_CHECK(cudaMemsetAsync(z.raw(), 0, z.nbytes(), graph::stream_of(ctx.backend)));
   }
 
   std::vector<graph::KernelInfo> kernels() const override {
@@ -156,7 +156,6 @@ class CiouLossCudaRuntime final : public graph::RuntimeOp {
   }
 
  private:
-  static cudaStream_t stream(graph::BackendContext* b) { return graph::CudaBackendContext::of(b).stream(); }
   static float* f32(const Tensor& t) { return static_cast<float*>(t.raw()); }
   static void check_tensor(const Tensor& t, const char* what, const Shape& shape, DType dtype) {
     VISION_CHECK(t.defined() && t.device() == core::Device::cuda && t.shape() == shape && t.dtype() == dtype,

@@ -107,8 +107,7 @@ void launch_bce_cls_backward(cudaStream_t stream, DType dtype, const void* logit
                              const float* grad_loss, const float* norm, void* grad_logits, int64_t n) {
   check_count(n, 1, "bce_cls_loss");
   if (n == 0) return;
-  cuda::kernel_instance<BceClsBackward>(dtype).launch(
-      stream, dim3(cuda::grid_blocks(n, kClsLossThreads)), dim3(kClsLossThreads), 0, logits,
+  cuda::kernel_instance<BceClsBackward>(dtype).launch_over(stream, n, kClsLossThreads, logits,
       static_cast<const void*>(targets), static_cast<const void*>(grad_loss), static_cast<const void*>(norm),
       grad_logits, n);
 }
@@ -138,8 +137,7 @@ void launch_l1_distance_backward(cudaStream_t stream, DType dtype, const void* p
   check_image_size(image_h, image_w);
   const int64_t n = batch * 4 * n_anchors;
   if (n == 0) return;
-  cuda::kernel_instance<L1DistanceBackward>(dtype).launch(
-      stream, dim3(cuda::grid_blocks(n, kClsLossThreads)), dim3(kClsLossThreads), 0, pred,
+  cuda::kernel_instance<L1DistanceBackward>(dtype).launch_over(stream, n, kClsLossThreads, pred,
       static_cast<const void*>(target), static_cast<const void*>(weight), static_cast<const void*>(anchors),
       static_cast<const void*>(grad_loss), static_cast<const void*>(norm), grad_pred, batch, n_anchors,
       static_cast<float>(1.0 / static_cast<double>(image_w)), static_cast<float>(1.0 / static_cast<double>(image_h)));

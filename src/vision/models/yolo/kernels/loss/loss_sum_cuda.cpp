@@ -69,8 +69,7 @@ void launch_target_score_sum(cudaStream_t stream, const float* scores, float* we
                "target_score_sum (GPU): batch {}, {} classes and {} anchors are out of range", batch, classes,
                n_anchors);
   if (batch * n_anchors == 0) return;
-  cuda::kernel_instance<TargetScoreSum>().launch(stream, dim3(cuda::grid_blocks(batch * n_anchors, kThreads)),
-                                                 dim3(kThreads), 0, scores, weight, batch, classes, n_anchors);
+  cuda::kernel_instance<TargetScoreSum>().launch_over(stream, batch * n_anchors, kThreads, scores, weight, batch, classes, n_anchors);
 }
 
 void launch_normalized_sum_forward(cudaStream_t stream, const float* x, const float* w, float* loss, float* norm,
@@ -87,8 +86,7 @@ void launch_normalized_sum_backward(cudaStream_t stream, const float* grad_loss,
                                     int64_t n) {
   check_count(n, "normalized_sum");
   if (n == 0) return;
-  cuda::kernel_instance<NormalizedSumBackward>().launch(stream, dim3(cuda::grid_blocks(n, kThreads)), dim3(kThreads),
-                                                        0, grad_loss, norm, grad_x, n);
+  cuda::kernel_instance<NormalizedSumBackward>().launch_over(stream, n, kThreads, grad_loss, norm, grad_x, n);
 }
 
 void launch_detection_loss_forward(cudaStream_t stream, const float* box, const float* cls, const float* l1,
