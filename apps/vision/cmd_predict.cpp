@@ -55,6 +55,7 @@ struct PredictOptions {
   int64_t workers = 0;
   int64_t max_pixels = data::kDefaultMaxPixels;
   int64_t vid_stride = 1;
+  std::string hwaccel = "none";
   bool quiet = false;
 };
 
@@ -84,7 +85,7 @@ int run_predict_video(const PredictOptions& o) {
       data::is_stream_list(o.source) ? data::read_stream_list(o.source) : std::vector<std::string>{o.source};
   Detector detector(o.model, detector_options(o));
   const std::vector<std::string>& names = detector.names();
-  data::VideoStreams streams(sources, {.max_pixels = o.max_pixels, .stride = o.vid_stride},
+  data::VideoStreams streams(sources, {.max_pixels = o.max_pixels, .stride = o.vid_stride, .hwaccel = o.hwaccel},
                              std::max<size_t>(4, static_cast<size_t>(o.batch)));
   const std::vector<std::string> stems = source_stems(sources);
   if (!o.save.empty()) {
@@ -174,6 +175,7 @@ int run_predict(const PredictOptions& o) {
   VISION_CHECK(!o.save_conf || o.save_txt, "--save-conf adds the score to the --save-txt label files");
   if (data::is_video_source(o.source) || data::is_stream_list(o.source)) return run_predict_video(o);
   VISION_CHECK(o.vid_stride == 1, "--vid-stride applies to a video source");
+  VISION_CHECK(o.hwaccel == "none", "--hwaccel applies to a video source");
   const std::vector<fs::path> paths = data::expand_image_source(o.source);
   Detector detector(o.model, detector_options(o));
   const std::vector<std::string>& names = detector.names();
@@ -308,6 +310,10 @@ void add_predict_command(CLI::App& app) {
       ->required();
   cmd->add_option("--vid-stride", opts->vid_stride, "a video: detect in every N-th frame")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
+      ->capture_default_str();
+  cmd->add_option("--hwaccel", opts->hwaccel,
+                  "a video: decode with NVDEC (cuda) where the driver and FFmpeg have it, else in software (a warning)")
+      ->check(CLI::IsMember({"none", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--imgsz", opts->imgsz, "input size: one side or height,width (multiples of 32; default: the model's)")
       ->delimiter(',')

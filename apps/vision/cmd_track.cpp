@@ -38,6 +38,7 @@ struct TrackOptions {
   int threads = 0;  // the CPU: threads for the model; 0: every core
   double fps = 0;  // 0: the video's rate, else 30
   int64_t vid_stride = 1;
+  std::string hwaccel = "none";
   std::string save;
   std::string save_txt;
   std::string eval;
@@ -60,10 +61,12 @@ class FrameSource {
   explicit FrameSource(const TrackOptions& o) : stride_(o.vid_stride) {
     if (data::is_video_source(o.source) || data::is_stream_list(o.source)) {  // decoded ahead of the model
       sources_ = data::is_stream_list(o.source) ? data::read_stream_list(o.source) : std::vector<std::string>{o.source};
-      video_ = std::make_unique<data::VideoStreams>(sources_, data::VideoReaderOptions{.stride = o.vid_stride});
+      video_ = std::make_unique<data::VideoStreams>(
+          sources_, data::VideoReaderOptions{.stride = o.vid_stride, .hwaccel = o.hwaccel});
       return;
     }
     VISION_CHECK(o.vid_stride == 1, "--vid-stride applies to a video source");
+    VISION_CHECK(o.hwaccel == "none", "--hwaccel applies to a video source");
     sources_ = {o.source};
     frames_ = data::expand_image_source(o.source);
     const size_t workers = o.workers > 0 ? static_cast<size_t>(o.workers) : data::default_decode_workers();
@@ -285,6 +288,10 @@ void add_track_command(CLI::App& app) {
       ->check(CLI::Range(0.1, 1000.0));
   cmd->add_option("--vid-stride", opts->vid_stride, "a video: track every N-th frame")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
+      ->capture_default_str();
+  cmd->add_option("--hwaccel", opts->hwaccel,
+                  "a video: decode with NVDEC (cuda) where the driver and FFmpeg have it, else in software (a warning)")
+      ->check(CLI::IsMember({"none", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--save", opts->save,
                   "write the frames annotated with track ids into this folder (for a video: <stem>.mp4 there)");

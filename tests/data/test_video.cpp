@@ -96,6 +96,40 @@ TEST(Video, WrittenFramesReadBack) {
   EXPECT_EQ(kept, (std::vector<int64_t>{0, 5, 10}));
 }
 
+// --hwaccel cuda: NVDEC where the driver and FFmpeg have it (the frames then the software decoder's within the
+// NV12/yuv420p conversion's rounding), else software decoding with one warning naming the source and why — the same
+// frames bit for bit; an unknown value is refused.
+TEST(Video, HwaccelCudaDecodesOnTheGpuOrFallsBackWithAWarning) {
+  test::TempDir dir;
+  const fs::path path = write_test_video(dir.path() / "h.mp4", 8);
+  VideoReader soft(path.string());
+  VideoReader hard(path.string(), {.hwaccel = "cuda"});
+  EXPECT_EQ(soft.hwaccel(), "none");
+  const bool nvdec = hard.hwaccel() == "cuda";
+  if (!nvdec) {
+    ASSERT_EQ(hard.warnings().size(), 1u);
+    EXPECT_NE(hard.warnings()[0].find("--hwaccel cuda"), std::string::npos) << hard.warnings()[0];
+    EXPECT_NE(hard.warnings()[0].find("decoding in software"), std::string::npos) << hard.warnings()[0];
+    EXPECT_NE(hard.warnings()[0].find(path.filename().string()), std::string::npos) << hard.warnings()[0];
+  }
+  VideoFrame a, b;
+  int64_t n = 0;
+  while (soft.read(a)) {
+    ASSERT_TRUE(hard.read(b)) << "frame " << n;
+    EXPECT_EQ(a.index, b.index);
+    EXPECT_EQ(a.timestamp, b.timestamp);
+    if (nvdec)
+      EXPECT_LT(mean_abs_diff(a.image, b.image), 1.0) << "frame " << n;
+    else
+      EXPECT_EQ(a.image, b.image) << "frame " << n;
+    ++n;
+  }
+  EXPECT_FALSE(hard.read(b));
+  EXPECT_EQ(n, 8);
+  EXPECT_NE(test::error_of([&] { VideoReader r(path.string(), {.hwaccel = "vaapi"}); }).find("none or cuda"),
+            std::string::npos);
+}
+
 TEST(Video, AWriterDestroyedUnclosedFinishesTheFile) {
   test::TempDir dir;
   const fs::path path = dir.path() / "b.mp4";

@@ -18,9 +18,11 @@ extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavdevice/avdevice.h>
 #include <libavformat/avformat.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/mem.h>
 #include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 }
 #endif
@@ -132,7 +134,11 @@ struct VideoReader::Impl {
   AVCodecContext* decoder = nullptr;
   AVPacket* packet = nullptr;
   AVFrame* frame = nullptr;
+  AVFrame* host_frame = nullptr;  // a hardware frame copied to the host
   SwsContext* scaler = nullptr;
+  AVBufferRef* hw_device = nullptr;  // the CUDA device context, while hardware decoding is on
+  std::string hwaccel = "none";      // in use
+  bool hw_refused = false;           // tried and not available: software from then on (reconnections too)
   int stream = -1;
   AVRational time_base = {0, 1};
   int64_t start_pts = 0;
@@ -149,11 +155,15 @@ struct VideoReader::Impl {
   }
   void arm() { deadline = std::chrono::steady_clock::now() + kIoTimeout; }
 
-  ~Impl() { close_input(); }
+  ~Impl() {
+    close_input();
+    av_buffer_unref(&hw_device);
+  }
 
   void close_input() {
     sws_freeContext(scaler);
     scaler = nullptr;
+    av_frame_free(&host_frame);
     av_frame_free(&frame);
     av_packet_free(&packet);
     avcodec_free_context(&decoder);
@@ -218,6 +228,7 @@ struct VideoReader::Impl {
     VISION_CHECK_INPUT(ret >= 0, "video {}: bad codec parameters: {}", source, av_error(ret));
     decoder->thread_count = 0;  // as many as libavcodec picks
     decoder->max_pixels = options.max_pixels;  // frames the stream grows to mid-way are refused by the decoder too
+    if (options.hwaccel == "cuda" && !hw_refused) use_nvdec(codec);
     ret = avcodec_open2(decoder, codec, nullptr);
     VISION_CHECK_INPUT(ret >= 0, "video {}: the {} decoder does not open: {}", source, codec->name, av_error(ret));
     packet = av_packet_alloc();
@@ -229,6 +240,43 @@ struct VideoReader::Impl {
     info = {.width = par->width, .height = par->height, .fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0,
             .frames = st->nb_frames, .codec = avcodec_get_name(par->codec_id)};
     draining = false;
+  }
+
+  // The decoder set to decode on the GPU (NVDEC) when the codec has a CUDA hardware configuration and a CUDA device
+  // context can be made; otherwise a warning, and software decoding for this source from then on.
+  void use_nvdec(const AVCodec* codec) {
+    const auto refuse = [&](const std::string& why) {
+      hw_refused = true;
+      hwaccel = "none";
+      warn(fmt::format("video {}: --hwaccel cuda: {}; decoding in software", source, why));
+    };
+    bool supported = false;
+    for (int i = 0;; ++i) {
+      const AVCodecHWConfig* c = avcodec_get_hw_config(codec, i);
+      if (!c) break;
+      supported = supported || ((c->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX) &&
+                                c->device_type == AV_HWDEVICE_TYPE_CUDA && c->pix_fmt == AV_PIX_FMT_CUDA);
+    }
+    if (!supported) return refuse(fmt::format("this FFmpeg has no NVDEC decoder for {}", codec->name));
+    if (!hw_device) {
+      const int ret = av_hwdevice_ctx_create(&hw_device, AV_HWDEVICE_TYPE_CUDA, nullptr, nullptr, 0);
+      if (ret < 0) {
+        hw_device = nullptr;
+        return refuse(fmt::format("no CUDA device for NVDEC ({})", av_error(ret)));
+      }
+    }
+    decoder->hw_device_ctx = av_buffer_ref(hw_device);
+    VISION_CHECK(decoder->hw_device_ctx, "video {}: out of memory for the hardware decoder", source);
+    // CUDA frames when the decoder offers them for this stream; else its first software format (libavcodec then
+    // decodes in software, and read() sees host frames).
+    decoder->get_format = [](AVCodecContext*, const AVPixelFormat* formats) {
+      for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f)
+        if (*f == AV_PIX_FMT_CUDA) return *f;
+      for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f)
+        if (!(av_pix_fmt_desc_get(*f)->flags & AV_PIX_FMT_FLAG_HWACCEL)) return *f;
+      return AV_PIX_FMT_NONE;
+    };
+    hwaccel = "cuda";
   }
 
   // A live source dropped (why): closed and opened again after 1, 2, 4, … × options.reconnect_delay seconds (at most
@@ -254,21 +302,31 @@ struct VideoReader::Impl {
   }
 
   void to_image(VideoFrame& out) {
-    const int64_t w = frame->width, h = frame->height;
+    const int64_t pts = frame->best_effort_timestamp;
+    const AVFrame* pixels = frame;
+    if (frame->format == AV_PIX_FMT_CUDA) {  // NVDEC: the frame is on the GPU; copied back in its software format
+      if (!host_frame) host_frame = av_frame_alloc();
+      VISION_CHECK(host_frame, "video {}: out of memory", source);
+      av_frame_unref(host_frame);
+      const int ret = av_hwframe_transfer_data(host_frame, frame, 0);
+      VISION_CHECK_INPUT(ret >= 0, "video {}: a frame decoded by NVDEC cannot be copied from the GPU: {}", source,
+                         av_error(ret));
+      pixels = host_frame;
+    }
+    const int64_t w = pixels->width, h = pixels->height;
     VISION_CHECK_INPUT(w > 0 && h > 0 && w * h <= options.max_pixels,
                        "video {}: a frame of {}×{} is larger than the limit of {} pixels", source, w, h,
                        options.max_pixels);
     scaler = sws_getCachedContext(scaler, static_cast<int>(w), static_cast<int>(h),
-                                  static_cast<AVPixelFormat>(frame->format), static_cast<int>(w), static_cast<int>(h),
+                                  static_cast<AVPixelFormat>(pixels->format), static_cast<int>(w), static_cast<int>(h),
                                   AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr);
     VISION_CHECK_INPUT(scaler, "video {}: frames in pixel format {} cannot be converted to RGB", source,
-                       frame->format);
+                       pixels->format);
     out.image = Image(w, h, 3);
     uint8_t* dst[4] = {out.image.pixels.data(), nullptr, nullptr, nullptr};
     int dst_stride[4] = {static_cast<int>(3 * w), 0, 0, 0};
-    const int rows = sws_scale(scaler, frame->data, frame->linesize, 0, static_cast<int>(h), dst, dst_stride);
+    const int rows = sws_scale(scaler, pixels->data, pixels->linesize, 0, static_cast<int>(h), dst, dst_stride);
     VISION_CHECK(rows == h, "video {}: converting a frame to RGB gave {} of {} rows", source, rows, h);
-    const int64_t pts = frame->best_effort_timestamp;
     out.timestamp = pts != AV_NOPTS_VALUE && time_base.num > 0
                         ? time_offset + static_cast<double>(pts - start_pts) * av_q2d(time_base)
                         : (info.fps > 0 ? static_cast<double>(decoded - 1) / info.fps : 0.0);
@@ -287,6 +345,8 @@ VideoReader::VideoReader(const std::string& source, const VideoReaderOptions& op
   d.options = options;
   d.live = is_stream_url(source) || is_camera_source(source);
   VISION_CHECK(options.stride >= 1, "video: the frame stride must be at least 1, got {}", options.stride);
+  VISION_CHECK(options.hwaccel == "none" || options.hwaccel == "cuda",
+               "video: hwaccel must be none or cuda, got '{}'", options.hwaccel);
   VISION_CHECK(options.reconnect >= 0 && options.reconnect_delay >= 0 && options.reconnect_delay <= 60,
                "video: reconnect needs at least 0 attempts and a delay of 0–60 s, got {} and {}", options.reconnect,
                options.reconnect_delay);
@@ -298,6 +358,7 @@ VideoReader::~VideoReader() = default;
 const VideoInfo& VideoReader::info() const { return impl_->info; }
 const std::vector<std::string>& VideoReader::warnings() const { return impl_->warnings; }
 int64_t VideoReader::reconnects() const { return impl_->reconnects; }
+const std::string& VideoReader::hwaccel() const { return impl_->hwaccel; }
 
 bool VideoReader::read(VideoFrame& out) {
   Impl& d = *impl_;

@@ -50,6 +50,10 @@ struct VideoReaderOptions {
   // a warning. Frame indices go on counting; timestamps go on from the last frame's. A file is never reopened.
   int reconnect = 5;
   double reconnect_delay = 1.0;
+  // Hardware decoding: "none", or "cuda" (NVDEC through FFmpeg's CUDA hardware context, where the driver and this
+  // FFmpeg have it and the codec has an NVDEC decoder; frames are copied back to the host and converted to RGB as
+  // software-decoded ones are). When it is not available the source is decoded in software, with a warning saying why.
+  std::string hwaccel = "none";
 };
 
 struct VideoFrame {
@@ -74,6 +78,8 @@ class VideoReader {
   const std::vector<std::string>& warnings() const;
   // How many times a live source was opened again after dropping.
   int64_t reconnects() const;
+  // The decoding in use: "cuda" (NVDEC) or "none" (software).
+  const std::string& hwaccel() const;
 
  private:
   struct Impl;
