@@ -410,6 +410,13 @@ TEST(VideoCli, SynthVideosAndTrackingThem) {
   while (annotated.read(f)) ++n;
   EXPECT_EQ(n, 20);
   EXPECT_EQ(track::read_mot_file(dir.path() / "t.txt", false).back().frame, 20);
+  // --batch: seven frames at a time through the detector (the last batch partial), the same tracks.
+  const test::CliRun batched = test::run_cli(fmt::format(
+      "'{}' track --model '{}/assets/yolo26n_synth.safetensors' --source '{}' --device cpu --batch 7 --save-txt '{}' "
+      "--quiet 2>&1",
+      VISION_CLI, VISION_SOURCE_DIR, video.string(), (dir.path() / "t7.txt").string()));
+  ASSERT_EQ(batched.code, 0) << batched.out;
+  EXPECT_EQ(test::read_file(dir.path() / "t7.txt"), test::read_file(dir.path() / "t.txt"));
 }
 
 // `vision track --source list.streams`: each source tracked on its own, as if alone — the same tracks as each video
