@@ -284,6 +284,13 @@ int run_predict(const PredictOptions& o) {
 
 }  // namespace
 
+void add_hwaccel_option(CLI::App* cmd, std::string& hwaccel) {
+  cmd->add_option("--hwaccel", hwaccel,
+                  "a video: decode with NVDEC (cuda) where the driver and FFmpeg have it, else in software (a warning)")
+      ->check(CLI::IsMember({"none", "cuda"}))
+      ->capture_default_str();
+}
+
 std::vector<std::string> source_stems(const std::vector<std::string>& sources) {
   std::vector<std::string> stems;
   for (const std::string& source : sources) {
@@ -311,10 +318,7 @@ void add_predict_command(CLI::App& app) {
   cmd->add_option("--vid-stride", opts->vid_stride, "a video: detect in every N-th frame")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();
-  cmd->add_option("--hwaccel", opts->hwaccel,
-                  "a video: decode with NVDEC (cuda) where the driver and FFmpeg have it, else in software (a warning)")
-      ->check(CLI::IsMember({"none", "cuda"}))
-      ->capture_default_str();
+  add_hwaccel_option(cmd, opts->hwaccel);
   cmd->add_option("--imgsz", opts->imgsz, "input size: one side or height,width (multiples of 32; default: the model's)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);

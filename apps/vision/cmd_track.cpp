@@ -301,10 +301,7 @@ void add_track_command(CLI::App& app) {
                   "1: each frame tracked as soon as it is read)")
       ->check(CLI::Range(int64_t{1}, int64_t{256}))
       ->capture_default_str();
-  cmd->add_option("--hwaccel", opts->hwaccel,
-                  "a video: decode with NVDEC (cuda) where the driver and FFmpeg have it, else in software (a warning)")
-      ->check(CLI::IsMember({"none", "cuda"}))
-      ->capture_default_str();
+  add_hwaccel_option(cmd, opts->hwaccel);
   cmd->add_option("--save", opts->save,
                   "write the frames annotated with track ids into this folder (for a video: <stem>.mp4 there)");
   cmd->add_option("--save-txt", opts->save_txt,

@@ -29,4 +29,7 @@ const std::vector<std::string>& command_line();
 // "stream" when a URL has none; a stem taken twice gets _2, _3, ….
 std::vector<std::string> source_stems(const std::vector<std::string>& sources);
 
+// `--hwaccel none|cuda` (data::VideoReaderOptions::hwaccel) on a command that reads video.
+void add_hwaccel_option(CLI::App* cmd, std::string& hwaccel);
+
 }  // namespace vision::cli

@@ -31,6 +31,7 @@
 #include "vision/graph/backend.h"
 #include "vision/models/yolo/loss.h"
 #include "vision/models/yolo/trainer.h"
+#include "vision/models/yolo/trainer_input.h"
 #include "vision/models/yolo/ultralytics_checkpoint.h"
 #include "vision/models/yolo/weights.h"
 #include "vision/train/checkpoint.h"
@@ -362,14 +363,15 @@ TrainResult run_training_ranked(TrainConfig o, const TrainCallbacks& callbacks,
     lo.pixels = data::BatchPixels::u8_nhwc;
     lo.hsv_on_device = true;  // the HSV jitter, half the augmentation's CPU time, runs on the GPU
     // And the warp (the mosaic's composition, the affine, the flips) when the ram cache's images fit on the device (in
-    // the quarter of its free memory where the trainer's upload keeps them): the workers then only draw and take their
-    // sources. Otherwise each image's four sources would cross PCIe with every batch, and the warp stays on the
-    // workers. VISION_WARP_ON_HOST=1 keeps it there in any case (the A/B of bench/train/NOTES.md).
+    // the share of its free memory where the trainer's upload keeps them, yolo::kPlanSourceShare): the workers then
+    // only draw and take their sources. Otherwise each image's four sources would cross PCIe with every batch, and the
+    // warp stays on the workers. VISION_WARP_ON_HOST=1 keeps it there in any case (the A/B of bench/train/NOTES.md).
     const char* host_warp = std::getenv("VISION_WARP_ON_HOST");
     size_t free_bytes = 0, total_bytes = 0;
     VISION_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     lo.warp_on_device = !(host_warp && std::string_view(host_warp) == "1") && lo.cache == data::CacheMode::ram &&
-                        data::estimate_cache_bytes(train_set, o.imgsz) <= static_cast<double>(free_bytes) / 4;
+                        data::estimate_cache_bytes(train_set, o.imgsz) <=
+                            static_cast<double>(free_bytes) * yolo::kPlanSourceShare;
     lo.host_memory = [](size_t bytes) {
       cuda::PinnedBytes p = cuda::pinned_alloc(bytes);
       return std::shared_ptr<void>(p.release(), cuda::PinnedFree{});

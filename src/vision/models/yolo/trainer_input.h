@@ -17,6 +17,10 @@
 
 namespace vision::models::yolo {
 
+// The share of the device memory free at the first batch of plans that their lasting sources may take on the device
+// (U8BatchUpload::run); vision train renders plans on the device only when the ram cache fits in it.
+inline constexpr double kPlanSourceShare = 0.25;
+
 class U8BatchUpload {
  public:
   U8BatchUpload();
@@ -31,8 +35,8 @@ class U8BatchUpload {
   //
   // With `plans` (one per image, data::TrainBatch::plans: LoaderOptions::warp_on_device), the pixels are not copied:
   // the plans are rendered on the device (data/warp_cuda.h; the bytes warp_plan_cpu gives) from device copies of
-  // their sources — kept for the upload's life for a ram cache's images (SamplePlan::lasting) while they fit in a
-  // quarter of the device memory free at the first batch, copied for the batch otherwise — and `images` (left
+  // their sources — kept for the upload's life for a ram cache's images (SamplePlan::lasting) while they fit in
+  // kPlanSourceShare of the device memory free at the first batch, copied for the batch otherwise — and `images` (left
   // unwritten by the loader) only gives the batch's shape and identity.
   void run(graph::BackendContext& backend, const core::Tensor& images, const core::Tensor& dst,
            std::span<const data::HsvGains> hsv = {}, std::span<const data::SamplePlan> plans = {});

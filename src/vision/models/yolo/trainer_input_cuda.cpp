@@ -63,7 +63,6 @@ struct U8BatchUpload::Impl {
     std::vector<data::WarpPlan> warps;
     std::shared_ptr<void> device_warps, transient;
     size_t warps_capacity = 0, transient_capacity = 0;
-    std::vector<std::shared_ptr<const data::Image>> transient_sources;
     // What is staged here, not yet normalised: the batch's memory, shape and gains.
     bool staged = false;
     const void* source = nullptr;
@@ -75,7 +74,7 @@ struct U8BatchUpload::Impl {
   std::array<Slot, 2> slots;
   size_t next = 0;
   // The plans' lasting sources on the device (the image is kept, so its address names it while the entry lives), and
-  // the bytes they may take: a quarter of the device memory free when the first plans came.
+  // the bytes they may take: kPlanSourceShare of the device memory free when the first plans came.
   struct Resident {
     std::shared_ptr<const data::Image> image;
     std::shared_ptr<void> device;
@@ -114,7 +113,7 @@ void U8BatchUpload::Impl::render(graph::BackendContext& backend, Slot& s, uint8_
   if (resident_budget < 0) {
     size_t free = 0, total = 0;
     VISION_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-    resident_budget = static_cast<double>(free) / 4;
+    resident_budget = static_cast<double>(free) * kPlanSourceShare;
   }
   // Each source's device address: resident (copied once), or copied for this batch into the slot's transient buffer.
   s.warps.resize(plans.size());
@@ -143,7 +142,6 @@ void U8BatchUpload::Impl::render(graph::BackendContext& backend, Slot& s, uint8_
       transient_bytes += (bytes + 255) / 256 * 256;
     }
   }
-  s.transient_sources.clear();
   if (!transient_tiles.empty()) {
     reserve(backend, s.transient, s.transient_capacity, transient_bytes);
     auto* base = static_cast<uint8_t*>(s.transient.get());
@@ -152,7 +150,6 @@ void U8BatchUpload::Impl::render(graph::BackendContext& backend, Slot& s, uint8_
       const std::shared_ptr<const data::Image>& im = plans[i].sources[static_cast<size_t>(t)];
       staged.upload(base + offset, im->pixels.data(), im->pixels.size(), copy);
       s.warps[i].source[t] = reinterpret_cast<uint64_t>(base + offset);
-      s.transient_sources.push_back(im);  // read by the queued copy: kept until the slot's next batch
       offset += (im->pixels.size() + 255) / 256 * 256;
     }
   }
