@@ -50,6 +50,7 @@ struct BenchOptions {
   int max_iters = 10000;
   uint64_t seed = 0;
   std::string json;
+  bool profile = false;  // after each batch's timing, the plan's per-op profile on stderr
 };
 
 struct Stats {
@@ -200,7 +201,8 @@ void run_bench(const BenchOptions& o) {
       total += ms.back();
     }
     const Stats s = stats_of(ms);
-    const bool replayed = model.executor().plan(graph::Mode::inference, {images.shape()}).graph_replayed();
+    graph::Plan& plan = model.executor().plan(graph::Mode::inference, {images.shape()});
+    const bool replayed = plan.graph_replayed();
     const double img_s = static_cast<double>(batch) * 1000.0 / s.median;
     fmt::print("{:>6} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.1f} {:>7}\n", batch, s.median, s.p90, s.min, img_s,
                ms.size());
@@ -232,6 +234,9 @@ void run_bench(const BenchOptions& o) {
       json << row.dump() << '\n';
       json.flush();
     }
+    if (o.profile)  // each step run eagerly and timed apart (median of 10 runs): where the time goes
+      fmt::print(stderr, "--- batch {}: per-op profile (eager steps, median of 10 runs)\n{}", batch,
+                 graph::Plan::format_profile(plan.profile_forward({images}, 10), 30));
   }
 }
 
@@ -267,6 +272,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", opts->seed, "seed of the random input");
   cmd->add_option("--json", opts->json, "also write one JSON line per batch to this file (bench/model/run.sh)");
+  cmd->add_flag("--profile", opts->profile,
+                "after each batch, the plan's per-op profile on stderr: its 30 slowest steps and the time per op kind");
   cmd->callback([opts] { run_bench(*opts); });
 }
 

@@ -91,6 +91,20 @@ TEST(BenchCli, CpuLayoutAndThreads) {
   EXPECT_NE(bad.out.find("--layout"), std::string::npos) << bad.out;
 }
 
+// --profile: after the row, the plan's per-op profile (stderr): every step of YOLO26n's CPU plan timed apart, the
+// slowest first, and the time per op kind (YOLO26n has 102 convolutions: 87 with BatchNorm and SiLU folded in, 9
+// with BatchNorm alone, 6 plain).
+TEST(BenchCli, CpuProfilePrintsEveryOpKind) {
+  const CliRun r = bench("--device cpu --scale n --imgsz 64 --batch 1 --iters 2 --warmup 1 --profile");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has_row(r.out, 1, 2)) << r.out;
+  EXPECT_NE(r.out.find("--- batch 1: per-op profile"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("175 steps, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ops.conv2d_bn_silu (f32 nhwc) x87"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ops.conv2d_bn (f32 nhwc) x9"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("yolo.postprocess_e2e"), std::string::npos) << r.out;
+}
+
 TEST(BenchCli, CpuWeightsFileAndRectangularSize) {
   test::TempDir dir;
   const auto weights = dir.path() / "w.safetensors";
