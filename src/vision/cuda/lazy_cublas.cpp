@@ -65,4 +65,18 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
       algo);
 }
 
+// One call over GEMMs of several shapes (MuSGD's Newton–Schulz over every shape at once).
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t handle, const cublasOperation_t transa_array[],
+                                          const cublasOperation_t transb_array[], const int m_array[],
+                                          const int n_array[], const int k_array[], const void* alpha_array,
+                                          const void* const a_array[], cudaDataType_t a_type, const int lda_array[],
+                                          const void* const b_array[], cudaDataType_t b_type, const int ldb_array[],
+                                          const void* beta_array, void* const c_array[], cudaDataType_t c_type,
+                                          const int ldc_array[], int group_count, const int group_size[],
+                                          cublasComputeType_t compute_type) {
+  return CUBLAS(cublasGemmGroupedBatchedEx, handle, transa_array, transb_array, m_array, n_array, k_array,
+                alpha_array, a_array, a_type, lda_array, b_array, b_type, ldb_array, beta_array, c_array, c_type,
+                ldc_array, group_count, group_size, compute_type);
+}
+
 }  // extern "C"

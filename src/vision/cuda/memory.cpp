@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <vector>
 
 #include "vision/cuda/check.h"
 
@@ -113,5 +114,31 @@ CapturedGraph::~CapturedGraph() {
 }
 
 void CapturedGraph::replay(cudaStream_t stream) const { VISION_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
+
+namespace {
+
+size_t graph_launches(cudaGraph_t graph) {
+  size_t n = 0;
+  VISION_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) VISION_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  size_t launches = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    VISION_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type == cudaGraphNodeTypeKernel || type == cudaGraphNodeTypeMemcpy || type == cudaGraphNodeTypeMemset) {
+      ++launches;
+    } else if (type == cudaGraphNodeTypeGraph) {
+      cudaGraph_t child = nullptr;
+      VISION_CUDA_CHECK(cudaGraphChildGraphNodeGetGraph(node, &child));
+      launches += graph_launches(child);
+    }
+  }
+  return launches;
+}
+
+}  // namespace
+
+size_t CapturedGraph::launches() const { return graph_launches(graph_); }
 
 }  // namespace vision::cuda

@@ -102,6 +102,9 @@ class CapturedGraph {
   CapturedGraph(const CapturedGraph&) = delete;
   CapturedGraph& operator=(const CapturedGraph&) = delete;
   void replay(cudaStream_t stream) const;
+  // The operations a replay runs: the graph's kernel, copy and memset nodes (those of child graphs included), each of
+  // which eager execution launches on its own.
+  size_t launches() const;
 
  private:
   CapturedGraph() = default;

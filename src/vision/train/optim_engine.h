@@ -24,7 +24,6 @@ struct OptimTables {
   };
   std::vector<NsBatch> ns_batches;
   int64_t ns_elements = 0;
-  int64_t max_square = 0;  // the largest count · m · m
   std::vector<int64_t> tensor_of_param;  // assignment param index → tensors index, −1 when frozen
 };
 

@@ -1,9 +1,12 @@
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/cuda/check.h"
+#include "vision/cuda/memory.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/train/optim_engine.h"
 #include "vision/train/optim_kernels_cuda.h"
@@ -20,10 +23,17 @@ class CudaEngine final : public Engine {
     muon_chunks_ = upload(t.muon_chunks);
     muon_tensors_ = upload(t.muon_tensors);
     groups_ = backend.allocate(std::max<size_t>(t.tensors.size(), 1) * sizeof(OptimGroup));
+    groups_host_ = cuda::pinned_alloc(std::max<size_t>(t.tensors.size(), 1) * sizeof(OptimGroup));
     partials_ = backend.allocate(std::max<size_t>(t.chunks.size(), 1) * sizeof(float));
     status_ = backend.allocate(sizeof(OptimStatus));
     if (t.ns_elements > 0) {
-      const size_t ns_bytes = static_cast<size_t>(t.ns_elements) * 2, sq_bytes = static_cast<size_t>(t.max_square) * 2;
+      std::vector<GroupedNewtonSchulz::Shape> shapes;
+      for (const auto& b : t.ns_batches) shapes.push_back({b.m, b.n, b.count, b.ns_offset});
+      const size_t ns_bytes = static_cast<size_t>(t.ns_elements) * 2,
+                   sq_bytes = static_cast<size_t>(GroupedNewtonSchulz::square_elements(shapes)) * 2;
+      VISION_CHECK(GroupedNewtonSchulz::elements(shapes) == t.ns_elements,
+                   "optimizer: the Newton–Schulz batches hold {} elements, the buffer {}",
+                   GroupedNewtonSchulz::elements(shapes), t.ns_elements);
       ns_x_ = backend.allocate(ns_bytes);
       // Zeroed: a skipped step leaves the Muon input unwritten, and the Newton–Schulz GEMMs still read it (their
       // result is then unused).
@@ -31,6 +41,13 @@ class CudaEngine final : public Engine {
       ns_y_ = backend.allocate(ns_bytes);
       ns_a_ = backend.allocate(sq_bytes);
       ns_b_ = backend.allocate(sq_bytes);
+      ns_ = std::make_unique<GroupedNewtonSchulz>(shapes, as<uint16_t>(ns_x_), as<uint16_t>(ns_y_),
+                                                  as<uint16_t>(ns_a_), as<uint16_t>(ns_b_),
+                                                  [&backend](const void* host, size_t bytes) {
+                                                    auto mem = backend.allocate(bytes);
+                                                    backend.copy_to_device(mem.get(), host, bytes);
+                                                    return mem;
+                                                  });
     }
   }
 
@@ -59,11 +76,7 @@ class CudaEngine final : public Engine {
                           as<OptimGroup>(groups_), 1.0f, status);
       launch_muon_normalize(cuda_.stream(), x, as<OptimTensor>(tensors_), as<int64_t>(muon_tensors_),
                             static_cast<int64_t>(t_.muon_tensors.size()), status);
-      // Every batch runs the same number of iterations, so all results land in the same buffer.
-      for (const auto& b : t_.ns_batches)
-        ns_out = newton_schulz_cuda(cuda_.cublas(), cuda_.stream(), x + b.ns_offset, as<uint16_t>(ns_y_) + b.ns_offset,
-                                    as<uint16_t>(ns_a_), as<uint16_t>(ns_b_), b.count, b.m, b.n, ns_steps) -
-                 b.ns_offset;
+      ns_out = ns_->run(cuda_.cublas(), cuda_.stream(), ns_steps);
     }
     launch_sgd_step(cuda_.stream(), p_.params, p_.grads, p_.momentum, ns_out, as<OptimTensor>(tensors_),
                     as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), as<OptimGroup>(groups_), 1.0f,
@@ -88,9 +101,25 @@ class CudaEngine final : public Engine {
     if (!v.empty()) backend_.copy_to_device(mem.get(), v.data(), v.size() * sizeof(T));
     return mem;
   }
+  // The step's group settings (lr, momentum, …) go to the device from a pinned buffer of the engine's own, so the
+  // copy can be captured into a CUDA graph (a replay reads the buffer as the host last wrote it). Before the buffer
+  // is written again the copy that last read it is waited for (an event, never the stream).
   void upload_groups(std::span<const OptimGroup> groups) {
     VISION_CHECK(groups.size() <= std::max<size_t>(t_.tensors.size(), 1), "optimizer: more groups than tensors");
-    if (!groups.empty()) backend_.copy_to_device(groups_.get(), groups.data(), groups.size() * sizeof(OptimGroup));
+    if (groups.empty()) return;
+    const size_t bytes = groups.size() * sizeof(OptimGroup);
+    if (groups_in_flight_) {
+      groups_copied_.synchronize();
+      groups_in_flight_ = false;
+    }
+    std::memcpy(groups_host_.get(), groups.data(), bytes);
+    VISION_CUDA_CHECK(cudaMemcpyAsync(groups_.get(), groups_host_.get(), bytes, cudaMemcpyHostToDevice, cuda_.stream()));
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    VISION_CUDA_CHECK(cudaStreamIsCapturing(cuda_.stream(), &capturing));
+    if (capturing == cudaStreamCaptureStatusNone) {
+      groups_in_flight_ = true;  // set before recording: a failed record must not let the buffer be overwritten
+      groups_copied_.record(cuda_.stream());
+    }
   }
 
   const OptimTables& t_;
@@ -98,7 +127,11 @@ class CudaEngine final : public Engine {
   graph::BackendContext& backend_;
   graph::CudaBackendContext& cuda_;
   std::shared_ptr<void> tensors_, chunks_, muon_chunks_, muon_tensors_, groups_, partials_, status_;
+  cuda::PinnedBytes groups_host_;
+  cuda::Event groups_copied_{cudaEventDisableTiming};
+  bool groups_in_flight_ = false;
   std::shared_ptr<void> ns_x_, ns_y_, ns_a_, ns_b_;
+  std::unique_ptr<GroupedNewtonSchulz> ns_;
 };
 
 }  // namespace

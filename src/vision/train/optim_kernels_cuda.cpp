@@ -162,4 +162,129 @@ uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_
   return x;
 }
 
+int64_t GroupedNewtonSchulz::elements(std::span<const Shape> shapes) {
+  int64_t e = 0;
+  for (const Shape& s : shapes) e += s.count * s.m * s.n;
+  return e;
+}
+
+int64_t GroupedNewtonSchulz::square_elements(std::span<const Shape> shapes) {
+  int64_t e = 0;
+  for (const Shape& s : shapes) e += s.count * s.m * s.m;
+  return e;
+}
+
+GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t* x, uint16_t* y, uint16_t* a,
+                                         uint16_t* b, const Upload& upload)
+    : shapes_(shapes.begin(), shapes.end()), x_(x), y_(y), a_(a), b_(b) {
+  int64_t offset = 0;
+  for (const Shape& s : shapes_) {
+    VISION_CHECK(s.m > 0 && s.n > 0 && s.m <= s.n && s.count > 0,
+                 "newton_schulz: {} matrices of {}×{} (rows ≤ cols, transpose first)", s.count, s.m, s.n);
+    VISION_CHECK(s.offset == offset, "newton_schulz: the shapes' matrices must follow each other (offset {}, not {})",
+                 s.offset, offset);
+    VISION_CHECK(s.n <= std::numeric_limits<int>::max() && s.count <= std::numeric_limits<int>::max(),
+                 "newton_schulz: {} matrices of {}×{} exceed cuBLAS's 32-bit sizes", s.count, s.m, s.n);
+    offset += s.count * s.m * s.n;
+    matrices_ += s.count;
+  }
+  elements_ = elements(shapes_);
+  square_ = square_elements(shapes_);
+  if (matrices_ == 0) return;
+  VISION_CHECK(matrices_ <= std::numeric_limits<int>::max(), "newton_schulz: {} matrices exceed cuBLAS's sizes",
+               matrices_);
+  // Row-major R×C matrices are column-major C×R ones: each product is written for cuBLAS's column-major view (see
+  // newton_schulz_cuda).
+  for (const Shape& s : shapes_) {
+    const int M = static_cast<int>(s.m), N = static_cast<int>(s.n);
+    group_size_.push_back(static_cast<int>(s.count));
+    auto add = [](GemmArgs& g, cublasOperation_t ta, int m, int n, int k, int lda, int ldb, int ldc, float alpha,
+                  float beta) {
+      g.ta.push_back(ta);
+      g.tb.push_back(CUBLAS_OP_N);
+      g.m.push_back(m);
+      g.n.push_back(n);
+      g.k.push_back(k);
+      g.lda.push_back(lda);
+      g.ldb.push_back(ldb);
+      g.ldc.push_back(ldc);
+      g.alpha.push_back(alpha);
+      g.beta.push_back(beta);
+    };
+    add(args_[0], CUBLAS_OP_T, M, M, N, N, N, M, 1.0f, 0.0f);                           // A = X·Xᵀ
+    add(args_[1], CUBLAS_OP_N, M, M, M, M, M, M, kNewtonSchulzC, kNewtonSchulzB);      // B = c·A·A + b·B
+    add(args_[2], CUBLAS_OP_N, N, M, M, N, M, N, 1.0f, kNewtonSchulzA);                // Y = B·X + a·Y
+  }
+  // The pointer tables: per table the A, B and C arrays of every matrix, shape by shape.
+  const size_t P = static_cast<size_t>(matrices_);
+  std::vector<const void*> host(5 * 3 * P);
+  size_t i = 0;
+  int64_t xo = 0, ao = 0;
+  for (const Shape& s : shapes_)
+    for (int64_t j = 0; j < s.count; ++j, ++i, xo += s.m * s.n, ao += s.m * s.m) {
+      uint16_t* xs[2] = {x_ + xo, y_ + xo};
+      uint16_t *as = a_ + ao, *bs = b_ + ao;
+      auto set = [&](int table, const void* pa, const void* pb, const void* pc) {
+        host[(static_cast<size_t>(table) * 3 + 0) * P + i] = pa;
+        host[(static_cast<size_t>(table) * 3 + 1) * P + i] = pb;
+        host[(static_cast<size_t>(table) * 3 + 2) * P + i] = pc;
+      };
+      set(0, xs[0], xs[0], as);         // A = X·Xᵀ from x
+      set(1, xs[1], xs[1], as);         // from y
+      set(2, as, as, bs);               // B = c·A·A + b·B
+      set(3, xs[0], bs, xs[1]);         // y = B·x + a·y
+      set(4, xs[1], bs, xs[0]);         // x = B·y + a·x
+    }
+  pointers_ = upload(host.data(), host.size() * sizeof(void*));
+}
+
+bool GroupedNewtonSchulz::gemm(cublasHandle_t handle, int which, int parity) {
+  const int table = which == 0 ? parity : which == 1 ? 2 : 3 + parity;
+  const size_t P = static_cast<size_t>(matrices_);
+  auto** base = static_cast<void**>(pointers_.get()) + static_cast<size_t>(table) * 3 * P;
+  const GemmArgs& g = args_[which];
+  const cublasStatus_t status = cublasGemmGroupedBatchedEx(
+      handle, g.ta.data(), g.tb.data(), g.m.data(), g.n.data(), g.k.data(), g.alpha.data(), base, CUDA_R_16BF,
+      g.lda.data(), base + P, CUDA_R_16BF, g.ldb.data(), g.beta.data(), base + 2 * P, CUDA_R_16BF, g.ldc.data(),
+      static_cast<int>(group_size_.size()), group_size_.data(), CUBLAS_COMPUTE_32F);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && !tried_) return false;
+  VISION_CUBLAS_CHECK(status);
+  tried_ = true;
+  return true;
+}
+
+uint16_t* GroupedNewtonSchulz::per_shape(cublasHandle_t handle, cudaStream_t stream, int steps) {
+  uint16_t* out = x_;
+  for (const Shape& s : shapes_)
+    out = newton_schulz_cuda(handle, stream, x_ + s.offset, y_ + s.offset, a_, b_, s.count, s.m, s.n, steps) -
+          s.offset;
+  return out;
+}
+
+uint16_t* GroupedNewtonSchulz::run(cublasHandle_t handle, cudaStream_t stream, int steps) {
+  VISION_CHECK(steps >= 0, "newton_schulz: {} steps", steps);
+  if (matrices_ == 0 || steps == 0) return x_;
+  cudaStream_t bound = nullptr;
+  VISION_CUBLAS_CHECK(cublasGetStream(handle, &bound));
+  VISION_CHECK(bound == stream, "newton_schulz: the cuBLAS handle is bound to another stream than the one given");
+  if (!grouped_) return per_shape(handle, stream, steps);
+  const size_t x_bytes = static_cast<size_t>(elements_) * 2, a_bytes = static_cast<size_t>(square_) * 2;
+  for (int it = 0; it < steps; ++it) {
+    const int p = it & 1;
+    uint16_t *x = p ? y_ : x_, *y = p ? x_ : y_;
+    if (!gemm(handle, 0, p)) {  // the first call: cuBLAS has no grouped bf16 GEMM here
+      grouped_ = false;
+      return per_shape(handle, stream, steps);
+    }
+    cuda::mark_written_by_library(stream, a_, a_bytes);
+    VISION_CUDA_CHECK(cudaMemcpyAsync(b_, a_, a_bytes, cudaMemcpyDeviceToDevice, stream));
+    gemm(handle, 1, p);
+    cuda::mark_written_by_library(stream, b_, a_bytes);
+    VISION_CUDA_CHECK(cudaMemcpyAsync(y, x, x_bytes, cudaMemcpyDeviceToDevice, stream));
+    gemm(handle, 2, p);
+    cuda::mark_written_by_library(stream, y, x_bytes);
+  }
+  return steps % 2 ? y_ : x_;
+}
+
 }  // namespace vision::train

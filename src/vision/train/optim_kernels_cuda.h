@@ -8,6 +8,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
 
 #include "vision/cuda/kernel.h"
 #include "vision/graph/backend.h"
@@ -82,5 +86,49 @@ void launch_ema_update(graph::BackendContext& backend, float* ema, const float* 
 // batch·m·m bf16 each (scratch). Returns x or y, whichever holds the result (y after an odd number of steps).
 uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_t* x, uint16_t* y, uint16_t* a,
                              uint16_t* b, int64_t batch, int64_t m, int64_t n, int steps);
+
+// Newton–Schulz over matrices of several shapes at once, as newton_schulz_cuda computes each shape's batch: per
+// iteration three grouped GEMMs (cublasGemmGroupedBatchedEx: one call over every matrix of every shape) and two
+// copies, so a step makes 5 · steps calls whatever the number of shapes (MuSGD over YOLO26n's 40 shapes: 25 instead of
+// 1,000). The device tables of the matrices' pointers are built and uploaded once, here. Where cuBLAS does not
+// support the grouped bf16 GEMM (CUBLAS_STATUS_NOT_SUPPORTED on the first call), run() iterates shape by shape with
+// newton_schulz_cuda instead; grouped() says which.
+class GroupedNewtonSchulz {
+ public:
+  struct Shape {
+    int64_t m = 0, n = 0, count = 0, offset = 0;  // count row-major m × n matrices (m ≤ n) from element offset on
+  };
+  // Device memory holding a copy of `bytes` bytes of host memory (the backend's allocation and upload).
+  using Upload = std::function<std::shared_ptr<void>(const void* host, size_t bytes)>;
+  // x and y: the iteration's two buffers of elements(shapes) bf16 each, the shapes laid out one after another from 0
+  // (offsets consecutive); a and b: scratch of square_elements(shapes) bf16 each.
+  GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t* x, uint16_t* y, uint16_t* a, uint16_t* b,
+                      const Upload& upload);
+  static int64_t elements(std::span<const Shape> shapes);         // Σ count · m · n
+  static int64_t square_elements(std::span<const Shape> shapes);  // Σ count · m · m
+  // `steps` iterations on the handle's stream (bound to `stream`), from x; returns x or y, whichever holds the result
+  // (y after an odd number of steps). Capturable into a CUDA graph after the first call.
+  uint16_t* run(cublasHandle_t handle, cudaStream_t stream, int steps);
+  bool grouped() const { return grouped_; }
+
+ private:
+  struct GemmArgs {  // one product's per-shape arrays, as cublasGemmGroupedBatchedEx takes them (host memory)
+    std::vector<cublasOperation_t> ta, tb;
+    std::vector<int> m, n, k, lda, ldb, ldc;
+    std::vector<float> alpha, beta;
+  };
+  // Product `which` (0: A = X·Xᵀ, 1: B = c·A·A + b·B, 2: Y = B·X + a·Y) with X the buffer of `parity` (0: x, 1: y).
+  // False when cuBLAS does not support it on the first call (nothing was computed).
+  bool gemm(cublasHandle_t handle, int which, int parity);
+  uint16_t* per_shape(cublasHandle_t handle, cudaStream_t stream, int steps);
+  std::vector<Shape> shapes_;
+  uint16_t *x_, *y_, *a_, *b_;
+  int64_t elements_ = 0, square_ = 0, matrices_ = 0;
+  GemmArgs args_[3];
+  std::vector<int> group_size_;
+  std::shared_ptr<void> pointers_;  // 5 tables (product 0 per parity, 1, 2 per parity) of A, B, C pointer arrays
+  bool grouped_ = true;
+  bool tried_ = false;
+};
 
 }  // namespace vision::train

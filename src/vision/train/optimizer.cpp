@@ -89,7 +89,6 @@ OptimTables build_tables(const GroupAssignment& a, bool musgd) {
       t.ns_elements += b.m * b.n;
       ++b.count;
     }
-    t.max_square = std::max(t.max_square, b.count * b.m * b.m);
     t.ns_batches.push_back(b);
   }
   for (int64_t index : t.muon_tensors) add_chunks(t.muon_chunks, index, t.tensors[static_cast<size_t>(index)].numel);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -19,6 +20,7 @@
 #include "train/optim_test_util.h"
 #include "vision/cuda/device.h"
 #include "vision/cuda/kernel.h"
+#include "vision/cuda/memory.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/graph.h"
 #include "vision/models/yolo/optim_rules.h"
@@ -463,6 +465,69 @@ TEST(NewtonSchulzGpu, FreshScratchGivesThePoisonedScratchResult) {
   EXPECT_EQ(std::count(results[1].begin(), results[1].end(), uint16_t{0xffff}), 0) << "poison left in the output";
 }
 
+// The grouped Newton–Schulz (all shapes in one cublasGemmGroupedBatchedEx call per product) against the CPU twin,
+// shape by shape, within BatchedBf16MatchesTheCpuTwin's bounds: the shapes of that test together, in one run.
+TEST(NewtonSchulzGpu, GroupedShapesMatchTheCpuTwin) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  auto& ctx = cuda_ctx();
+  std::vector<train::GroupedNewtonSchulz::Shape> shapes;
+  int64_t total = 0;
+  for (const auto& [count, m, n] : std::vector<std::array<int64_t, 3>>{
+           {3, 4, 6}, {2, 16, 48}, {2, 64, 64}, {2, 64, 576}, {1, 128, 1152}}) {
+    shapes.push_back({m, n, count, total});
+    total += count * m * n;
+  }
+  ASSERT_EQ(train::GroupedNewtonSchulz::elements(shapes), total);
+  std::vector<uint16_t> x = random_bf16(static_cast<size_t>(total));
+  std::vector<OptimTensor> tab;
+  std::vector<int64_t> list;
+  for (const auto& s : shapes)
+    for (int64_t b = 0; b < s.count; ++b) {
+      tab.push_back({0, s.m * s.n, 0, s.offset + b * s.m * s.n, s.m, s.n, 0, 1.0f, 0.0f});
+      list.push_back(static_cast<int64_t>(list.size()));
+    }
+  train::muon_normalize_cpu(x.data(), tab, list);
+  const auto square = static_cast<size_t>(train::GroupedNewtonSchulz::square_elements(shapes));
+  Dev<uint16_t> dx(x), dy(std::vector<uint16_t>(static_cast<size_t>(total))), da{std::vector<uint16_t>(square)},
+      db{std::vector<uint16_t>(square)};
+  dy.buf.poison();
+  da.buf.poison();
+  db.buf.poison();
+  auto upload = [](const void* host, size_t bytes) {
+    auto mem = cuda::device_alloc(bytes);
+    VISION_CUDA_CHECK(cudaMemcpy(mem.get(), host, bytes, cudaMemcpyHostToDevice));
+    return mem;
+  };
+  train::GroupedNewtonSchulz ns(shapes, dx.get(), dy.get(), da.get(), db.get(), upload);
+  uint16_t* out = ns.run(ctx.cublas(), ctx.stream(), 5);
+  ctx.synchronize();
+  EXPECT_TRUE(ns.grouped()) << "cuBLAS ran no grouped bf16 GEMM: the iteration went shape by shape";
+  EXPECT_EQ(out, dy.get()) << "after 5 (odd) iterations the result is in the second buffer";
+  const auto gpu = dy.download();
+  for (const auto& s : shapes) {
+    auto cpu = std::vector<uint16_t>(x.begin() + s.offset, x.begin() + s.offset + s.count * s.m * s.n);
+    train::newton_schulz_cpu(cpu.data(), s.count, s.m, s.n, 5);
+    const int64_t mn = s.m * s.n;
+    for (int64_t b = 0; b < s.count; ++b) {
+      std::vector<double> g(static_cast<size_t>(mn)), r(g.size()), in(g.size());
+      for (int64_t i = 0; i < mn; ++i) {
+        const auto at = static_cast<size_t>(s.offset + b * mn + i);
+        g[static_cast<size_t>(i)] = train::from_bf16(gpu[at]);
+        r[static_cast<size_t>(i)] = train::from_bf16(cpu[static_cast<size_t>(b * mn + i)]);
+        in[static_cast<size_t>(i)] = train::from_bf16(x[at]);
+      }
+      const auto exact = newton_schulz_f64(in, s.m, s.n, 5);
+      const double effect = rel_error(r, exact), diff = rel_error(g, r);
+      EXPECT_GT(effect, 1e-3) << s.m << "×" << s.n;
+      EXPECT_LE(diff, 0.75 * effect) << s.m << "×" << s.n << " matrix " << b;
+      EXPECT_LE(max_abs_error(g, r), 16 * 0x1p-8 * max_abs(r)) << s.m << "×" << s.n << " matrix " << b;
+    }
+  }
+  // An even number of steps ends in the first buffer.
+  EXPECT_EQ(ns.run(ctx.cublas(), ctx.stream(), 2), dx.get());
+  ctx.synchronize();
+}
+
 // Whole optimizers on the CUDA backend against the CPU backend over the fixture's 4 steps (groups, per-step lr and
 // momentum). SGD and AdamW: every parameter and state element bit for bit, with clipping active too. MuSGD: the
 // non-Muon tensors and the Muon momentum bit for bit; the Muon tensors within the Newton–Schulz argument above, taken
@@ -571,6 +636,45 @@ TEST(OptimizerGpu, Yolo26nMuSGDStepMatchesTheCpu) {
     }
     EXPECT_LT(rel_error(ug, uc), 0.05) << p.key;
   }
+}
+
+// #27: MuSGD's step over YOLO26n (126 Muon matrices in 40 shapes) captured into one CUDA graph — the decision, the
+// group settings' copy from the engine's pinned buffer, the Muon preparation, Newton–Schulz (5 iterations, grouped
+// over the shapes) and the update — replays in at most 100 operations (per-shape Newton–Schulz made about 1,000), and
+// the replayed step equals an eager one bit for bit.
+TEST(OptimizerGpu, Yolo26nMuSGDStepIsOneGraphOfAtMost100Launches) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  graph::Graph g;
+  const Shape in{1, 3, 32, 32};
+  models::yolo::record_yolo26_training(g.input("images", in), {.scale = models::yolo::Scale::n, .nc = 80});
+  graph::StateStore eager(g, graph::cuda_backend(), {in}), replayed(g, graph::cuda_backend(), {in});
+  const auto p0 = random_values(static_cast<size_t>(eager.parameter_count()));
+  const auto grads = random_values(p0.size(), -1e-3f, 1e-3f);
+  for (auto* st : {&eager, &replayed}) {
+    st->backend().copy_to_device(st->flat_params().raw(), p0.data(), p0.size() * 4);
+    st->backend().copy_to_device(st->flat_grads().raw(), grads.data(), grads.size() * 4);
+  }
+  train::OptimizerOptions o;
+  o.kind = train::OptimizerKind::musgd;
+  o.lr = 0.01;
+  o.momentum = 0.9;
+  o.rules = models::yolo::yolo26_group_rules();
+  train::Optimizer oe(eager, o), orp(replayed, o);
+  ASSERT_TRUE(oe.step().applied);
+  ASSERT_TRUE(orp.step().applied);  // the first step eagerly: cuBLAS's first calls, the tables uploaded
+  oe.set_group_lr(0, 0.02);
+  orp.set_group_lr(0, 0.02);
+  ASSERT_TRUE(oe.step().applied);
+  cudaStream_t stream = graph::stream_of(&replayed.backend());
+  const auto captured = cuda::CapturedGraph::capture(stream, [&] { orp.queue_step(); });
+  captured->replay(stream);
+  ASSERT_TRUE(orp.finish_step().applied);
+  const size_t launches = captured->launches();
+  EXPECT_LE(launches, 100u);
+  EXPECT_GE(launches, 5u * 5u) << "Newton–Schulz alone makes 5 operations per iteration";
+  std::printf("MuSGD step over YOLO26n: %zu operations in the captured graph\n", launches);
+  EXPECT_EQ(replayed.backend().download(replayed.flat_params()).to_vector(),
+            eager.backend().download(eager.flat_params()).to_vector());
 }
 
 // The EMA of a model on the GPU against the CPU's: three updates of a changing model, bit for bit.
