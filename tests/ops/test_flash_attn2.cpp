@@ -486,6 +486,39 @@ TEST(FlashAttention2Graph, PlansPerBatchHeadsCount) {
   EXPECT_EQ(ex.cached_plans(), 2u);
 }
 
+// An inference plan on the CPU runs the attention as oneDNN's matmuls and softmax over chunks of (b, h) pairs whose
+// scores fit a 2^22-float workspace, and the blocked loop of the twin where one pair's scores would not: against the
+// float64 reference in each regime — one chunk (YOLO26n's PSA at 640: N = 400), chunks with a tail (N = 1100: 3 pairs
+// a chunk, BH = 4), and past the budget (N_q · N_k = 2100 · 2000 > 2^22, no workspace asked for).
+TEST(FlashAttention2Graph, InferencePlanMatchesFloat64InEveryRegime) {
+  struct Regime {
+    int64_t bh, n_q, n_k, d, d_v;
+    bool scratch;
+  };
+  for (const Regime c : {Regime{16, 400, 400, 32, 64, true}, Regime{4, 1100, 1100, 16, 32, true},
+                         Regime{1, 2100, 2000, 16, 16, false}}) {
+    auto g = std::make_shared<Graph>();
+    auto q = g->input("q", Shape{c.bh, c.n_q, c.d});
+    auto k = g->input("k", Shape{c.bh, c.n_k, c.d});
+    auto v = g->input("v", Shape{c.bh, c.n_k, c.d_v});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    g->mark_output(flash_attention2(q, k, v, scale));
+    const auto rt = FlashAttention2Op(scale).lower(Backend::cpu, Mode::inference);
+    const graph::PlanContext plan{nullptr, Mode::inference, false};
+    const size_t ws = rt->workspace_bytes(plan, {q.shape(), k.shape(), v.shape()}, Shape{c.bh, c.n_q, c.d_v});
+    const int64_t per = c.n_q * c.n_k, chunk = std::min<int64_t>(c.bh, (int64_t{1} << 22) / per);
+    EXPECT_EQ(ws, c.scratch ? static_cast<size_t>(chunk * per) * 4 : 0u) << c.n_q;
+    Executor ex(g, cpu_backend());
+    const Tensor tq = random_tensor(q.shape()), tk = random_tensor(k.shape()), tv = random_tensor(v.shape());
+    std::vector<Tensor> out;
+    for (int run = 0; run < 2; ++run) out = ex.forward({tq, tk, tv});  // the second run reuses the primitives
+    const AttentionSizes s = attention_sizes(q.shape(), k.shape(), v.shape());
+    const AttentionReference r = attention_reference(to_double(tq), to_double(tk), to_double(tv), nullptr, s, scale);
+    // f32 sums of up to 2,100 terms: u·√N ≈ 3e-6 (measured 3.7e-7 to 7.7e-7).
+    EXPECT_LT(rel_error(out.at(0).to_vector(), r.o), 4e-6) << "N_q " << c.n_q;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // GPU kernel configuration and the NVRTC compile check of every instantiation (no GPU needed).
 

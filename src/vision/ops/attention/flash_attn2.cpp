@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "vision/core/error.h"
+#include "vision/cpu/dnnl_context.h"
 #include "vision/ops/op_support.h"
 #ifdef VISION_HAS_CUDA
 #include "vision/ops/attention/flash_attn2_cuda.h"
@@ -634,6 +636,94 @@ FlashAttention2Launch flash_attention2_launch(FlashAttention2Kernel kernel, DTyp
 
 namespace {
 
+// Inference on the CPU (no lse to keep): the attention as three oneDNN primitives per chunk of (b, h) pairs —
+// S = scale·Q·Kᵀ (a batched matmul reading K transposed through its strides), the row softmax in place, O = P·V —
+// JIT-compiled for the machine's vector ISA, where the twin's blocked loop (flash_attention2_forward_cpu) is portable
+// 4-lane code. The scores S of a chunk live in the op's workspace: at most kScoresBudget floats; a problem whose one
+// (b, h) needs more keeps the blocked loop, which needs none.
+constexpr int64_t kScoresBudget = int64_t{1} << 22;  // 16 MiB of f32 scores
+
+int64_t scores_chunk(const AttentionSizes& s) {
+  const int64_t per = s.n_q * s.n_k;
+  if (per <= 0 || per > kScoresBudget) return 0;
+  return std::min(s.batch_heads, std::max<int64_t>(1, kScoresBudget / per));
+}
+
+class DnnlAttention {
+ public:
+  DnnlAttention(const AttentionSizes& s, float scale) : s_(s), chunk_(scores_chunk(s)), scale_(scale) {
+    VISION_CHECK(chunk_ > 0, "attention (oneDNN): {} × {} scores per head exceed the {}-float budget", s.n_q, s.n_k,
+                 kScoresBudget);
+    full_ = make(chunk_);
+    if (s_.batch_heads % chunk_) tail_ = make(s_.batch_heads % chunk_);
+  }
+  bool fits(const AttentionSizes& s, float scale) const {
+    return s.batch_heads == s_.batch_heads && s.n_q == s_.n_q && s.n_k == s_.n_k && s.d_qk == s_.d_qk &&
+           s.d_v == s_.d_v && scale == scale_;
+  }
+  static size_t scratch_bytes(const AttentionSizes& s) {
+    return static_cast<size_t>(scores_chunk(s) * s.n_q * s.n_k) * sizeof(float);
+  }
+
+  void run(const float* q, const float* k, const float* v, float* o, float* scores) {
+    for (int64_t b0 = 0; b0 < s_.batch_heads; b0 += chunk_) {
+      Prims& p = b0 + chunk_ <= s_.batch_heads ? full_ : tail_;
+      auto at = [](const dnnl::memory::desc& md, const float* ptr) {
+        return cpu::as_memory(md, const_cast<float*>(ptr));
+      };
+      cpu::execute(p.qk,
+                   {{DNNL_ARG_SRC, at(p.q, q + b0 * s_.n_q * s_.d_qk)},
+                    {DNNL_ARG_WEIGHTS, at(p.kt, k + b0 * s_.n_k * s_.d_qk)},
+                    {DNNL_ARG_DST, at(p.s, scores)}},
+                   "the attention's scores");
+      cpu::execute(p.softmax, {{DNNL_ARG_SRC, at(p.s, scores)}, {DNNL_ARG_DST, at(p.s, scores)}},
+                   "the attention's softmax");
+      cpu::execute(p.pv,
+                   {{DNNL_ARG_SRC, at(p.s, scores)},
+                    {DNNL_ARG_WEIGHTS, at(p.v, v + b0 * s_.n_k * s_.d_v)},
+                    {DNNL_ARG_DST, at(p.o, o + b0 * s_.n_q * s_.d_v)}},
+                   "the attention's output");
+    }
+  }
+
+ private:
+  struct Prims {
+    dnnl::memory::desc q, kt, s, v, o;
+    dnnl::matmul qk, pv;
+    dnnl::softmax_forward softmax;
+  };
+  Prims make(int64_t g) const {
+    using dnnl::memory;
+    const auto f32 = memory::data_type::f32;
+    const auto abc = memory::format_tag::abc;
+    Prims p;
+    p.q = memory::desc({g, s_.n_q, s_.d_qk}, f32, abc);
+    p.kt = memory::desc({g, s_.d_qk, s_.n_k}, f32, memory::dims{s_.n_k * s_.d_qk, 1, s_.d_qk});  // K, read as Kᵀ
+    p.s = memory::desc({g, s_.n_q, s_.n_k}, f32, abc);
+    p.v = memory::desc({g, s_.n_k, s_.d_v}, f32, abc);
+    p.o = memory::desc({g, s_.n_q, s_.d_v}, f32, abc);
+    const dnnl::engine& eng = cpu::dnnl_engine();
+    p.qk = cpu::dnnl_guard("the attention's score matmul", [&] {
+      dnnl::primitive_attr attr;
+      attr.set_output_scales(0, {scale_});
+      return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.q, p.kt, p.s), attr, eng));
+    });
+    p.softmax = cpu::dnnl_guard("the attention's softmax", [&] {
+      return dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(
+          dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, p.s, 2), eng));
+    });
+    p.pv = cpu::dnnl_guard("the attention's output matmul", [&] {
+      return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p.s, p.v, p.o), eng));
+    });
+    return p;
+  }
+
+  AttentionSizes s_;
+  int64_t chunk_;
+  float scale_;
+  Prims full_, tail_;
+};
+
 class FlashAttention2CpuRuntime final : public graph::RuntimeOp {
  public:
   FlashAttention2CpuRuntime(float scale, graph::Mode mode) : scale_(scale), mode_(mode) {}
@@ -643,14 +733,27 @@ class FlashAttention2CpuRuntime final : public graph::RuntimeOp {
   std::vector<graph::TensorSpec> saved_specs(const std::vector<Shape>& in, const Shape&) const override {
     return {{Shape{in.at(0)[0], in.at(0)[1]}, DType::f32}};  // lse
   }
+  // Training: delta. Inference: the scores of the oneDNN attention's chunks (none where they would not fit).
   size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>& in, const Shape&) const override {
-    if (mode_ != graph::Mode::train) return 0;
+    if (mode_ != graph::Mode::train) return DnnlAttention::scratch_bytes(attention_sizes(in.at(0), in.at(1), in.at(2)));
     return static_cast<size_t>(in.at(0)[0] * in.at(0)[1]) * sizeof(float);  // delta
   }
 
   void forward(graph::ForwardCtx& ctx) override {
+    const Tensor &q = ctx.inputs.at(0), &k = ctx.inputs.at(1), &v = ctx.inputs.at(2);
+    if (ctx.saved.empty()) {  // inference: oneDNN's matmuls and softmax, when the scores fit the workspace
+      const AttentionSizes s = checked_sizes(q, k, v);
+      check_f32_host(ctx.output, "o", Shape{s.batch_heads, s.n_q, s.d_v});
+      if (ctx.workspace.defined() && DnnlAttention::scratch_bytes(s) > 0 &&
+          ctx.workspace.nbytes() >= DnnlAttention::scratch_bytes(s)) {
+        if (!dnnl_ || !dnnl_->fits(s, scale_)) dnnl_ = std::make_unique<DnnlAttention>(s, scale_);
+        dnnl_->run(q.data<float>(), k.data<float>(), v.data<float>(), ctx.output.data<float>(),
+                   static_cast<float*>(ctx.workspace.raw()));
+        return;
+      }
+    }
     const Tensor lse = ctx.saved.empty() ? Tensor() : ctx.saved[0];
-    flash_attention2_forward_cpu(ctx.inputs.at(0), ctx.inputs.at(1), ctx.inputs.at(2), scale_, ctx.output, lse);
+    flash_attention2_forward_cpu(q, k, v, scale_, ctx.output, lse);
   }
 
   bool has_backward() const override { return true; }
@@ -674,6 +777,7 @@ class FlashAttention2CpuRuntime final : public graph::RuntimeOp {
  private:
   float scale_;
   graph::Mode mode_;
+  std::unique_ptr<DnnlAttention> dnnl_;  // the inference primitives, for the sizes last run
 };
 
 bool dims_match(int64_t a, int64_t b) { return a == Shape::kAny || b == Shape::kAny || a == b; }
