@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -595,28 +596,42 @@ TEST(OptimizerGpu, SkipsNonFiniteSteps) {
   }
 }
 
-// One MuSGD step over YOLO26n's state (366 tensors, 126 Muon matrices in 40 shapes up to 256 × 2304, the class branch
-// ×3) on both backends from the same state and gradients: non-Muon tensors bit for bit; the Muon tensors' updates
-// within 5% of their size (the bf16 Newton–Schulz noise of the large matrices is ≈ 1%; a wrong batch or transpose
-// gives O(1)).
-TEST(OptimizerGpu, Yolo26nMuSGDStepMatchesTheCpu) {
-  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+// YOLO26n's training state (366 tensors, 126 Muon matrices in 40 shapes up to 256 × 2304, the class branch ×3) on
+// the given backends, every store from the same random parameters and gradients, and MuSGD's options over it.
+struct Yolo26nStates {
   graph::Graph g;
+  std::vector<std::unique_ptr<graph::StateStore>> stores;
+  std::vector<float> p0;
+  train::OptimizerOptions musgd;
+};
+
+std::unique_ptr<Yolo26nStates> yolo26n_states(const std::vector<std::shared_ptr<graph::BackendContext>>& backends) {
+  auto y = std::make_unique<Yolo26nStates>();
   const Shape in{1, 3, 32, 32};
-  models::yolo::record_yolo26_training(g.input("images", in), {.scale = models::yolo::Scale::n, .nc = 80});
-  graph::StateStore sc(g, graph::cpu_backend(), {in}), sg(g, graph::cuda_backend(), {in});
-  const auto p0 = random_values(static_cast<size_t>(sc.parameter_count()));
-  const auto grads = random_values(p0.size(), -1e-3f, 1e-3f);
-  for (auto* st : {&sc, &sg}) {
-    st->backend().copy_to_device(st->flat_params().raw(), p0.data(), p0.size() * 4);
+  models::yolo::record_yolo26_training(y->g.input("images", in), {.scale = models::yolo::Scale::n, .nc = 80});
+  for (const auto& b : backends) y->stores.push_back(std::make_unique<graph::StateStore>(y->g, b, std::vector{in}));
+  y->p0 = random_values(static_cast<size_t>(y->stores[0]->parameter_count()));
+  const auto grads = random_values(y->p0.size(), -1e-3f, 1e-3f);
+  for (auto& st : y->stores) {
+    st->backend().copy_to_device(st->flat_params().raw(), y->p0.data(), y->p0.size() * 4);
     st->backend().copy_to_device(st->flat_grads().raw(), grads.data(), grads.size() * 4);
   }
-  train::OptimizerOptions o;
-  o.kind = train::OptimizerKind::musgd;
-  o.lr = 0.01;
-  o.momentum = 0.9;
-  o.rules = models::yolo::yolo26_group_rules();
-  train::Optimizer oc(sc, o), og(sg, o);
+  y->musgd.kind = train::OptimizerKind::musgd;
+  y->musgd.lr = 0.01;
+  y->musgd.momentum = 0.9;
+  y->musgd.rules = models::yolo::yolo26_group_rules();
+  return y;
+}
+
+// One MuSGD step over YOLO26n's state on both backends from the same state and gradients: non-Muon tensors bit for
+// bit; the Muon tensors' updates within 5% of their size (the bf16 Newton–Schulz noise of the large matrices is ≈ 1%;
+// a wrong batch or transpose gives O(1)).
+TEST(OptimizerGpu, Yolo26nMuSGDStepMatchesTheCpu) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const auto y = yolo26n_states({graph::cpu_backend(), graph::cuda_backend()});
+  graph::StateStore &sc = *y->stores[0], &sg = *y->stores[1];
+  const std::vector<float>& p0 = y->p0;
+  train::Optimizer oc(sc, y->musgd), og(sg, y->musgd);
   ASSERT_TRUE(oc.step().applied);
   ASSERT_TRUE(og.step().applied);
   const auto& a = oc.assignment();
@@ -644,22 +659,9 @@ TEST(OptimizerGpu, Yolo26nMuSGDStepMatchesTheCpu) {
 // the replayed step equals an eager one bit for bit.
 TEST(OptimizerGpu, Yolo26nMuSGDStepIsOneGraphOfAtMost100Launches) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
-  graph::Graph g;
-  const Shape in{1, 3, 32, 32};
-  models::yolo::record_yolo26_training(g.input("images", in), {.scale = models::yolo::Scale::n, .nc = 80});
-  graph::StateStore eager(g, graph::cuda_backend(), {in}), replayed(g, graph::cuda_backend(), {in});
-  const auto p0 = random_values(static_cast<size_t>(eager.parameter_count()));
-  const auto grads = random_values(p0.size(), -1e-3f, 1e-3f);
-  for (auto* st : {&eager, &replayed}) {
-    st->backend().copy_to_device(st->flat_params().raw(), p0.data(), p0.size() * 4);
-    st->backend().copy_to_device(st->flat_grads().raw(), grads.data(), grads.size() * 4);
-  }
-  train::OptimizerOptions o;
-  o.kind = train::OptimizerKind::musgd;
-  o.lr = 0.01;
-  o.momentum = 0.9;
-  o.rules = models::yolo::yolo26_group_rules();
-  train::Optimizer oe(eager, o), orp(replayed, o);
+  const auto y = yolo26n_states({graph::cuda_backend(), graph::cuda_backend()});
+  graph::StateStore &eager = *y->stores[0], &replayed = *y->stores[1];
+  train::Optimizer oe(eager, y->musgd), orp(replayed, y->musgd);
   ASSERT_TRUE(oe.step().applied);
   ASSERT_TRUE(orp.step().applied);  // the first step eagerly: cuBLAS's first calls, the tables uploaded
   oe.set_group_lr(0, 0.02);
