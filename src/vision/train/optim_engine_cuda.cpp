@@ -59,7 +59,8 @@ class CudaEngine final : public Engine {
 
   OptimStatus status() override {
     OptimStatus host{};
-    backend_.copy_to_host(&host, status_.get(), sizeof(host));
+    backend_.copy_to_host(&host, status_.get(), sizeof(host));  // waits for the stream: every queued copy is done
+    groups_in_flight_ = false;
     return host;
   }
 
