@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <memory>
 #include <span>
 #include <vector>
@@ -13,6 +15,13 @@
 
 namespace vision::train {
 namespace {
+
+// The grouped Newton–Schulz (GroupedNewtonSchulz) is asked for under VISION_NS_GROUPED=1 only, until it has run on a
+// GPU; the default iterates shape by shape.
+bool grouped_newton_schulz() {
+  const char* v = std::getenv(kNewtonSchulzGroupedEnv);
+  return v && std::string_view(v) == "1";
+}
 
 class CudaEngine final : public Engine {
  public:
@@ -47,7 +56,8 @@ class CudaEngine final : public Engine {
                                                     auto mem = backend.allocate(bytes);
                                                     backend.copy_to_device(mem.get(), host, bytes);
                                                     return mem;
-                                                  });
+                                                  },
+                                                  grouped_newton_schulz());
     }
   }
 

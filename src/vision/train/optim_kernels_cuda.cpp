@@ -175,8 +175,8 @@ int64_t GroupedNewtonSchulz::square_elements(std::span<const Shape> shapes) {
 }
 
 GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t* x, uint16_t* y, uint16_t* a,
-                                         uint16_t* b, const Upload& upload)
-    : shapes_(shapes.begin(), shapes.end()), x_(x), y_(y), a_(a), b_(b) {
+                                         uint16_t* b, const Upload& upload, bool grouped)
+    : shapes_(shapes.begin(), shapes.end()), x_(x), y_(y), a_(a), b_(b), grouped_(grouped) {
   int64_t offset = 0;
   for (const Shape& s : shapes_) {
     VISION_CHECK(s.m > 0 && s.n > 0 && s.m <= s.n && s.count > 0,
@@ -190,7 +190,7 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
   }
   elements_ = elements(shapes_);
   square_ = square_elements(shapes_);
-  if (matrices_ == 0) return;
+  if (matrices_ == 0 || !grouped_) return;
   VISION_CHECK(matrices_ <= std::numeric_limits<int>::max(), "newton_schulz: {} matrices exceed cuBLAS's sizes",
                matrices_);
   // Row-major R×C matrices are column-major C×R ones: each product is written for cuBLAS's column-major view (see

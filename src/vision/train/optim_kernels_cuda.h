@@ -90,9 +90,12 @@ uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_
 // Newton–Schulz over matrices of several shapes at once, as newton_schulz_cuda computes each shape's batch: per
 // iteration three grouped GEMMs (cublasGemmGroupedBatchedEx: one call over every matrix of every shape) and two
 // copies, so a step makes 5 · steps calls whatever the number of shapes (MuSGD over YOLO26n's 40 shapes: 25 instead of
-// 1,000). The device tables of the matrices' pointers are built and uploaded once, here. Where cuBLAS does not
-// support the grouped bf16 GEMM (CUBLAS_STATUS_NOT_SUPPORTED on the first call), run() iterates shape by shape with
-// newton_schulz_cuda instead; grouped() says which.
+// 1,000). The device tables of the matrices' pointers are built and uploaded once, here. With grouped = false, or
+// where cuBLAS does not support the grouped bf16 GEMM (CUBLAS_STATUS_NOT_SUPPORTED on the first call), run() iterates
+// shape by shape with newton_schulz_cuda; grouped() says which. The optimizer's engine asks for the grouped iteration
+// only under VISION_NS_GROUPED=1 until it has run on a GPU (kNewtonSchulzGroupedEnv).
+inline constexpr const char* kNewtonSchulzGroupedEnv = "VISION_NS_GROUPED";
+
 class GroupedNewtonSchulz {
  public:
   struct Shape {
@@ -103,7 +106,7 @@ class GroupedNewtonSchulz {
   // x and y: the iteration's two buffers of elements(shapes) bf16 each, the shapes laid out one after another from 0
   // (offsets consecutive); a and b: scratch of square_elements(shapes) bf16 each.
   GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t* x, uint16_t* y, uint16_t* a, uint16_t* b,
-                      const Upload& upload);
+                      const Upload& upload, bool grouped = true);
   static int64_t elements(std::span<const Shape> shapes);         // Σ count · m · n
   static int64_t square_elements(std::span<const Shape> shapes);  // Σ count · m · m
   // `steps` iterations on the handle's stream (bound to `stream`), from x; returns x or y, whichever holds the result

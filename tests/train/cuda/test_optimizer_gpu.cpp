@@ -659,6 +659,7 @@ TEST(OptimizerGpu, Yolo26nMuSGDStepMatchesTheCpu) {
 // the replayed step equals an eager one bit for bit.
 TEST(OptimizerGpu, Yolo26nMuSGDStepIsOneGraphOfAtMost100Launches) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const test::ScopedEnv grouped(train::kNewtonSchulzGroupedEnv, "1");  // opt-in until it has run on a GPU
   const auto y = yolo26n_states({graph::cuda_backend(), graph::cuda_backend()});
   graph::StateStore &eager = *y->stores[0], &replayed = *y->stores[1];
   train::Optimizer oe(eager, y->musgd), orp(replayed, y->musgd);
