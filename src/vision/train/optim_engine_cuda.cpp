@@ -50,14 +50,9 @@ class CudaEngine final : public Engine {
       ns_y_ = backend.allocate(ns_bytes);
       ns_a_ = backend.allocate(sq_bytes);
       ns_b_ = backend.allocate(sq_bytes);
-      ns_ = std::make_unique<GroupedNewtonSchulz>(shapes, as<uint16_t>(ns_x_), as<uint16_t>(ns_y_),
-                                                  as<uint16_t>(ns_a_), as<uint16_t>(ns_b_),
-                                                  [&backend](const void* host, size_t bytes) {
-                                                    auto mem = backend.allocate(bytes);
-                                                    backend.copy_to_device(mem.get(), host, bytes);
-                                                    return mem;
-                                                  },
-                                                  grouped_newton_schulz());
+      ns_ = std::make_unique<GroupedNewtonSchulz>(
+          shapes, as<uint16_t>(ns_x_), as<uint16_t>(ns_y_), as<uint16_t>(ns_a_), as<uint16_t>(ns_b_),
+          [this](const void* host, size_t bytes) { return upload_bytes(host, bytes); }, grouped_newton_schulz());
     }
   }
 
@@ -106,11 +101,15 @@ class CudaEngine final : public Engine {
   static T* as(const std::shared_ptr<void>& p) {
     return static_cast<T*>(p.get());
   }
+  // Device memory holding a copy of host bytes (at least one byte allocated).
+  std::shared_ptr<void> upload_bytes(const void* host, size_t bytes) {
+    auto mem = backend_.allocate(std::max<size_t>(bytes, 1));
+    if (bytes) backend_.copy_to_device(mem.get(), host, bytes);
+    return mem;
+  }
   template <typename T>
   std::shared_ptr<void> upload(const std::vector<T>& v) {
-    auto mem = backend_.allocate(std::max<size_t>(v.size(), 1) * sizeof(T));
-    if (!v.empty()) backend_.copy_to_device(mem.get(), v.data(), v.size() * sizeof(T));
-    return mem;
+    return v.empty() ? backend_.allocate(sizeof(T)) : upload_bytes(v.data(), v.size() * sizeof(T));
   }
   // The step's group settings (lr, momentum, …) go to the device from a pinned buffer of the engine's own, so the
   // copy can be captured into a CUDA graph (a replay reads the buffer as the host last wrote it). Before the buffer

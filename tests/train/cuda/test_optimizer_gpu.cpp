@@ -378,6 +378,28 @@ TEST(OptimizerKernels, UpdatesFollowTheDecisionOnTheDevice) {
   }
 }
 
+// One Newton–Schulz result (5 iterations) against the CPU twin's from the same input, matrix by matrix, within the
+// bounds argued below: count m × n matrices of gpu, cpu and x (the normalised input), each from element `offset`.
+void expect_newton_schulz_near_twin(const std::vector<uint16_t>& gpu, const std::vector<uint16_t>& cpu,
+                                    const std::vector<uint16_t>& x, int64_t offset, int64_t count, int64_t m,
+                                    int64_t n) {
+  const int64_t mn = m * n;
+  for (int64_t b = 0; b < count; ++b) {
+    std::vector<double> g(static_cast<size_t>(mn)), r(g.size()), in(g.size());
+    for (int64_t i = 0; i < mn; ++i) {
+      const auto at = static_cast<size_t>(offset + b * mn + i);
+      g[static_cast<size_t>(i)] = train::from_bf16(gpu[at]);
+      r[static_cast<size_t>(i)] = train::from_bf16(cpu[at]);
+      in[static_cast<size_t>(i)] = train::from_bf16(x[at]);
+    }
+    const auto exact = newton_schulz_f64(in, m, n, 5);
+    const double effect = rel_error(r, exact), diff = rel_error(g, r);
+    EXPECT_GT(effect, 1e-3) << m << "×" << n;
+    EXPECT_LE(diff, 0.75 * effect) << m << "×" << n << " matrix " << b;
+    EXPECT_LE(max_abs_error(g, r), 16 * 0x1p-8 * max_abs(r)) << m << "×" << n << " matrix " << b;
+  }
+}
+
 // The batched Newton–Schulz (cuBLAS bf16 GEMMs, f32 accumulation on tensor cores) against the CPU twin (f32
 // accumulation, k ascending) from the same normalised bf16 input. Products of bf16 values are exact in f32 and their
 // sums nearly so, so the two agree exactly on most elements (the twin equals PyTorch's f32 CPU matmul bit for bit up
@@ -417,19 +439,7 @@ TEST(NewtonSchulzGpu, BatchedBf16MatchesTheCpuTwin) {
     const auto gpu = dy.download();
     auto cpu = x;
     train::newton_schulz_cpu(cpu.data(), c.batch, c.m, c.n, 5);
-    for (int64_t b = 0; b < c.batch; ++b) {
-      std::vector<double> g(static_cast<size_t>(mn)), r(g.size()), in(g.size());
-      for (int64_t i = 0; i < mn; ++i) {
-        g[static_cast<size_t>(i)] = train::from_bf16(gpu[static_cast<size_t>(b * mn + i)]);
-        r[static_cast<size_t>(i)] = train::from_bf16(cpu[static_cast<size_t>(b * mn + i)]);
-        in[static_cast<size_t>(i)] = train::from_bf16(x[static_cast<size_t>(b * mn + i)]);
-      }
-      const auto exact = newton_schulz_f64(in, c.m, c.n, 5);
-      const double effect = rel_error(r, exact), diff = rel_error(g, r);
-      EXPECT_GT(effect, 1e-3) << c.m << "×" << c.n;
-      EXPECT_LE(diff, 0.75 * effect) << c.m << "×" << c.n << " matrix " << b;
-      EXPECT_LE(max_abs_error(g, r), 16 * 0x1p-8 * max_abs(r)) << c.m << "×" << c.n << " matrix " << b;
-    }
+    expect_newton_schulz_near_twin(gpu, cpu, x, 0, c.batch, c.m, c.n);
   }
 }
 
@@ -505,24 +515,10 @@ TEST(NewtonSchulzGpu, GroupedShapesMatchTheCpuTwin) {
   EXPECT_TRUE(ns.grouped()) << "cuBLAS ran no grouped bf16 GEMM: the iteration went shape by shape";
   EXPECT_EQ(out, dy.get()) << "after 5 (odd) iterations the result is in the second buffer";
   const auto gpu = dy.download();
+  auto cpu = x;
   for (const auto& s : shapes) {
-    auto cpu = std::vector<uint16_t>(x.begin() + s.offset, x.begin() + s.offset + s.count * s.m * s.n);
-    train::newton_schulz_cpu(cpu.data(), s.count, s.m, s.n, 5);
-    const int64_t mn = s.m * s.n;
-    for (int64_t b = 0; b < s.count; ++b) {
-      std::vector<double> g(static_cast<size_t>(mn)), r(g.size()), in(g.size());
-      for (int64_t i = 0; i < mn; ++i) {
-        const auto at = static_cast<size_t>(s.offset + b * mn + i);
-        g[static_cast<size_t>(i)] = train::from_bf16(gpu[at]);
-        r[static_cast<size_t>(i)] = train::from_bf16(cpu[static_cast<size_t>(b * mn + i)]);
-        in[static_cast<size_t>(i)] = train::from_bf16(x[at]);
-      }
-      const auto exact = newton_schulz_f64(in, s.m, s.n, 5);
-      const double effect = rel_error(r, exact), diff = rel_error(g, r);
-      EXPECT_GT(effect, 1e-3) << s.m << "×" << s.n;
-      EXPECT_LE(diff, 0.75 * effect) << s.m << "×" << s.n << " matrix " << b;
-      EXPECT_LE(max_abs_error(g, r), 16 * 0x1p-8 * max_abs(r)) << s.m << "×" << s.n << " matrix " << b;
-    }
+    train::newton_schulz_cpu(cpu.data() + s.offset, s.count, s.m, s.n, 5);
+    expect_newton_schulz_near_twin(gpu, cpu, x, s.offset, s.count, s.m, s.n);
   }
   // An even number of steps ends in the first buffer.
   EXPECT_EQ(ns.run(ctx.cublas(), ctx.stream(), 2), dx.get());
