@@ -397,6 +397,7 @@ TrainResult run_training_ranked(TrainConfig o, const TrainCallbacks& callbacks,
   to.deterministic = o.deterministic;
   to.tf32 = o.tf32;
   if (ranks > 1) to.comm = comm;
+  to.sync_bn = o.sync_bn;  // one process: nothing to synchronise
   yolo::Yolo26Trainer trainer(backend, info, checkpoint ? checkpoint->weights() : starting_weights(o, info), to);
   double best_fitness = -INFINITY;
   int64_t best_epoch = -1;

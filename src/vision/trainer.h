@@ -57,6 +57,7 @@ struct TrainConfig {
   int64_t seed = 0;
   bool deterministic = false;
   bool tf32 = false;  // f32 on CUDA: convolutions may use TF32 tensor cores (graph::PlanOptions::tf32)
+  bool sync_bn = false;  // data-parallel ranks: BatchNorm's statistics over the job's batch (SyncBatchNorm)
   int64_t patience = 100;
   bool val = true;
   // How this invocation runs (not kept).
@@ -119,6 +120,7 @@ void visit_train_config(Config& c, F&& f) {
   f(c.seed, TrainField{"seed", "random seed (data order and augmentation)", true, nullptr, 0, inf});
   f(c.deterministic, TrainField{"deterministic", "deterministic kernels: a run repeats bit for bit", true});
   f(c.tf32, TrainField{"tf32", "f32 on CUDA: let convolutions use TF32 tensor cores (faster, not exact f32)", true});
+  f(c.sync_bn, TrainField{"sync_bn", "data-parallel ranks: BatchNorm's batch statistics over every rank's images (PyTorch's SyncBatchNorm); default: each rank's own, as ultralytics' DDP", true});
   f(c.patience, TrainField{"patience", "stop after N epochs without a better fitness (0: never)", true, nullptr, 0, inf});
   f(c.val, TrainField{"val", "validate the EMA weights after each epoch (without: best = last)", true});
   f(c.device, TrainField{"device", "auto, cpu or cuda", false, "auto,cpu,cuda"});

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "cuda/format_test_util.h"
 #include "error_bounds.h"
+#include "ops/thread_ranks.h"
 #include "vision/cuda/device.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/ops/kernels/batchnorm_cuda.h"
@@ -198,6 +200,98 @@ void NormBiasKernels::check_training(bool silu) {
 
 TEST_P(NormBiasKernels, BatchNormTrainingForwardAndBackward) { check_training(false); }
 TEST_P(NormBiasKernels, BatchNormSiluTrainingForwardAndBackward) { check_training(true); }
+
+// SyncBatchNorm (BatchNormRanks): 3 ranks, threads with a stream each, each holding 2 of the 6 images, their partial
+// results gathered, give what the kernels give on the whole batch in one launch — outputs, saved and running
+// statistics, dx, and dγ, dβ summed over the ranks — with every rank's statistics the same bits. The control (no
+// gather) gives each rank its own statistics.
+TEST_P(NormBiasKernels, SyncBatchNormRanksTogetherAreTheWholeBatch) {
+  const int world = 3;
+  const Shape whole{6, 37, 20, 20}, share{2, 37, 20, 20};
+  const int64_t C = whole[1];
+  const size_t per = static_cast<size_t>(share.numel());
+  const float eps = 1e-3f, momentum = 0.1f;
+  const auto x = rounded(random_values(static_cast<size_t>(whole.numel()), -2.0f, 3.0f), dtype());
+  const auto dy = rounded(random_values(static_cast<size_t>(whole.numel())), dtype());
+  const auto gamma = random_values(C, 0.5f, 1.5f), beta = random_values(C), rm0 = random_values(C),
+             rv0 = random_values(C, 0.2f, 2.0f);
+  struct Out {
+    std::vector<float> y, dx, mean, invstd, rm, rv, dg, db;
+  };
+  // One rank's launches on its own backend: the images [first, first + count) of x, with `ranks`.
+  auto run = [&](graph::BackendContext& b, const Shape& shape, size_t first, ops::kernels::BatchNormRanks ranks,
+                 bool silu) {
+    const cudaStream_t stream = graph::CudaBackendContext::of(&b).stream();
+    const size_t n = static_cast<size_t>(shape.numel());
+    const std::vector<float> xs(x.begin() + first, x.begin() + first + n), dys(dy.begin() + first, dy.begin() + first + n);
+    const auto param = [&](const std::vector<float>& v) { return to_device(b, v, Shape{C}, DType::f32, Layout::nchw); };
+    const Tensor x_dev = to_device(b, xs, shape, dtype(), layout()), dy_dev = to_device(b, dys, shape, dtype(), layout());
+    const Tensor g = param(gamma), be = param(beta), rm = param(rm0), rv = param(rv0);
+    const Tensor y_dev = poisoned_device(b, shape, dtype(), layout()), dx_dev = poisoned_device(b, shape, dtype(), layout());
+    const Tensor mean = poisoned_device(b, Shape{C}, DType::f32), invstd = poisoned_device(b, Shape{C}, DType::f32);
+    const Tensor dg = poisoned_device(b, Shape{C}, DType::f32), db = poisoned_device(b, Shape{C}, DType::f32);
+    const size_t ws_bytes = ops::kernels::batchnorm_workspace_bytes(shape, layout(), {}, ranks.world);
+    const Tensor ws = poisoned_device(b, Shape{int64_t(ws_bytes)}, DType::u8);
+    ops::kernels::launch_batchnorm_forward_training(stream, dtype(), layout(), shape, x_dev.raw(), y_dev.raw(), f32(g),
+                                                    f32(be), f32(rm), f32(rv), f32(mean), f32(invstd), ws.raw(),
+                                                    momentum, eps, silu, {}, ranks);
+    ops::kernels::launch_batchnorm_backward(stream, dtype(), layout(), shape, x_dev.raw(), dy_dev.raw(), dx_dev.raw(),
+                                            f32(g), f32(be), f32(mean), f32(invstd), f32(dg), f32(db), ws.raw(), silu,
+                                            {}, ranks);
+    return Out{to_host_nchw(b, y_dev), to_host_nchw(b, dx_dev), to_host_nchw(b, mean), to_host_nchw(b, invstd),
+               to_host_nchw(b, rm),    to_host_nchw(b, rv),     to_host_nchw(b, dg),   to_host_nchw(b, db)};
+  };
+  for (const bool silu : {false, true}) {
+    for (const bool synced : {true, false}) {
+      SCOPED_TRACE(std::string(silu ? "BatchNorm → SiLU" : "BatchNorm") + (synced ? ", synced" : ", the control"));
+      const Out ref = run(*graph::cuda_backend(), whole, 0, {}, silu);
+      ThreadRanks gather(world);
+      std::vector<Out> out(world);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < world; ++r)
+        threads.emplace_back([&, r] {
+          auto backend = std::make_shared<graph::CudaBackendContext>();
+          ops::kernels::BatchNormRanks ranks;
+          if (synced) {
+            graph::Collective* mine = gather.rank(r, backend);
+            ranks = {world, [mine](const void* send, void* recv, size_t bytes) { mine->all_gather(send, recv, bytes); }};
+          }
+          out[static_cast<size_t>(r)] = run(*backend, share, static_cast<size_t>(r) * per, ranks, silu);
+        });
+      for (std::thread& t : threads) t.join();
+      std::vector<float> y, dx;
+      for (const Out& o : out) {
+        y.insert(y.end(), o.y.begin(), o.y.end());
+        dx.insert(dx.end(), o.dx.begin(), o.dx.end());
+      }
+      if (!synced) {
+        EXPECT_GT(rel_error(out[0].mean, ref.mean), 1e-3) << "each rank's own batch should give other statistics";
+        continue;
+      }
+      EXPECT_EQ(gather.gathers(), 2) << "one gather in the forward, one in the backward";
+      // Rounded like the whole batch's up to the order of the f64 combination: a few elements one unit apart.
+      const double tol = dtype() == DType::f32 ? 1e-6 : 2 * unit_roundoff(dtype());
+      EXPECT_LT(rel_error(y, ref.y), tol) << "the outputs";
+      EXPECT_LT(rel_error(dx, ref.dx), dtype() == DType::f32 ? 1e-5 : 4 * unit_roundoff(dtype())) << "dx";
+      std::vector<double> dg(static_cast<size_t>(C), 0.0), db(static_cast<size_t>(C), 0.0);
+      for (const Out& o : out)
+        for (size_t c = 0; c < dg.size(); ++c) dg[c] += o.dg[c], db[c] += o.db[c];
+      EXPECT_LT(rel_error(dg, ref.dg), 1e-5) << "Σ dγ over the ranks";
+      EXPECT_LT(rel_error(db, ref.db), 1e-5) << "Σ dβ over the ranks";
+      for (int r = 0; r < world; ++r) {
+        const Out& o = out[static_cast<size_t>(r)];
+        EXPECT_LT(rel_error(o.mean, ref.mean), 1e-6) << "rank " << r;
+        EXPECT_LT(rel_error(o.invstd, ref.invstd), 1e-6) << "rank " << r;
+        EXPECT_LT(rel_error(o.rm, ref.rm), 1e-6) << "rank " << r;
+        EXPECT_LT(rel_error(o.rv, ref.rv), 1e-6) << "rank " << r;
+        EXPECT_EQ(o.mean, out[0].mean) << "rank " << r;
+        EXPECT_EQ(o.invstd, out[0].invstd) << "rank " << r;
+        EXPECT_EQ(o.rm, out[0].rm) << "rank " << r;
+        EXPECT_EQ(o.rv, out[0].rv) << "rank " << r;
+      }
+    }
+  }
+}
 
 // The fused SiLU on cuDNN's f32 NCHW path: silu(y) from x and statistics saved elsewhere (γ·invstd formed in f32).
 TEST_P(NormBiasKernels, BatchNormSiluFromSavedStatistics) {

@@ -15,6 +15,7 @@
 
 #include "test_util.h"
 #include "vision/graph/backend.h"
+#include "vision/graph/collective.h"
 #include "vision/graph/op.h"
 
 namespace vision::test {
@@ -55,6 +56,15 @@ class OpHarness {
     for (const Tensor& t : other.params) params.push_back(t.clone());
   }
 
+  // SyncBatchNorm's ranks for the forward and backward calls from now on (null: none); the workspace is sized again
+  // for them (PlanContext::collective).
+  void use_collective(graph::Collective* c) {
+    collective_ = c;
+    workspace = Tensor();
+    if (size_t ws = rt_->workspace_bytes({backend_.get(), mode_, false, false, c}, shapes(), out_shape_))
+      workspace = allocate(Shape{int64_t(ws)}, DType::u8);
+  }
+
   graph::RuntimeOp& runtime() { return *rt_; }
   graph::BackendContext& backend() { return *backend_; }
   const Shape& output_shape() const { return out_shape_; }
@@ -86,6 +96,7 @@ class OpHarness {
     ctx.derived = derived;
     ctx.workspace = workspace;
     ctx.training = training;
+    ctx.collective = collective_;
     rt_->refresh(ctx);
     rt_->forward(ctx);
     for (size_t i = 0; i < params.size(); ++i) to_host(dev_params_[i], params[i]);
@@ -119,6 +130,7 @@ class OpHarness {
     ctx.grad_params = dev.params;
     ctx.saved = saved;
     ctx.workspace = workspace;
+    ctx.collective = collective_;
     rt_->backward(ctx);
     for (const Tensor& t : dev.inputs) host.inputs.push_back(t.defined() ? backend_->download(t) : Tensor());
     for (const Tensor& t : dev.params) host.params.push_back(t.defined() ? backend_->download(t) : Tensor());
@@ -184,6 +196,7 @@ class OpHarness {
   }
 
   std::shared_ptr<graph::BackendContext> backend_;
+  graph::Collective* collective_ = nullptr;
   std::unique_ptr<graph::RuntimeOp> rt_;
   graph::Mode mode_ = graph::Mode::inference;
   std::vector<graph::ParamSpec> specs_;

@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <thread>
 
 #include "ops/op_harness.h"
+#include "ops/thread_ranks.h"
 #include "vision/graph/graph.h"
 #include "vision/ops/batchnorm.h"
 #include "vision/ops/elementwise.h"
@@ -257,6 +260,116 @@ TEST(BatchNorm2dSilu, MatchesBatchNormThenSilu) {
     for (double v : ref) largest = std::max(largest, std::abs(v));
     EXPECT_LE(max_abs_error(mine.to_vector(), ref), 1e-5 * largest) << "tensor " << k;
   }
+}
+
+// Images [begin, begin + n) of an NCHW host tensor.
+Tensor batch_rows(const Tensor& t, int64_t begin, int64_t n) {
+  Tensor out = Tensor::zeros(Shape{n, t.dim(1), t.dim(2), t.dim(3)});
+  const size_t per = static_cast<size_t>(t.numel() / t.dim(0));
+  std::memcpy(out.data<float>(), t.data<float>() + static_cast<size_t>(begin) * per, per * static_cast<size_t>(n) * 4);
+  return out;
+}
+
+// SyncBatchNorm (graph::Collective; `vision train --sync-bn`): ranks that each hold a share of the batch, their batch
+// statistics taken over every rank, give what one BatchNorm gives on the whole batch — the outputs, the saved and
+// running statistics, dx, and dγ, dβ summed over the ranks (as the gradient all-reduce sums them) — and every rank the
+// same statistics bit for bit. Without the collective (the control) each rank's statistics are its own.
+TEST(BatchNorm2d, SyncBatchNormRanksTogetherAreTheWholeBatch) {
+  const int world = 3;
+  const int64_t per_rank = 2;
+  for (const bool silu : {false, true}) {
+    for (const bool synced : {true, false}) {
+      SCOPED_TRACE(std::string(silu ? "BatchNorm → SiLU" : "BatchNorm") + (synced ? ", synced" : ", the control"));
+      BatchNorm2dOp op(1e-3f, 0.03f, silu);
+      const Tensor x = random_tensor({world * per_rank, 5, 6, 7}, -2.0f, 3.0f);
+      const Tensor dy = random_tensor({world * per_rank, 5, 6, 7});
+      OpHarness whole(op, {x}, Mode::train);
+      randomize_batchnorm(whole);
+      std::vector<Tensor> initial;
+      for (const Tensor& p : whole.params) initial.push_back(p.clone());
+      const Tensor y = whole.forward(true);
+      const OpHarness::Grads g = whole.backward(dy);
+
+      ThreadRanks ranks(world);
+      struct Result {
+        Tensor y, dx, mean, var;
+        std::vector<Tensor> params, grads;
+      };
+      std::vector<Result> out(world);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < world; ++r)
+        threads.emplace_back([&, r] {
+          OpHarness h(op, {batch_rows(x, r * per_rank, per_rank)}, Mode::train);
+          for (size_t i = 0; i < initial.size(); ++i) h.params[i] = initial[i].clone();
+          if (synced) h.use_collective(ranks.rank(r, graph::cpu_backend()));
+          Result& o = out[static_cast<size_t>(r)];
+          o.y = h.forward(true);
+          o.mean = h.saved[0].clone(), o.var = h.saved[1].clone();
+          o.params = h.params;
+          const OpHarness::Grads gr = h.backward(batch_rows(dy, r * per_rank, per_rank));
+          o.dx = gr.inputs[0];
+          o.grads = gr.params;
+        });
+      for (std::thread& t : threads) t.join();
+
+      auto joined = [&](Tensor Result::*field) {
+        std::vector<float> v;
+        for (const Result& o : out) {
+          const std::vector<float> part = (o.*field).to_vector();
+          v.insert(v.end(), part.begin(), part.end());
+        }
+        return v;
+      };
+      const double y_err = rel_error(joined(&Result::y), y.to_vector());
+      const double mean_err = rel_error(out[1].mean.to_vector(), whole.saved[0].to_vector());
+      if (!synced) {
+        EXPECT_GT(mean_err, 1e-3) << "each rank's own batch should give other statistics";
+        EXPECT_GT(y_err, 1e-3);
+        continue;
+      }
+      EXPECT_EQ(ranks.gathers(), 3) << "two gathers in the forward (the sums, then the squared deviations), one in the "
+                                       "backward";
+      EXPECT_LT(y_err, 1e-6) << "the outputs";
+      EXPECT_LT(rel_error(joined(&Result::dx), g.inputs[0].to_vector()), 1e-5) << "dx";
+      for (const char* name : {"weight", "bias"}) {
+        const size_t i = whole.param_index(name);
+        std::vector<double> sum(static_cast<size_t>(g.params[i].numel()), 0.0);
+        for (const Result& o : out)
+          for (size_t c = 0; c < sum.size(); ++c) sum[c] += o.grads[i].data<float>()[c];
+        EXPECT_LT(rel_error(sum, g.params[i].to_vector()), 1e-5) << "Σ over the ranks of d" << name;
+      }
+      for (int r = 0; r < world; ++r) {
+        const Result& o = out[static_cast<size_t>(r)];
+        EXPECT_LT(rel_error(o.mean.to_vector(), whole.saved[0].to_vector()), 1e-6) << "rank " << r << ": batch mean";
+        EXPECT_LT(rel_error(o.var.to_vector(), whole.saved[1].to_vector()), 1e-6) << "rank " << r << ": batch variance";
+        for (const char* name : {"running_mean", "running_var"}) {
+          const size_t i = whole.param_index(name);
+          EXPECT_LT(rel_error(o.params[i].to_vector(), whole.params[i].to_vector()), 1e-6) << "rank " << r << ": " << name;
+          EXPECT_EQ(o.params[i].to_vector(), out[0].params[i].to_vector()) << "rank " << r << ": " << name
+                                                                           << " differs from rank 0's";
+        }
+        EXPECT_EQ(o.mean.to_vector(), out[0].mean.to_vector()) << "rank " << r;
+        EXPECT_EQ(o.var.to_vector(), out[0].var.to_vector()) << "rank " << r;
+      }
+    }
+  }
+}
+
+// A world of one through the collective: the forward is the plain BatchNorm's bit for bit (the backward takes the
+// synchronised arithmetic, float64 sums, instead of oneDNN's).
+TEST(BatchNorm2d, SyncBatchNormOfOneRankIsThePlainForward) {
+  BatchNorm2dOp op(1e-3f, 0.03f);
+  OpHarness plain(op, {random_tensor({3, 4, 5, 6}, -1.0f, 2.0f)}, Mode::train);
+  randomize_batchnorm(plain);
+  OpHarness one(op, plain, graph::cpu_backend());
+  ThreadRanks ranks(1);
+  one.use_collective(ranks.rank(0, graph::cpu_backend()));
+  EXPECT_EQ(one.forward(true).to_vector(), plain.forward(true).to_vector());
+  for (size_t i = 0; i < plain.params.size(); ++i)
+    if (plain.params[i].dtype() == DType::f32)
+      EXPECT_EQ(one.params[i].to_vector(), plain.params[i].to_vector()) << plain.specs()[i].name;
+  const Tensor dy = random_tensor({3, 4, 5, 6});
+  EXPECT_LT(rel_error(one.backward(dy).inputs[0].to_vector(), plain.backward(dy).inputs[0].to_vector()), 1e-6);
 }
 
 }  // namespace

@@ -488,20 +488,21 @@ __global__ void batchnorm_stats_nhwc(const T* __restrict__ x, float* __restrict_
 // formula in f64 — each lane its splits in order, then the lanes in a fixed tree; split s holds (count / units) values
 // per unit of it — give the batch mean and inverse std 1/sqrt(var + eps) (biased variance), and the apply pass's scale
 // γ·invstd (rounded once, from f64); the running statistics are updated as PyTorch does: running = (1 − momentum)·
-// running + momentum·batch, with the unbiased variance M2/(M − 1).
+// running + momentum·batch, with the unbiased variance M2/(M − 1). SyncBatchNorm: `ranks` ranks' partial results one
+// after the other (gathered in rank order, each rank's splits cut alike), all of them combined; 1 otherwise.
 template <typename T>
 __global__ void batchnorm_stats_finalize(const T* __restrict__ partial, const T* __restrict__ gamma,
                                          T* __restrict__ scale, T* __restrict__ save_mean, T* __restrict__ save_invstd,
                                          T* __restrict__ running_mean, T* __restrict__ running_var, int32_t splits,
                                          int32_t channels, int64_t count, int32_t units, int32_t units_per_split,
-                                         float momentum, float eps) {
+                                         float momentum, float eps, int32_t ranks) {
   const uint32_t c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= uint32_t(channels)) return;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const double per_unit = static_cast<double>(count) / static_cast<double>(units);
   double n = 0.0, mean = 0.0, m2 = 0.0;
-  for (int s = lane; s < splits; s += 32) {
-    const int64_t first = int64_t(s) * units_per_split;
+  for (int s = lane; s < splits * ranks; s += 32) {
+    const int64_t first = int64_t(s % splits) * units_per_split;
     const int64_t last = first + units_per_split < int64_t(units) ? first + units_per_split : int64_t(units);
     vk::bn_chan(n, mean, m2, static_cast<double>(last - first) * per_unit,
                 static_cast<double>(partial[(uint64_t(s) * channels + c) * 2]),

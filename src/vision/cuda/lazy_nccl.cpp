@@ -27,4 +27,9 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   return NCCL(ncclBroadcast, send, recv, count, type, root, comm, stream);
 }
 
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type, ncclComm_t comm,
+                           cudaStream_t stream) {
+  return NCCL(ncclAllGather, send, recv, send_count, type, comm, stream);
+}
+
 }  // extern "C"

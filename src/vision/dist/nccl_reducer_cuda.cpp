@@ -52,6 +52,11 @@ class NcclReducer final : public DeviceReducer {
     wait("the gradient all-reduce (NCCL)");
   }
 
+  void all_gather(const void* send, void* recv, size_t bytes) override {
+    if (bytes == 0) return;
+    nccl_check(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_), "ncclAllGather");
+  }
+
   void broadcast(void* device, size_t bytes, int root) override {
     if (bytes == 0) return;
     nccl_check(ncclBroadcast(device, device, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");

@@ -58,6 +58,7 @@ struct KernelInfo {
 };
 
 class BackendContext;  // per-backend services (streams, library handles); see graph/backend.h
+class Collective;      // the ranks of a data-parallel job (SyncBatchNorm); see graph/collective.h
 
 // What a plan tells an op about itself while it is being built.
 struct PlanContext {
@@ -67,6 +68,7 @@ struct PlanContext {
   // of the plan on the same inputs give bit-identical results.
   bool deterministic = false;
   bool tf32 = false;  // PlanOptions::tf32: f32 convolutions may use TF32 tensor cores
+  Collective* collective = nullptr;  // PlanOptions::collective: BatchNorm's statistics over every rank's batch
 };
 
 // What an op sees in forward: concrete tensors, views into the plan's memory.
@@ -82,6 +84,7 @@ struct ForwardCtx {
   bool training = false;
   bool deterministic = false;   // PlanContext::deterministic of the plan
   bool tf32 = false;            // PlanContext::tf32 of the plan
+  Collective* collective = nullptr;  // PlanContext::collective of the plan (training plans only)
 };
 
 // What an op sees in backward. The op overwrites grad_inputs[i] (an undefined tensor means that input
@@ -103,6 +106,7 @@ struct BackwardCtx {
   Tensor workspace;
   bool deterministic = false;
   bool tf32 = false;
+  Collective* collective = nullptr;
 };
 
 // Launch level: concrete shapes only, one backend, one format.

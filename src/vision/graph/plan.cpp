@@ -541,7 +541,7 @@ void Plan::layout_memory() {
     req.push_back({value_bytes(static_cast<int>(id)), first[id], last[id]});
     owners.push_back({kValue, static_cast<int>(id), 0});
   }
-  const PlanContext plan_ctx{backend_.get(), mode_, options_.deterministic, options_.tf32};
+  const PlanContext plan_ctx{backend_.get(), mode_, options_.deterministic, options_.tf32, collective()};
   size_t workspace = 0, scratch = 0;
   for (int i = 0; i < S; ++i) {
     PlanStep& s = steps_[static_cast<size_t>(i)];
@@ -648,6 +648,7 @@ void Plan::refresh_derived() {
     ctx.derived = s.derived;
     ctx.deterministic = options_.deterministic;
     ctx.tf32 = options_.tf32;
+    ctx.collective = collective();
     try {
       s.runtime->refresh(ctx);
     } catch (const Error& e) {
@@ -755,6 +756,7 @@ void Plan::run_step(PlanStep& s) {
     ctx.training = mode_ == Mode::train;
     ctx.deterministic = options_.deterministic;
     ctx.tf32 = options_.tf32;
+    ctx.collective = collective();
     try {
       s.runtime->forward(ctx);
     } catch (const Error& e) {
@@ -888,6 +890,7 @@ void Plan::backward_steps(const std::vector<Tensor>& grad_outputs, bool accumula
     ctx.backend = backend_.get();
     ctx.deterministic = options_.deterministic;
     ctx.tf32 = options_.tf32;
+    ctx.collective = collective();
     for (int id : s.inputs) ctx.inputs.push_back(values_[static_cast<size_t>(id)]);
     for (int o : s.outputs) {
       ctx.outputs.push_back(values_[static_cast<size_t>(o)]);

@@ -13,6 +13,7 @@
 
 #include "vision/graph/arena.h"
 #include "vision/graph/backend.h"
+#include "vision/graph/collective.h"
 #include "vision/graph/graph.h"
 #include "vision/graph/state.h"
 
@@ -43,6 +44,10 @@ struct PlanOptions {
   // f32 convolutions on CUDA may use TF32 tensor cores (products of 10-bit mantissas, f32 accumulation), as PyTorch's
   // torch.backends.cudnn.allow_tf32: faster, no longer exact f32. Off by default, because f32 means exact f32.
   bool tf32 = false;
+  // Data-parallel training with SyncBatchNorm: BatchNorm in a training plan takes its batch statistics (and their
+  // gradients) over every rank's batch through this collective, as PyTorch's SyncBatchNorm does. Null: each rank's
+  // own batch (DDP's default, ultralytics').
+  std::shared_ptr<Collective> collective = nullptr;
 };
 
 struct PlanStep {
@@ -166,6 +171,8 @@ class Plan {
   StateStore* state_;
   Mode mode_;
   PlanOptions options_;
+  // PlanOptions::collective in a training plan (what its steps' contexts carry); null in an inference plan.
+  Collective* collective() const { return mode_ == Mode::train ? options_.collective.get() : nullptr; }
   std::vector<Shape> input_shapes_;
   std::vector<int> graph_inputs_, graph_outputs_;
   std::vector<bool> seeded_;        // per graph output of this plan: backward starts from it

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "vision/cpu/dnnl_context.h"
+#include "vision/graph/collective.h"
 #include "vision/cpu/parallel.h"
 #include "vision/ops/elementwise.h"
 #include "vision/ops/op_util.h"
@@ -35,6 +36,17 @@ std::vector<std::byte> batchnorm2d_state_init(size_t i, int64_t c) {
 namespace {
 
 enum State { kWeight, kBias, kRunningMean, kRunningVar, kNumBatches };
+
+// Each rank's values summed over the ranks, in rank order: every rank gets the same bits.
+std::vector<double> sum_over_ranks(graph::Collective& ranks, const std::vector<double>& mine) {
+  const size_t n = mine.size(), world = static_cast<size_t>(ranks.world());
+  std::vector<double> all(n * world);
+  ranks.all_gather(mine.data(), all.data(), n * sizeof(double));
+  std::vector<double> total(n, 0.0);
+  for (size_t r = 0; r < world; ++r)
+    for (size_t i = 0; i < n; ++i) total[i] += all[r * n + i];
+  return total;
+}
 enum Saved { kBatchMean, kBatchVar };
 
 const auto kScaleShift = normalization_flags::use_scale | normalization_flags::use_shift;
@@ -97,6 +109,7 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     const size_t c = static_cast<size_t>(x.dim(1));
     const std::vector<float> dy_silu = silu_ ? silu_gradient(ctx) : std::vector<float>();
     const float* dy = silu_ ? dy_silu.data() : ctx.grad_output.data<float>();
+    if (ctx.collective) return backward_synchronized(ctx, dy);
     F32Scratch dx(ctx.grad_inputs[0], static_cast<size_t>(x.numel()));
     F32Scratch dgamma(ctx.grad_params[kWeight], c), dbeta(ctx.grad_params[kBias], c);
     cpu::execute(*backward_,
@@ -133,6 +146,55 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     return dy;
   }
 
+  // SyncBatchNorm's backward (PyTorch's arithmetic): with x̂ = (x − μ)·invstd over the job's batch statistics, this
+  // rank's Σdy and Σdy·(x − μ) per channel are summed over the ranks (in rank order, so that every rank has the same
+  // bits), and dx = γ·invstd·(dy − Σdy/N − x̂·invstd·Σdy·(x − μ)/N) with the job's count N; dγ and dβ stay this rank's
+  // own (the gradient all-reduce sums them, as DDP does SyncBatchNorm's).
+  void backward_synchronized(BackwardCtx& ctx, const float* dy) const {
+    const Tensor& x = ctx.inputs[0];
+    const int64_t batch = x.dim(0), c = x.dim(1), plane = x.dim(2) * x.dim(3);
+    const float *px = x.data<float>(), *mean = ctx.saved[kBatchMean].data<float>();
+    const float *var = ctx.saved[kBatchVar].data<float>(), *gamma = ctx.params[kWeight].data<float>();
+    // [count, Σdy per channel, Σdy·(x − μ) per channel] of this rank.
+    std::vector<double> mine(static_cast<size_t>(2 * c + 1), 0.0);
+    mine[0] = static_cast<double>(batch * plane);
+    cpu::parallel_for(
+        c,
+        [&](int64_t ch) {
+          double sdy = 0, sdyx = 0;
+          for (int64_t b = 0; b < batch; ++b)
+            for (int64_t i = (b * c + ch) * plane; i < (b * c + ch + 1) * plane; ++i) {
+              sdy += dy[i];
+              sdyx += static_cast<double>(dy[i]) * (static_cast<double>(px[i]) - mean[ch]);
+            }
+          mine[static_cast<size_t>(1 + ch)] = sdy;
+          mine[static_cast<size_t>(1 + c + ch)] = sdyx;
+        },
+        x.numel());
+    const std::vector<double> job = sum_over_ranks(*ctx.collective, mine);
+    const double n = job[0];
+    float* dgamma = ctx.grad_params[kWeight].defined() ? ctx.grad_params[kWeight].data<float>() : nullptr;
+    float* dbeta = ctx.grad_params[kBias].defined() ? ctx.grad_params[kBias].data<float>() : nullptr;
+    float* dx = ctx.grad_inputs[0].defined() ? ctx.grad_inputs[0].data<float>() : nullptr;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const double invstd = 1.0 / std::sqrt(static_cast<double>(var[ch]) + eps_);
+      if (dbeta) dbeta[ch] = static_cast<float>(mine[static_cast<size_t>(1 + ch)]);
+      if (dgamma) dgamma[ch] = static_cast<float>(mine[static_cast<size_t>(1 + c + ch)] * invstd);
+    }
+    if (!dx) return;
+    cpu::parallel_for(
+        batch * c,
+        [&](int64_t bc) {
+          const int64_t ch = bc % c;
+          const double invstd = 1.0 / std::sqrt(static_cast<double>(var[ch]) + eps_);
+          const double mean_dy = job[static_cast<size_t>(1 + ch)] / n;
+          const double k = invstd * invstd * job[static_cast<size_t>(1 + c + ch)] / n, a = gamma[ch] * invstd;
+          for (int64_t i = bc * plane; i < (bc + 1) * plane; ++i)
+            dx[i] = static_cast<float>(a * (dy[i] - mean_dy - (static_cast<double>(px[i]) - mean[ch]) * k));
+        },
+        x.numel());
+  }
+
   void forward_inference(ForwardCtx& ctx, std::unordered_map<int, memory>& args) {
     args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, ctx.params[kRunningMean]));
     args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, ctx.params[kRunningVar]));
@@ -144,19 +206,21 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
   // N·H·W values of a channel loses several digits at large batches and feature maps.
   void forward_training(ForwardCtx& ctx, std::unordered_map<int, memory>& args) {
     const Tensor& x = ctx.inputs[0];
-    const int64_t c = x.dim(1), n = x.numel() / c;  // n values per channel
-    VISION_CHECK(n > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
+    const int64_t c = x.dim(1);
     const bool keep = !ctx.saved.empty();
     F32Scratch mean(keep ? ctx.saved[kBatchMean] : Tensor(), static_cast<size_t>(c));
     F32Scratch var(keep ? ctx.saved[kBatchVar] : Tensor(), static_cast<size_t>(c));
-    batch_statistics(x, mean.data(), var.data());
+    // n values per channel: this rank's, or with SyncBatchNorm the job's.
+    const double n = batch_statistics(x, mean.data(), var.data(), ctx.collective);
+    VISION_CHECK(n > 1, "batchnorm2d in training needs more than one value per channel, got input {}{}", x.str(),
+                 ctx.collective ? " over every rank" : "");
     args.emplace(DNNL_ARG_MEAN, cpu::as_memory(stat_, mean.data()));
     args.emplace(DNNL_ARG_VARIANCE, cpu::as_memory(stat_, var.data()));
     cpu::execute(inference(), args, "batch normalization forward (training)");
 
     float* rm = ctx.params[kRunningMean].data<float>();
     float* rv = ctx.params[kRunningVar].data<float>();
-    const double m = momentum_, unbias = static_cast<double>(n) / static_cast<double>(n - 1);
+    const double m = momentum_, unbias = n / (n - 1);
     for (int64_t i = 0; i < c; ++i) {
       rm[i] = static_cast<float>((1 - m) * rm[i] + m * mean.data()[i]);
       rv[i] = static_cast<float>((1 - m) * rv[i] + m * var.data()[i] * unbias);
@@ -164,29 +228,44 @@ class BatchNorm2dRuntime final : public CpuRuntimeOp {
     ctx.params[kNumBatches].data<int64_t>()[0] += 1;
   }
 
-  // Per channel of x (f32 NCHW): the mean and the biased variance, each summed in float64 in a fixed order.
-  static void batch_statistics(const Tensor& x, float* mean, float* var) {
+  // Per channel of x (f32 NCHW): the mean and the biased variance, each summed in float64 in a fixed order; with a
+  // collective (SyncBatchNorm) over every rank's x: the ranks' sums, then their sums of squared deviations from the
+  // job's mean, added in rank order. Returns the values per channel the statistics cover.
+  static double batch_statistics(const Tensor& x, float* mean, float* var, graph::Collective* ranks) {
     const int64_t batch = x.dim(0), c = x.dim(1), plane = x.numel() / batch / c;
     const float* p = x.data<float>();
-    const double count = static_cast<double>(batch * plane);
+    auto plane_of = [&](int64_t b, int64_t ch) { return p + (b * c + ch) * plane; };
+    // [count, Σx per channel], then [Σ(x − μ)² per channel].
+    std::vector<double> sums(static_cast<size_t>(c + 1)), squares(static_cast<size_t>(c));
+    sums[0] = static_cast<double>(batch * plane);
     cpu::parallel_for(
         c,
         [&](int64_t ch) {
-          auto plane_of = [&](int64_t b) { return p + (b * c + ch) * plane; };
           double sum = 0;
           for (int64_t b = 0; b < batch; ++b)
-            for (int64_t i = 0; i < plane; ++i) sum += plane_of(b)[i];
-          const double mu = sum / count;
+            for (int64_t i = 0; i < plane; ++i) sum += plane_of(b, ch)[i];
+          sums[static_cast<size_t>(ch + 1)] = sum;
+        },
+        x.numel());
+    if (ranks) sums = sum_over_ranks(*ranks, sums);
+    const double count = sums[0];
+    cpu::parallel_for(
+        c,
+        [&](int64_t ch) {
+          const double mu = sums[static_cast<size_t>(ch + 1)] / count;
           double sq = 0;
           for (int64_t b = 0; b < batch; ++b)
             for (int64_t i = 0; i < plane; ++i) {
-              const double d = plane_of(b)[i] - mu;
+              const double d = plane_of(b, ch)[i] - mu;
               sq += d * d;
             }
           mean[ch] = static_cast<float>(mu);
-          var[ch] = static_cast<float>(sq / count);
+          squares[static_cast<size_t>(ch)] = sq;
         },
         x.numel());
+    if (ranks) squares = sum_over_ranks(*ranks, squares);
+    for (int64_t ch = 0; ch < c; ++ch) var[ch] = static_cast<float>(squares[static_cast<size_t>(ch)] / count);
+    return count;
   }
 
   void prepare(const Shape& x) {

@@ -66,23 +66,23 @@ Yolo26Trainer::Yolo26Trainer(std::shared_ptr<graph::BackendContext> backend, con
   VISION_CHECK(options_.dtype == DType::f32 || backend_->backend() == graph::Backend::cuda,
                "train: the CPU backend trains in f32; {} needs --device cuda", core::dtype_name(options_.dtype));
   info_.imgsz = {options_.imgsz, options_.imgsz};
-  build_graph();
-
-  const Shape shapes_images{options_.batch, 3, options_.imgsz, options_.imgsz};
-  graph::StateStore& state = executor_->state(
-      graph::Mode::train, {shapes_images, Shape{options_.batch, target_rows_, 5}, Shape{options_.batch}, Shape{2}});
-  load_weights(state, info_.spec, weights);
-  if (options_.comm) {
 #ifdef VISION_HAS_CUDA
+  if (options_.comm) {  // before the plans: SyncBatchNorm's collective goes through it
     const char* choice = std::getenv("VISION_DIST_BACKEND");
     const std::string backend_choice = choice ? choice : "";
     VISION_CHECK(backend_choice.empty() || backend_choice == "nccl" || backend_choice == "mpi",
                  "VISION_DIST_BACKEND={}: expected nccl or mpi", backend_choice);
     if (backend_->backend() == graph::Backend::cuda && backend_choice != "mpi")
       device_reducer_ = make_cuda_reducer(*backend_, options_.comm);
-#endif
-    broadcast_state(/*parameters=*/true);  // every rank starts from rank 0's model, as DDP does
   }
+#endif
+  build_graph();
+
+  const Shape shapes_images{options_.batch, 3, options_.imgsz, options_.imgsz};
+  graph::StateStore& state = executor_->state(
+      graph::Mode::train, {shapes_images, Shape{options_.batch, target_rows_, 5}, Shape{options_.batch}, Shape{2}});
+  load_weights(state, info_.spec, weights);
+  if (options_.comm) broadcast_state(/*parameters=*/true);  // every rank starts from rank 0's model, as DDP does
 
   // The optimizer: "auto" as YOLO26.md says, else the one named with lr0 and momentum.
   std::string name = options_.optimizer;
@@ -148,7 +148,10 @@ void Yolo26Trainer::build_graph() {
                          .compute_dtype = options_.dtype,
                          .layout = options_.layout,
                          .fuse_training = options_.fuse,
-                         .tf32 = options_.tf32});
+                         .tf32 = options_.tf32,
+                         .collective = options_.comm && options_.sync_bn
+                                           ? make_batchnorm_collective(backend_, options_.comm, device_reducer_.get())
+                                           : nullptr});
   // A plan per (batch, target rows): the full batch, the epoch's last partial batch and a bucket that grows.
   executor_->set_max_plans(3);
 }

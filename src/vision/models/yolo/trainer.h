@@ -80,6 +80,10 @@ struct TrainerOptions {
   // device through NCCL (VISION_DIST_BACKEND=mpi: through host memory and the communicator). A communicator given
   // here is used even in a world of one (its collectives are then the identity: NCCL's are still called).
   std::shared_ptr<dist::Communicator> comm;
+  // With comm: BatchNorm's batch statistics over the job's batch, every rank's images together (PyTorch's
+  // SyncBatchNorm; `vision train --sync-bn`), on the CPU and on CUDA (NCCL's all-gather, or host memory). Off: each
+  // rank's own batch, as ultralytics' DDP trains.
+  bool sync_bn = false;
 };
 
 // The E2ELoss weights (o2m, o2o) after `updates` epochs (YOLO26.md "Training").

@@ -10,6 +10,7 @@
 
 #include "vision/cuda/libraries.h"
 #include "vision/cuda/sanitizer.h"
+#include "vision/graph/collective.h"
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/graph/kernel_info_cuda.h"
 #include "vision/ops/cuda/cudnn_conv.h"
@@ -378,8 +379,9 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
     if (mode_ != Mode::train) return {};
     return {{Shape{in[0][1]}, DType::f32}, {Shape{in[0][1]}, DType::f32}};  // batch mean, inverse std
   }
-  size_t workspace_bytes(const graph::PlanContext&, const std::vector<Shape>& in, const Shape&) const override {
-    return (own_kernels() || silu_) && mode_ == Mode::train ? kernels::batchnorm_workspace_bytes(in[0], layout()) : 0;
+  size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape&) const override {
+    if (mode_ != Mode::train || !(own_kernels() || silu_ || plan.collective)) return 0;
+    return kernels::batchnorm_workspace_bytes(in[0], layout(), {}, plan.collective ? plan.collective->world() : 1);
   }
   void forward(ForwardCtx& ctx) override {
     const Tensor& x = ctx.inputs[0];
@@ -391,15 +393,16 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
                    "batchnorm2d in training needs more than one value per channel and room for the batch statistics, "
                    "got input {} and {} saved tensors",
                    x.str(), ctx.saved.size());
-    if (own_kernels()) {
+    if (own_kernels() || (ctx.training && ctx.collective)) {  // SyncBatchNorm: our kernels in every format
       const cudaStream_t s = stream_of(ctx.backend);
       if (!ctx.training)
         return kernels::launch_batchnorm_forward_inference(s, dtype(), layout(), x.shape(), x.raw(), ctx.output.raw(),
                                                            f32(p[0]), f32(p[1]), f32(p[2]), f32(p[3]), eps_);
+      const kernels::BatchNormRanks ranks = ranks_of(ctx.collective);
       kernels::launch_batchnorm_forward_training(s, dtype(), layout(), x.shape(), x.raw(), ctx.output.raw(), f32(p[0]),
                                                  f32(p[1]), f32(p[2]), f32(p[3]), f32(ctx.saved[0]),
-                                                 f32(ctx.saved[1]), workspace(ctx.workspace, x.shape()),
-                                                 static_cast<float>(momentum_), eps_, silu_);
+                                                 f32(ctx.saved[1]), workspace(ctx.workspace, x.shape(), ranks.world),
+                                                 static_cast<float>(momentum_), eps_, silu_, {}, ranks);
       kernels::launch_increment_counter(s, static_cast<int64_t*>(p[4].raw()));
       return;
     }
@@ -430,13 +433,14 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
     VISION_CHECK(ctx.saved.size() == 2, "batchnorm2d backward needs the batch statistics of a training forward");
     VISION_CHECK(ctx.grad_inputs[0].defined() && ctx.grad_params[0].defined() && ctx.grad_params[1].defined(),
                  "batchnorm2d backward on CUDA writes dx, dγ and dβ together");
-    if (own_kernels() || silu_) {  // cuDNN's saved statistics are the batch mean and inverse std too
+    if (own_kernels() || silu_ || ctx.collective) {  // cuDNN's saved statistics are the batch mean and inverse std too
       const auto f32 = [](const Tensor& t) { return static_cast<float*>(t.raw()); };
+      const kernels::BatchNormRanks ranks = ranks_of(ctx.collective);
       kernels::launch_batchnorm_backward(stream_of(ctx.backend), dtype(), layout(), x.shape(), x.raw(),
                                          ctx.grad_output.raw(), ctx.grad_inputs[0].raw(), f32(ctx.params[0]),
                                          f32(ctx.params[1]), f32(ctx.saved[0]), f32(ctx.saved[1]),
                                          f32(ctx.grad_params[0]), f32(ctx.grad_params[1]),
-                                         workspace(ctx.workspace, x.shape()), silu_);
+                                         workspace(ctx.workspace, x.shape(), ranks.world), silu_, {}, ranks);
       return;
     }
     prepare(x.shape());
@@ -453,8 +457,14 @@ class BatchNorm2dCuda final : public CudaRuntimeOp {
   // cuDNN's legacy BatchNorm only for f32 NCHW: in NHWC it is slow in training (161 ms against 16 ms for our
   // kernels, a bf16/f16 Conv-BN-SiLU stack at batch 32 on the H200: bench/graph/NOTES.md), and it has no bf16.
   bool own_kernels() const { return !(dtype() == DType::f32 && layout() == core::Layout::nchw); }
-  void* workspace(const Tensor& ws, const Shape& x) const {
-    const size_t need = kernels::batchnorm_workspace_bytes(x, layout());
+  // SyncBatchNorm's ranks (PlanOptions::collective): their all-gather on the plan's stream.
+  static kernels::BatchNormRanks ranks_of(graph::Collective* collective) {
+    if (!collective) return {};
+    return {collective->world(),
+            [collective](const void* send, void* recv, size_t bytes) { collective->all_gather(send, recv, bytes); }};
+  }
+  void* workspace(const Tensor& ws, const Shape& x, int world) const {
+    const size_t need = kernels::batchnorm_workspace_bytes(x, layout(), {}, world);
     VISION_CHECK(ws.defined() && ws.nbytes() >= need,
                  "{} (CUDA, {}): the workspace holds {} bytes, the batch statistics need {} (the plan's "
                  "workspace_bytes() was computed for another input shape)",

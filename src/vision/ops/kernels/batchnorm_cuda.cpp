@@ -117,6 +117,29 @@ Tiling apply_tiling(const core::Shape& x, Layout layout, int vec, const BatchNor
 
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 
+// The workspace of a reduction tiling t: [partial results][the scales γ·invstd, C], and with several ranks
+// (BatchNormRanks) then [every rank's partial results, gathered][the job's dγ, C][the job's dβ, C].
+struct RankedWorkspace {
+  float *partial, *scale, *gathered = nullptr, *job_dgamma = nullptr, *job_dbeta = nullptr;
+  RankedWorkspace(void* workspace, const Tiling& t, int world) {
+    partial = static_cast<float*>(workspace);
+    scale = partial + t.partial_floats();
+    if (world == 1) return;
+    gathered = scale + t.channels;
+    job_dgamma = gathered + t.partial_floats() * static_cast<size_t>(world);
+    job_dbeta = job_dgamma + t.channels;
+  }
+  static size_t floats(const Tiling& t, int world) {
+    const size_t c = static_cast<size_t>(t.channels);
+    return world == 1 ? t.partial_floats() + c : t.partial_floats() * (1 + static_cast<size_t>(world)) + 3 * c;
+  }
+};
+
+void check_ranks(const BatchNormRanks& ranks, const char* what) {
+  VISION_CHECK(ranks.world >= 1 && (ranks.world == 1 || ranks.all_gather),
+               "{}: SyncBatchNorm over {} ranks needs their all-gather", what, ranks.world);
+}
+
 }  // namespace
 
 std::vector<int> batchnorm_vector_widths(DType dtype) { return {1, wide_width(dtype)}; }
@@ -133,7 +156,7 @@ BatchNormStats::BatchNormStats(DType t, Layout layout, int vec)
 BatchNormStatsFinalize::BatchNormStatsFinalize()
     : KernelDescriptor({"batchnorm_stats_finalize", kBatchnormFile, DType::f32, {},
                         "const {T}*, const {T}*, {T}*, {T}*, {T}*, {T}*, {T}*, int32_t, int32_t, int64_t, int32_t, "
-                        "int32_t, float, float"}) {}
+                        "int32_t, float, float, int32_t"}) {}
 BatchNormApply::BatchNormApply(DType t, Layout layout, int vec, bool silu)
     : KernelDescriptor(activation_spec(silu ? "batchnorm_apply_silu" : "batchnorm_apply", t, layout, vec,
                                        "const {T}*, {T}*, const float*, const float*, const float*, const float*, "
@@ -188,14 +211,14 @@ std::vector<const cuda::Kernel*> batchnorm_kernels(DType dtype, Layout layout, b
   return out;
 }
 
-size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout, const BatchNormGrid& grid) {
+size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout, const BatchNormGrid& grid, int world) {
   check_shape(x, "batchnorm2d workspace");
+  VISION_CHECK(world >= 1, "batchnorm2d workspace: {} ranks", world);
   size_t floats = 0;
   for (int vec : {1, 4, 8}) {
     const int64_t along = layout == Layout::nhwc ? x[1] : x[2] * x[3];
     if (along % vec != 0) continue;
-    const Tiling t = reduce_tiling(x, layout, vec, grid);
-    floats = std::max(floats, t.partial_floats() + static_cast<size_t>(t.channels));  // + the scales
+    floats = std::max(floats, RankedWorkspace::floats(reduce_tiling(x, layout, vec, grid), world));
   }
   return floats * sizeof(float);
 }
@@ -204,21 +227,28 @@ void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout 
                                        const void* x_data, void* y, const float* gamma, const float* beta,
                                        float* running_mean, float* running_var, float* save_mean, float* save_invstd,
                                        void* workspace, float momentum, float eps, bool silu,
-                                       const BatchNormGrid& grid) {
+                                       const BatchNormGrid& grid, const BatchNormRanks& ranks) {
   check_shape(x, "batchnorm2d forward");
+  check_ranks(ranks, "batchnorm2d forward");
   const int vec = pick_width(dtype, layout, x, {x_data, y});
   const Tiling t = reduce_tiling(x, layout, vec, grid), a = apply_tiling(x, layout, vec, grid);
-  VISION_CHECK(t.count > 1, "batchnorm2d in training needs more than one value per channel, got input {}", x.str());
+  VISION_CHECK(t.count * ranks.world > 1, "batchnorm2d in training needs more than one value per channel, got input {}",
+               x.str());
   VISION_CHECK(workspace, "batchnorm2d forward (training): no workspace for the partial statistics");
-  float* partial = static_cast<float*>(workspace);
-  float* scale = partial + t.partial_floats();  // γ·invstd
+  const RankedWorkspace ws(workspace, t, ranks.world);
   cuda::kernel_instance<BatchNormStats>(dtype, layout, t.vec)
-      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, partial, i32(t.units), i32(t.cols), i32(t.inner_v),
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, ws.partial, i32(t.units), i32(t.cols), i32(t.inner_v),
               int32_t{t.tc_shift}, i32(t.units_per_split));
+  const float* partial = ws.partial;
+  if (ranks.world > 1) {
+    ranks.all_gather(ws.partial, ws.gathered, t.partial_floats() * sizeof(float));
+    partial = ws.gathered;
+  }
   cuda::kernel_instance<BatchNormStatsFinalize>().launch(
-      stream, dim3(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0,
-      static_cast<const float*>(partial), gamma, scale, save_mean, save_invstd, running_mean, running_var,
-      i32(t.splits), i32(t.channels), t.count, i32(t.units), i32(t.units_per_split), momentum, eps);
+      stream, dim3(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0, partial, gamma,
+      ws.scale, save_mean, save_invstd, running_mean, running_var, i32(t.splits), i32(t.channels), t.count,
+      i32(t.units), i32(t.units_per_split), momentum, eps, int32_t{ranks.world});
+  float* scale = ws.scale;  // γ·invstd
   cuda::kernel_instance<BatchNormApply>(dtype, layout, a.vec, silu)
       .launch(stream, a.grid(), dim3(kThreads), 0, x_data, y, static_cast<const float*>(save_mean),
               static_cast<const float*>(scale), gamma, beta, i32(a.units), i32(a.cols), i32(a.inner_v),
@@ -248,23 +278,34 @@ void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout
 void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                const void* x_data, const void* dy, void* dx, const float* gamma, const float* beta,
                                const float* save_mean, const float* save_invstd, float* dgamma, float* dbeta,
-                               void* workspace, bool silu, const BatchNormGrid& grid) {
+                               void* workspace, bool silu, const BatchNormGrid& grid, const BatchNormRanks& ranks) {
   check_shape(x, "batchnorm2d backward");
+  check_ranks(ranks, "batchnorm2d backward");
   const int vec = pick_width(dtype, layout, x, {x_data, dy, dx});
   const Tiling t = reduce_tiling(x, layout, vec, grid), a = apply_tiling(x, layout, vec, grid);
   VISION_CHECK(workspace, "batchnorm2d backward: no workspace for the partial sums");
   VISION_CHECK(beta || !silu, "batchnorm2d → silu backward: β recomputes the SiLU's input, none was given");
-  float* partial = static_cast<float*>(workspace);
+  const RankedWorkspace ws(workspace, t, ranks.world);
   cuda::kernel_instance<BatchNormBackwardSums>(dtype, layout, t.vec, silu)
-      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, dy, save_mean, save_invstd, gamma, beta, partial,
+      .launch(stream, t.grid(), dim3(kThreads), 0, x_data, dy, save_mean, save_invstd, gamma, beta, ws.partial,
               i32(t.units), i32(t.cols), i32(t.inner_v), int32_t{t.tc_shift}, i32(t.units_per_split));
-  cuda::kernel_instance<BatchNormBackwardFinalize>().launch(
-      stream, dim3(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32))), dim3(kThreads), 0,
-      static_cast<const float*>(partial), save_invstd, dgamma, dbeta, i32(t.splits), i32(t.channels));
+  const dim3 finalize_grid(static_cast<uint32_t>(bn_ceil_div(t.channels, kThreads / 32)));
+  // This rank's dγ and dβ; with several ranks, the job's sums too (every rank's splits, gathered), which dx takes.
+  cuda::kernel_instance<BatchNormBackwardFinalize>().launch(stream, finalize_grid, dim3(kThreads), 0,
+                                                            static_cast<const float*>(ws.partial), save_invstd, dgamma,
+                                                            dbeta, i32(t.splits), i32(t.channels));
+  const float *job_dgamma = dgamma, *job_dbeta = dbeta;
+  if (ranks.world > 1) {
+    ranks.all_gather(ws.partial, ws.gathered, t.partial_floats() * sizeof(float));
+    cuda::kernel_instance<BatchNormBackwardFinalize>().launch(
+        stream, finalize_grid, dim3(kThreads), 0, static_cast<const float*>(ws.gathered), save_invstd, ws.job_dgamma,
+        ws.job_dbeta, i32(t.splits * ranks.world), i32(t.channels));
+    job_dgamma = ws.job_dgamma, job_dbeta = ws.job_dbeta;
+  }
   cuda::kernel_instance<BatchNormBackwardApply>(dtype, layout, a.vec, silu)
-      .launch(stream, a.grid(), dim3(kThreads), 0, x_data, dy, dx, save_mean, save_invstd, gamma, beta,
-              static_cast<const float*>(dgamma), static_cast<const float*>(dbeta), i32(a.units), i32(a.cols),
-              i32(a.inner_v), int32_t{a.tc_shift}, i32(a.units_per_split), a.count);
+      .launch(stream, a.grid(), dim3(kThreads), 0, x_data, dy, dx, save_mean, save_invstd, gamma, beta, job_dgamma,
+              job_dbeta, i32(a.units), i32(a.cols), i32(a.inner_v), int32_t{a.tc_shift}, i32(a.units_per_split),
+              a.count * ranks.world);
 }
 
 }  // namespace vision::ops::kernels

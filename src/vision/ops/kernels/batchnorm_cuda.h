@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <vector>
 
 #include "vision/core/shape.h"
@@ -39,7 +40,7 @@ struct BatchNormStatsFinalize
     : cuda::KernelDescriptor<const void* /*partial*/, const void* /*gamma*/, void* /*scale*/, void* /*save_mean*/,
                              void* /*save_invstd*/, void* /*running_mean*/, void* /*running_var*/,
                              int32_t /*splits*/, int32_t /*channels*/, int64_t /*count*/, int32_t /*units*/,
-                             int32_t /*units_per_split*/, float /*momentum*/, float /*eps*/> {
+                             int32_t /*units_per_split*/, float /*momentum*/, float /*eps*/, int32_t /*ranks*/> {
   BatchNormStatsFinalize();
 };
 // The kernels that touch activations come with SiLU fused after the normalisation too (silu: "batchnorm_apply_silu",
@@ -102,8 +103,19 @@ struct BatchNormGrid {
   int64_t apply_target_blocks = 1024, apply_min_units_per_thread = 8;       // apply and backward apply
 };
 
-// Workspace bytes of the training forward and backward of an input of shape x (N, C, H, W) in layout.
-size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout, const BatchNormGrid& grid = {});
+// SyncBatchNorm (PyTorch's, for data-parallel ranks): the batch statistics of the training forward, and the sums its
+// backward takes through them, over every rank's batch. Each rank's partial results (the reduction passes' per-split
+// sums, cut alike on every rank: the ranks' inputs have one shape) are gathered in rank order by `all_gather` (every
+// rank's `bytes` at send, world × bytes at recv, device memory, queued on the launch's stream) and combined in the
+// same order on every rank, so every rank gets the same bits. world 1: this rank's batch alone (all_gather unused).
+struct BatchNormRanks {
+  int world = 1;
+  std::function<void(const void* send, void* recv, size_t bytes)> all_gather;
+};
+
+// Workspace bytes of the training forward and backward of an input of shape x (N, C, H, W) in layout (with `world`
+// ranks' partial results gathered: BatchNormRanks).
+size_t batchnorm_workspace_bytes(const core::Shape& x, Layout layout, const BatchNormGrid& grid = {}, int world = 1);
 
 // Training: y = (x − μ)·invstd·γ + β with the batch mean μ and inverse std invstd = 1/sqrt(var + eps) (biased
 // variance), saved for backward (f32, C each); running_mean and running_var (f32) are updated with `momentum` as
@@ -114,7 +126,7 @@ void launch_batchnorm_forward_training(cudaStream_t stream, DType dtype, Layout 
                                        const void* x_data, void* y, const float* gamma, const float* beta,
                                        float* running_mean, float* running_var, float* save_mean, float* save_invstd,
                                        void* workspace, float momentum, float eps, bool silu = false,
-                                       const BatchNormGrid& grid = {});
+                                       const BatchNormGrid& grid = {}, const BatchNormRanks& ranks = {});
 // y = silu((x − mean)·γ·invstd + β) from statistics saved elsewhere (cuDNN's training forward): the fused SiLU on
 // cuDNN's f32 NCHW path.
 void launch_batchnorm_silu_from_saved(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
@@ -125,10 +137,13 @@ void launch_batchnorm_forward_inference(cudaStream_t stream, DType dtype, Layout
                                         const void* x_data, void* y, const float* gamma, const float* beta,
                                         const float* running_mean, const float* running_var, float eps);
 // Backward of the training forward: dx (dtype, layout), dγ and dβ (f32) from x, dy and the saved statistics. silu:
-// dy is the gradient of the fused SiLU's output (beta then recomputes its input; unused otherwise).
+// dy is the gradient of the fused SiLU's output (beta then recomputes its input; unused otherwise). With several
+// ranks, dx goes through the job's batch statistics (Σdy and Σdy·(x − μ) over every rank, the job's count) while dγ and
+// dβ stay this rank's own, as PyTorch's SyncBatchNorm gives them to DDP's gradient all-reduce.
 void launch_batchnorm_backward(cudaStream_t stream, DType dtype, Layout layout, const core::Shape& x,
                                const void* x_data, const void* dy, void* dx, const float* gamma, const float* beta,
                                const float* save_mean, const float* save_invstd, float* dgamma, float* dbeta,
-                               void* workspace, bool silu = false, const BatchNormGrid& grid = {});
+                               void* workspace, bool silu = false, const BatchNormGrid& grid = {},
+                               const BatchNormRanks& ranks = {});
 
 }  // namespace vision::ops::kernels
