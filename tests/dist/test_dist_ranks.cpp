@@ -164,6 +164,69 @@ TEST(DistRanks, FiveStepsLeaveEveryRankBitIdentical) {
   }
 }
 
+// Rows [begin, begin + n) of every tensor of a batch (images, targets, counts).
+Batch rows_of(const Batch& b, int64_t begin, int64_t n) {
+  auto rows = [&](const core::Tensor& t) {
+    core::Shape shape = t.shape();
+    shape[0] = n;
+    core::Tensor out = core::Tensor::zeros(shape, t.dtype());
+    const size_t per = t.nbytes() / static_cast<size_t>(t.dim(0));
+    std::memcpy(out.raw(), static_cast<const std::byte*>(t.raw()) + static_cast<size_t>(begin) * per,
+                per * static_cast<size_t>(n));
+    return out;
+  };
+  return {rows(b.images), rows(b.targets), rows(b.count)};
+}
+
+// Every BatchNorm's running mean and variance, in state order.
+std::vector<float> running_statistics(yolo::Yolo26Trainer& t) {
+  std::vector<float> v;
+  for (const auto& [name, tensor] : t.executor().state().to_host())
+    if (name.ends_with(".running_mean") || name.ends_with(".running_var")) {
+      const std::vector<float> part = tensor.to_vector();
+      v.insert(v.end(), part.begin(), part.end());
+    }
+  return v;
+}
+
+// --sync-bn (TrainerOptions::sync_bn): the ranks' BatchNorms take their statistics over the job's batch, so after a
+// batch each rank's running statistics are those of one process training on the whole batch (to f32 rounding), the
+// same bits on every rank; without it (DDP's default, the control) they are each rank's own.
+TEST(DistRanks, SyncBatchNormTakesTheStatisticsOfTheJobsBatch) {
+  const auto comm = ranks_or_fail();
+  REQUIRE_RANKS(comm);
+  const int world = comm->world(), rank = comm->rank();
+  const yolo::ModelInfo info = tiny_info();
+  const auto init = yolo::initial_weights(info);
+  yolo::TrainerOptions o = tiny_options();
+  o.batch = 2 * world;
+  o.nbs = 4 * o.batch;  // no optimizer step: the running statistics are the forward's alone
+  const Batch whole = make_batch(o.batch, 77);
+  yolo::Yolo26Trainer single(graph::cpu_backend(), info, init, o);
+  ASSERT_FALSE(single.train_batch(whole.images, whole.targets, whole.count).stepped);
+  const std::vector<float> want = running_statistics(single);
+  ASSERT_FALSE(want.empty());
+  for (const bool sync : {true, false}) {
+    o.comm = comm;
+    o.sync_bn = sync;
+    yolo::Yolo26Trainer ranked(graph::cpu_backend(), info, init, o);
+    const Batch mine = rows_of(whole, 2 * rank, 2);
+    ASSERT_FALSE(ranked.train_batch(mine.images, mine.targets, mine.count).stepped);
+    const std::vector<float> got = running_statistics(ranked);
+    const double err = rel_error(got, want);
+    std::printf("  rank %d, sync_bn %d: ‖running statistics − the whole batch's‖/‖·‖ = %.3g\n", rank, sync ? 1 : 0, err);
+    const std::vector<std::string> all =
+        comm->all_gather(std::string(reinterpret_cast<const char*>(got.data()), got.size() * sizeof(float)));
+    if (sync) {
+      EXPECT_LT(err, 1e-6) << "synchronised statistics are the job's batch's";
+      for (int r = 1; r < world; ++r) EXPECT_EQ(all[static_cast<size_t>(r)], all[0]) << "rank " << r;
+    } else {
+      EXPECT_GT(err, 1e-4) << "the control: each rank's own batch";
+      EXPECT_NE(all[1], all[0]) << "the control: the ranks' batches differ";
+    }
+  }
+}
+
 TEST(DistRanks, ShardsTogetherAreTheSingleRankEpoch) {
   const auto comm = ranks_or_fail();
   REQUIRE_RANKS(comm);
