@@ -164,6 +164,41 @@ TEST(DistRanks, FiveStepsLeaveEveryRankBitIdentical) {
   }
 }
 
+// The gradient all-reduce in buckets started beside the backward (TrainerOptions::overlap_reduction, as DDP does):
+// most buckets start before the backward is done, and two steps leave the same bits as one all-reduce after the
+// backward (two ranks' sums do not depend on how the buffer is cut).
+TEST(DistRanks, GradientBucketsStartBesideTheBackward) {
+  const auto comm = ranks_or_fail();
+  REQUIRE_RANKS(comm);
+  const int world = comm->world(), rank = comm->rank();
+  const yolo::ModelInfo info = tiny_info();
+  const auto init = yolo::initial_weights(info);
+  std::vector<uint64_t> model_hash;
+  for (const bool overlap : {true, false}) {
+    yolo::TrainerOptions o = tiny_options();
+    o.batch = 2 * world;
+    o.nbs = o.batch;  // a step per batch
+    o.comm = comm;
+    o.overlap_reduction = overlap;
+    o.bucket_floats = size_t{1} << 15;
+    yolo::Yolo26Trainer t(graph::cpu_backend(), info, init, o);
+    for (int step = 0; step < 2; ++step) {
+      const Batch b = make_batch(2, 500 + static_cast<uint64_t>(step * world + rank));
+      ASSERT_TRUE(t.train_batch(b.images, b.targets, b.count).stepped);
+    }
+    model_hash.push_back(hashes(t).model);
+    if (overlap) {
+      std::printf("  rank %d: %zu of %zu buckets started beside the backward\n", rank, t.buckets_beside_backward(),
+                  t.gradient_buckets());
+      EXPECT_GT(t.gradient_buckets(), 10u);
+      EXPECT_GE(t.buckets_beside_backward(), t.gradient_buckets() - 1) << "every bucket but the first layers' one";
+    } else {
+      EXPECT_EQ(t.buckets_beside_backward(), 0u);
+    }
+  }
+  EXPECT_EQ(model_hash[0], model_hash[1]) << "bucketed beside the backward or whole after it: the same sums";
+}
+
 // Rows [begin, begin + n) of every tensor of a batch (images, targets, counts).
 Batch rows_of(const Batch& b, int64_t begin, int64_t n) {
   auto rows = [&](const core::Tensor& t) {

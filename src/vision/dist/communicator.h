@@ -35,6 +35,13 @@ class Communicator {
   // Sums `n` floats of host memory across the ranks, in place; every rank gets the same bits. Large buffers go in
   // buckets of bucket_floats(), all posted before the first wait.
   virtual void all_reduce_sum(float* data, size_t n) = 0;
+  // all_reduce_sum started, not waited for (a bucket of gradients, beside the rest of the backward): the data must stay
+  // untouched until finish_all_reduces(), which waits for every one started (at most timeout()); progress() lets the
+  // started ones advance (MPI progresses a non-blocking collective only inside its calls). Every rank starts the same
+  // reductions in the same order. Default (TCP, a world of one): reduced at once.
+  virtual void start_all_reduce_sum(float* data, size_t n) { all_reduce_sum(data, n); }
+  virtual void progress() {}
+  virtual void finish_all_reduces() {}
   // The largest of one value of every rank, on every rank (run decisions: a stop asked on any rank).
   virtual int64_t all_reduce_max(int64_t value) = 0;
   // Rank `root`'s `bytes` bytes of host memory to every rank.

@@ -21,6 +21,13 @@ class DeviceReducer {
   // not waited for (SyncBatchNorm's statistics, inside a step that a CUDA graph may capture); a rank that died is
   // found by the next collective that waits.
   virtual void all_gather(const void* send, void* recv, size_t bytes) = 0;
+  // A bucket of the gradient all-reduce started beside the rest of the backward: on a stream of the reducer's own,
+  // behind what the stream has queued so far (so after the backward steps that wrote the bucket), not waited for; the
+  // data must stay untouched until join(). join() makes the stream wait for every bucket started (queued, nothing
+  // waits on the host: a captured step can hold both); finish() then waits on the host as all_reduce_sum does.
+  virtual void start_all_reduce_sum(float* device, size_t n) = 0;
+  virtual void join() = 0;
+  virtual void finish() = 0;
 };
 
 }  // namespace vision::dist

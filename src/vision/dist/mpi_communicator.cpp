@@ -69,6 +69,26 @@ class MpiCommunicator final : public Communicator {
     wait(requests, "the gradient all-reduce");
   }
 
+  void start_all_reduce_sum(float* data, size_t n) override {
+    for (size_t at = 0; at < n; at += bucket_floats()) {
+      const int count = static_cast<int>(std::min(bucket_floats(), n - at));
+      started_.emplace_back();
+      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data + at, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &started_.back()),
+                "MPI_Iallreduce");
+    }
+  }
+  void progress() override {
+    if (started_.empty()) return;
+    int done = 0;
+    mpi_check(MPI_Testall(static_cast<int>(started_.size()), started_.data(), &done, MPI_STATUSES_IGNORE),
+              "MPI_Testall");
+  }
+  void finish_all_reduces() override {
+    if (started_.empty()) return;
+    wait(started_, "the gradient all-reduce");
+    started_.clear();
+  }
+
   int64_t all_reduce_max(int64_t value) override {
     std::vector<MPI_Request> requests(1);
     mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD, requests.data()),
@@ -157,6 +177,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   int rank_ = 0, world_ = 1, local_rank_ = 0;
+  std::vector<MPI_Request> started_;  // start_all_reduce_sum's, until finish_all_reduces
 };
 
 }  // namespace

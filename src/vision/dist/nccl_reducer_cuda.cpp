@@ -10,6 +10,7 @@
 
 #include "vision/core/error.h"
 #include "vision/cuda/check.h"
+#include "vision/cuda/memory.h"
 
 namespace vision::dist {
 namespace {
@@ -57,6 +58,21 @@ class NcclReducer final : public DeviceReducer {
     nccl_check(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_), "ncclAllGather");
   }
 
+  void start_all_reduce_sum(float* device, size_t n) override {
+    if (n == 0) return;
+    forked_.record(stream_);  // the bucket's gradients are queued before this
+    VISION_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), forked_.get(), 0));
+    nccl_check(ncclAllReduce(device, device, n, ncclFloat32, ncclSum, comm_, side_.get()), "ncclAllReduce (bucket)");
+    started_ = true;
+  }
+  void join() override {
+    if (!started_) return;
+    joined_.record(side_.get());
+    VISION_CUDA_CHECK(cudaStreamWaitEvent(stream_, joined_.get(), 0));
+    started_ = false;
+  }
+  void finish() override { wait("the gradient all-reduce (NCCL, buckets)"); }
+
   void broadcast(void* device, size_t bytes, int root) override {
     if (bytes == 0) return;
     nccl_check(ncclBroadcast(device, device, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
@@ -90,6 +106,10 @@ class NcclReducer final : public DeviceReducer {
   std::shared_ptr<Communicator> bootstrap_;
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
+  // The buckets' stream, forked from stream_ at each start and joined back by join().
+  cuda::Stream side_;
+  cuda::Event forked_{cudaEventDisableTiming}, joined_{cudaEventDisableTiming};
+  bool started_ = false;
 };
 
 }  // namespace

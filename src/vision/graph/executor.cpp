@@ -77,16 +77,18 @@ std::vector<Tensor> Executor::forward_train(const std::vector<Tensor>& inputs) {
 }
 
 void Executor::train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
-                          const std::function<void(const std::vector<Tensor>&)>& after_forward) {
+                          const std::function<void(const std::vector<Tensor>&)>& after_forward,
+                          const GradientReady& ready) {
   Plan& p = plan(Mode::train, shapes_of(inputs));
   last_train_ = &p;
-  p.train_step(inputs, accumulate, seed, after_forward);
+  p.train_step(inputs, accumulate, seed, after_forward, ready);
 }
 
-void Executor::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed) {
+void Executor::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed,
+                        const GradientReady& ready) {
   VISION_CHECK(last_train_ != nullptr,
                "backward called before forward_train, or its plan was dropped from the cache since (see max_plans)");
-  last_train_->backward(grad_outputs, accumulate, seed);
+  last_train_->backward(grad_outputs, accumulate, seed, ready);
 }
 
 }  // namespace vision::graph

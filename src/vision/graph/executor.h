@@ -43,11 +43,14 @@ class Executor {
   std::vector<Tensor> forward_train(const std::vector<Tensor>& inputs);
   // Reverse pass of the last forward_train; parameter gradients land in state().flat_grads().
   // seed: what scalar losses start from (the loss scale under dynamic loss scaling).
-  void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false, float seed = 1.0f);
-  // forward_train, then after_forward(outputs), then backward({}, accumulate, seed), as one captured and replayed
-  // graph from the plan's second step on where the backend can capture (Plan::train_step).
+  // ready: told of each parameter gradient once it is final (GradientReady, plan.h).
+  void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false, float seed = 1.0f,
+                const GradientReady& ready = {});
+  // forward_train, then after_forward(outputs), then backward({}, accumulate, seed, ready), as one captured and
+  // replayed graph from the plan's second step on where the backend can capture (Plan::train_step).
   void train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
-                  const std::function<void(const std::vector<Tensor>&)>& after_forward = {});
+                  const std::function<void(const std::vector<Tensor>&)>& after_forward = {},
+                  const GradientReady& ready = {});
   Plan* last_train_plan() const { return last_train_; }
 
  private:

@@ -678,15 +678,16 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
 }
 
 void Plan::train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
-                      const std::function<void(const std::vector<Tensor>&)>& after_forward) {
+                      const std::function<void(const std::vector<Tensor>&)>& after_forward,
+                      const GradientReady& ready) {
   VISION_CHECK(mode_ == Mode::train, "train_step needs a plan built for training");
   const bool capturable = graph_replay_ && !has_derived_ && !backward_profile_ && train_capture_error_.empty() &&
                           backend_->supports_graph_capture();
-  const size_t variant = accumulate ? 1 : 0;
+  const size_t variant = (accumulate ? 1 : 0) + (ready ? 2 : 0);
   auto eager = [&] {
     forward(inputs);
     if (after_forward) after_forward(outputs());
-    backward({}, accumulate, seed);
+    backward({}, accumulate, seed, ready);
     ++eager_steps_[variant];
   };
   // Eager; the first call of each variant warms up what its capture needs (kernels compiled and loaded, library
@@ -701,7 +702,7 @@ void Plan::train_step(const std::vector<Tensor>& inputs, bool accumulate, float 
         state_->convert_compute_copies();
         run_steps();
         if (after_forward) after_forward(outputs());
-        backward_steps({}, accumulate);
+        backward_steps({}, accumulate, ready);
       });
     } catch (const Error& e) {
       // Nothing ran (a capture only records): the step runs eagerly, now and from now on.
@@ -827,13 +828,33 @@ std::vector<Tensor> Plan::outputs() const {
 
 Tensor Plan::value_grad(int value_id) const { return grads_.at(static_cast<size_t>(value_id)); }
 
-void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed) {
+void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed,
+                    const GradientReady& ready) {
   VISION_CHECK(mode_ == Mode::train, "backward needs a plan built for training (forward_train)");
   VISION_CHECK(forward_done_, "backward called before forward_train");
   VISION_CHECK(grad_outputs.empty() || grad_outputs.size() == graph_outputs_.size(),
                "backward: {} output gradients for {} outputs", grad_outputs.size(), graph_outputs_.size());
   if (grad_outputs.empty()) upload_seed(seed);
-  backward_steps(grad_outputs, accumulate);
+  backward_steps(grad_outputs, accumulate, ready);
+}
+
+const std::vector<std::vector<Tensor>>& Plan::gradients_final_after() {
+  if (gradients_final_after_) return *gradients_final_after_;
+  // A gradient is final after the last step (in backward order: the first in the plan) that writes it.
+  std::map<const void*, size_t> first;
+  for (size_t si = steps_.size(); si-- > 0;)
+    for (const Tensor& g : steps_[si].grad_params)
+      if (g.defined()) first[g.raw()] = si;
+  std::vector<std::vector<Tensor>> after(steps_.size());
+  for (size_t si = 0; si < steps_.size(); ++si)
+    for (const Tensor& g : steps_[si].grad_params)
+      if (g.defined() && first.at(g.raw()) == si) {
+        auto& list = after[si];
+        if (std::none_of(list.begin(), list.end(), [&](const Tensor& t) { return t.raw() == g.raw(); }))
+          list.push_back(g);
+      }
+  gradients_final_after_ = std::move(after);
+  return *gradients_final_after_;
 }
 
 void Plan::upload_seed(float seed) {
@@ -844,7 +865,12 @@ void Plan::upload_seed(float seed) {
   backend_->copy_to_device(seed_.raw(), &seed, sizeof(float));
 }
 
-void Plan::backward_steps(const std::vector<Tensor>& grad_outputs, bool accumulate) {
+void Plan::backward_steps(const std::vector<Tensor>& grad_outputs, bool accumulate, const GradientReady& ready) {
+  const std::vector<std::vector<Tensor>>* final_after = ready ? &gradients_final_after() : nullptr;
+  auto passed = [&](size_t si) {  // the backward is past step si (run or skipped)
+    if (final_after)
+      for (const Tensor& g : (*final_after)[si]) ready(g);
+  };
   std::vector<bool> written(values_.size(), false);
   std::vector<std::pair<size_t, std::shared_ptr<void>>> marks;  // (step, the mark after it): with a backward profile
   const std::shared_ptr<void> start = backward_profile_ ? backend_->mark() : nullptr;
@@ -882,10 +908,12 @@ void Plan::backward_steps(const std::vector<Tensor>& grad_outputs, bool accumula
   auto* scratch_base = grad_scratch_.defined() ? static_cast<std::byte*>(grad_scratch_.raw()) : nullptr;
   for (size_t si = steps_.size(); si-- > 0;) {
     PlanStep& s = steps_[si];
-    if (!s.backward) continue;
     bool reached = false;
     for (int o : s.outputs) reached = reached || written[static_cast<size_t>(o)];
-    if (!reached) continue;
+    if (!s.backward || !reached) {
+      passed(si);
+      continue;
+    }
     BackwardCtx ctx;
     ctx.backend = backend_.get();
     ctx.deterministic = options_.deterministic;
@@ -958,7 +986,9 @@ void Plan::backward_steps(const std::vector<Tensor>& grad_outputs, bool accumula
     for (auto& [dst, src] : adds) backend_->add_into(dst, src);
     for (auto& [dst, src] : converts) backend_->convert(dst, src, /*accumulate=*/true);
     if (backward_profile_) marks.emplace_back(si, backend_->mark());
+    passed(si);
   }
+  if (ready) ready(Tensor());
   if (backward_profile_) {
     const void* from = start.get();
     for (const auto& [si, m] : marks) {

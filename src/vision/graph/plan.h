@@ -1,6 +1,7 @@
 // Plan — one graph lowered for one backend, mode and input shape: op order, arena layout, state bindings.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <functional>
 
@@ -50,6 +51,12 @@ struct PlanOptions {
   std::shared_ptr<Collective> collective = nullptr;
 };
 
+// Told, during a backward, of each parameter's gradient (an f32 view into the flat gradient buffer) once the backward
+// has run (on CUDA: queued) the last step that writes or adds to it — at once for a parameter the loss does not reach
+// — and then once with an undefined tensor when every step is done. Data-parallel training starts reducing a bucket
+// of gradients there, beside the rest of the backward. What it queues on the backend is part of a captured step.
+using GradientReady = std::function<void(const Tensor& grad)>;
+
 struct PlanStep {
   std::string name;                       // node name ("model.0.conv", or the common scope of a fused pair)
   std::shared_ptr<const Op> op;           // after fusion
@@ -95,7 +102,9 @@ class Plan {
   // gradient buffer, or added to it when accumulate is true.
   // seed is the gradient every scalar seeded output starts from when grad_outputs is empty (the loss scale
   // of dynamic loss scaling; 1 otherwise).
-  void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false, float seed = 1.0f);
+  // ready: see GradientReady.
+  void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false, float seed = 1.0f,
+                const GradientReady& ready = {});
   // Gradient of a value of the graph after backward (for tests), undefined if it carries none.
   Tensor value_grad(int value_id) const;
   Tensor value(int value_id) const { return values_.at(static_cast<size_t>(value_id)); }
@@ -137,10 +146,15 @@ class Plan {
   // next captures everything after the inputs are loaded — the compute copies of the parameters, the forward,
   // after_forward and the backward — into a graph that later calls replay (one per value of `accumulate`): a step
   // becomes one launch, and nothing in it waits for the host. The same numbers as the eager calls (in deterministic mode, bit for bit). A capture that fails (an
-  // op that cannot be captured) leaves the plan eager, with train_step_replay_error() saying why.
+  // op that cannot be captured) leaves the plan eager, with train_step_replay_error() saying why. `ready` (see
+  // GradientReady) is called in the eager calls and in the capture; a step with one and a step without are captured
+  // apart (what the hook queues is part of the graph).
   void train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
-                  const std::function<void(const std::vector<Tensor>&)>& after_forward = {});
-  bool train_step_replayed() const { return captured_steps_[0] != nullptr || captured_steps_[1] != nullptr; }
+                  const std::function<void(const std::vector<Tensor>&)>& after_forward = {},
+                  const GradientReady& ready = {});
+  bool train_step_replayed() const {
+    return std::any_of(captured_steps_.begin(), captured_steps_.end(), [](const auto& c) { return c != nullptr; });
+  }
   const std::string& train_step_replay_error() const { return train_capture_error_; }
 
  private:
@@ -158,7 +172,9 @@ class Plan {
   std::vector<Shape> input_shapes_of(const PlanStep& s) const;
   // backward without its checks and its host-side seeding: the steps, queued on the backend (capturable when
   // grad_outputs is empty and the seed sits in seed_).
-  void backward_steps(const std::vector<Tensor>& grad_outputs, bool accumulate);
+  void backward_steps(const std::vector<Tensor>& grad_outputs, bool accumulate, const GradientReady& ready);
+  // Per step: the parameter gradients that are final once the backward has passed it (the steps run last to first).
+  const std::vector<std::vector<Tensor>>& gradients_final_after();
   void upload_seed(float seed);
 
   // Memory of a value placed inside another's (a view, or an input written in place into a concat).
@@ -202,8 +218,10 @@ class Plan {
   std::shared_ptr<void> captured_;
   // Training steps (train_step): the captured graph per value of accumulate; the seed of the scalar outputs' gradient
   // on the backend (one f32), from which backward copies it.
-  std::array<std::shared_ptr<void>, 2> captured_steps_;
-  std::array<int64_t, 2> eager_steps_ = {0, 0};
+  // Variants: accumulate (1) and a GradientReady hook (2).
+  std::array<std::shared_ptr<void>, 4> captured_steps_;
+  std::array<int64_t, 4> eager_steps_ = {0, 0, 0, 0};
+  std::optional<std::vector<std::vector<Tensor>>> gradients_final_after_;
   std::string train_capture_error_;
   Tensor seed_;
   std::shared_ptr<void> seed_memory_;

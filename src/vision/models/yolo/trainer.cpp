@@ -303,15 +303,17 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
     backend_->copy_on_device(lb + 1, out[1].raw(), 3 * sizeof(float));
   };
   const float seed = scaler_ ? scaler_->scaler.scale() : 1.0f;
+  const bool step_now = ni - last_step_ >= accumulate;
+  // At a step of several ranks, the gradients' all-reduce starts bucket by bucket beside the backward.
+  const graph::GradientReady ready = step_now ? begin_overlapped_reduction() : graph::GradientReady();
   if (options_.profile || !options_.capture) {  // eager, each pass timed apart when profiling
     copy_loss(executor_->forward_train(inputs));
     lap(r.timing.forward);
-    executor_->backward({}, grads_pending_, seed);
+    executor_->backward({}, grads_pending_, seed, ready);
   } else {  // one captured graph from the plan's second step on (graph::Plan::train_step)
-    executor_->train_step(inputs, grads_pending_, seed, copy_loss);
+    executor_->train_step(inputs, grads_pending_, seed, copy_loss, ready);
   }
   grads_pending_ = true;
-  const bool step_now = ni - last_step_ >= accumulate;
   // The optimizer step and the EMA queued behind the backward, following the step's decision on the device, and read
   // back with the loss: one wait for the device per step, none between the passes and the update. Profiling (each
   // pass timed) and f16 (the loss scale's decision is the host's) take the step after the loss is read.
@@ -320,7 +322,13 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
     r.stepped = true;
     last_step_ = ni;
     if (options_.comm) {
-      all_reduce_gradients();
+      if (!ready) {
+        all_reduce_gradients();
+      } else if (device_reducer_) {
+        device_reducer_->finish();  // the buckets, joined into the stream by the backward's end
+      } else {
+        options_.comm->finish_all_reduces();
+      }
       broadcast_state(/*parameters=*/false);
     }
   };
@@ -466,6 +474,24 @@ void Yolo26Trainer::on_host(void* data, size_t bytes, const std::function<void(v
   backend_->copy_to_host(host_staging_.data(), data, bytes);
   collective(host_staging_.data());
   backend_->copy_to_device(data, host_staging_.data(), bytes);
+}
+
+graph::GradientReady Yolo26Trainer::begin_overlapped_reduction() {
+  if (!options_.comm || !options_.overlap_reduction) return {};
+  const bool cpu = backend_->backend() == graph::Backend::cpu;
+  if (!cpu && !device_reducer_) return {};  // through host memory: the whole buffer after the backward
+  if (!buckets_) buckets_ = std::make_unique<GradientBuckets>(executor_->state(), options_.bucket_floats);
+  if (cpu) {
+    dist::Communicator* comm = options_.comm.get();
+    buckets_->begin([comm](float* p, size_t n) { comm->start_all_reduce_sum(p, n); }, [comm] { comm->progress(); },
+                    nullptr);
+  } else {
+    dist::DeviceReducer* reducer = device_reducer_.get();
+    buckets_->begin([reducer](float* p, size_t n) { reducer->start_all_reduce_sum(p, n); }, nullptr,
+                    [reducer] { reducer->join(); });
+  }
+  GradientBuckets* buckets = buckets_.get();
+  return [buckets](const Tensor& grad) { buckets->ready(grad); };
 }
 
 void Yolo26Trainer::all_reduce_gradients() {

@@ -38,6 +38,7 @@
 #include "vision/dist/device_reducer.h"
 #include "vision/graph/backend.h"
 #include "vision/graph/executor.h"
+#include "vision/models/yolo/trainer_dist.h"
 #include "vision/models/yolo/trainer_input.h"
 #include "vision/models/yolo/weights.h"
 #include "vision/models/yolo/yolo26.h"
@@ -84,6 +85,12 @@ struct TrainerOptions {
   // SyncBatchNorm; `vision train --sync-bn`), on the CPU and on CUDA (NCCL's all-gather, or host memory). Off: each
   // rank's own batch, as ultralytics' DDP trains.
   bool sync_bn = false;
+  // With comm: the gradient all-reduce in buckets of bucket_floats, each started as soon as the backward has written it
+  // (GradientBuckets, beside the rest of the backward, as DDP does: on the CPU through the communicator's non-blocking
+  // all-reduce, on CUDA through NCCL on a stream of its own); false, or CUDA ranks reducing through host memory: the
+  // whole buffer after the backward. The sums are the same either way.
+  bool overlap_reduction = true;
+  size_t bucket_floats = size_t{1} << 20;  // 4 MiB of f32
 };
 
 // The E2ELoss weights (o2m, o2o) after `updates` epochs (YOLO26.md "Training").
@@ -160,6 +167,10 @@ class Yolo26Trainer {
   std::string reduction() const;
   // Sums the flat gradients over the ranks, in place (train_batch does it at each optimizer step).
   void all_reduce_gradients();
+  // Of the last optimizer step's backward: the gradient buckets whose all-reduce started beside it (0: after it, or
+  // no communicator), and how many buckets there are.
+  size_t buckets_beside_backward() const { return buckets_ ? buckets_->started_beside_backward() : 0; }
+  size_t gradient_buckets() const { return buckets_ ? buckets_->buckets() : 0; }
   // Before rank 0 alone saves a checkpoint inside an accumulation: the pending gradients summed onto rank 0, zero on
   // the others, so the checkpoint holds the job's and the next step's sum stays right (a resume zeroes them on the
   // ranks other than 0 in the same way).
@@ -208,6 +219,9 @@ class Yolo26Trainer {
   std::unique_ptr<U8BatchUpload> u8_upload_;
   std::unique_ptr<dist::DeviceReducer> device_reducer_;  // NCCL on CUDA with a communicator
   std::vector<std::byte> host_staging_;                  // CUDA ranks reducing through MPI or TCP
+  std::unique_ptr<GradientBuckets> buckets_;  // TrainerOptions::overlap_reduction
+  // Starts the bucketed all-reduce of a step's backward; the GradientReady hook to give it.
+  graph::GradientReady begin_overlapped_reduction();
 };
 
 }  // namespace vision::models::yolo
