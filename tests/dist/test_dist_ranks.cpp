@@ -33,6 +33,21 @@ std::shared_ptr<dist::Communicator> ranks_or_fail() {
   return comm;
 }
 
+// What the trainer tests start from: the ranks, the tiny model, its initial weights, and options for a job of 2 images
+// a rank that takes an optimizer step every `batches_per_step` batches.
+struct Job {
+  std::shared_ptr<dist::Communicator> comm = ranks_or_fail();
+  int world = comm->world(), rank = comm->rank();
+  yolo::ModelInfo info = tiny_info();
+  core::SafetensorsFile init = yolo::initial_weights(info);
+  yolo::TrainerOptions options(int64_t batches_per_step) const {
+    yolo::TrainerOptions o = tiny_options();
+    o.batch = 2 * world;  // the job's batch: 2 images a rank
+    o.nbs = batches_per_step * o.batch;
+    return o;
+  }
+};
+
 #define REQUIRE_RANKS(comm)                                                                                      \
   if ((comm)->world() < 2)                                                                                       \
     GTEST_FAIL() << "DistRanks runs as several ranks: ctest -R DistRanks (mpirun -np 2, or "                   \
@@ -71,14 +86,10 @@ std::vector<float> grads_of(yolo::Yolo26Trainer& t) {
 }
 
 TEST(DistRanks, GradientAllReduceIsTheSumOfTheRanksGradients) {
-  const auto comm = ranks_or_fail();
-  REQUIRE_RANKS(comm);
-  const int world = comm->world(), rank = comm->rank();
-  const yolo::ModelInfo info = tiny_info();
-  const auto init = yolo::initial_weights(info);
-  yolo::TrainerOptions o = tiny_options();
-  o.batch = 2 * world;  // the job's batch: 2 images a rank
-  o.nbs = 4 * o.batch;  // accumulate 4: no optimizer step in this test
+  const Job job;
+  REQUIRE_RANKS(job.comm);
+  const auto& [comm, world, rank, info, init] = job;
+  yolo::TrainerOptions o = job.options(4);  // accumulate 4: no optimizer step in this test
   auto batch_of = [](int r) { return make_batch(2, 100 + static_cast<uint64_t>(r)); };
 
   // Each rank's gradient alone, every rank computing all of them in a process of its own (no communicator).
@@ -125,17 +136,13 @@ TEST(DistRanks, GradientAllReduceIsTheSumOfTheRanksGradients) {
 }
 
 TEST(DistRanks, FiveStepsLeaveEveryRankBitIdentical) {
-  const auto comm = ranks_or_fail();
-  REQUIRE_RANKS(comm);
-  const int world = comm->world(), rank = comm->rank();
-  const yolo::ModelInfo info = tiny_info();
-  const auto init = yolo::initial_weights(info);
+  const Job job;
+  REQUIRE_RANKS(job.comm);
+  const auto& [comm, world, rank, info, init] = job;
   for (const char* optimizer : {"SGD", "AdamW"}) {
     for (const bool reduce : {true, false}) {  // false: the control, each rank on its own
-      yolo::TrainerOptions o = tiny_options();
+      yolo::TrainerOptions o = job.options(1);  // a step per batch
       o.optimizer = optimizer;
-      o.batch = 2 * world;
-      o.nbs = o.batch;  // a step per batch
       if (reduce) o.comm = comm;
       yolo::Yolo26Trainer t(graph::cpu_backend(), info, init, o);
       for (int step = 0; step < 5; ++step) {
@@ -168,16 +175,12 @@ TEST(DistRanks, FiveStepsLeaveEveryRankBitIdentical) {
 // most buckets start before the backward is done, and two steps leave the same bits as one all-reduce after the
 // backward (two ranks' sums do not depend on how the buffer is cut).
 TEST(DistRanks, GradientBucketsStartBesideTheBackward) {
-  const auto comm = ranks_or_fail();
-  REQUIRE_RANKS(comm);
-  const int world = comm->world(), rank = comm->rank();
-  const yolo::ModelInfo info = tiny_info();
-  const auto init = yolo::initial_weights(info);
+  const Job job;
+  REQUIRE_RANKS(job.comm);
+  const auto& [comm, world, rank, info, init] = job;
   std::vector<uint64_t> model_hash;
   for (const bool overlap : {true, false}) {
-    yolo::TrainerOptions o = tiny_options();
-    o.batch = 2 * world;
-    o.nbs = o.batch;  // a step per batch
+    yolo::TrainerOptions o = job.options(1);  // a step per batch
     o.comm = comm;
     o.overlap_reduction = overlap;
     o.bucket_floats = size_t{1} << 15;
@@ -228,14 +231,10 @@ std::vector<float> running_statistics(yolo::Yolo26Trainer& t) {
 // batch each rank's running statistics are those of one process training on the whole batch (to f32 rounding), the
 // same bits on every rank; without it (DDP's default, the control) they are each rank's own.
 TEST(DistRanks, SyncBatchNormTakesTheStatisticsOfTheJobsBatch) {
-  const auto comm = ranks_or_fail();
-  REQUIRE_RANKS(comm);
-  const int world = comm->world(), rank = comm->rank();
-  const yolo::ModelInfo info = tiny_info();
-  const auto init = yolo::initial_weights(info);
-  yolo::TrainerOptions o = tiny_options();
-  o.batch = 2 * world;
-  o.nbs = 4 * o.batch;  // no optimizer step: the running statistics are the forward's alone
+  const Job job;
+  REQUIRE_RANKS(job.comm);
+  const auto& [comm, world, rank, info, init] = job;
+  yolo::TrainerOptions o = job.options(4);  // no optimizer step: the running statistics are the forward's alone
   const Batch whole = make_batch(o.batch, 77);
   yolo::Yolo26Trainer single(graph::cpu_backend(), info, init, o);
   ASSERT_FALSE(single.train_batch(whole.images, whole.targets, whole.count).stepped);
