@@ -255,25 +255,6 @@ std::string broadcast_string(dist::Communicator& comm, std::string s) {
   return s;
 }
 
-// Before CUDA starts: a rank of several takes one GPU, the local rank's of VISION_DEVICES ("0,1,2,3", what
-// `vision train --devices` passes) or of the visible ones, through CUDA_VISIBLE_DEVICES.
-void select_rank_gpu(const dist::Communicator& comm) {
-  const char* listed = std::getenv("VISION_DEVICES");
-  std::vector<std::string> devices;
-  if (listed && *listed) {
-    std::stringstream ss(listed);
-    for (std::string d; std::getline(ss, d, ',');)
-      if (!d.empty()) devices.push_back(d);
-  } else if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible && *visible) {
-    return;  // the launcher chose this rank's GPUs
-  }
-  const size_t local = static_cast<size_t>(comm.local_rank());
-  if (devices.empty()) devices.push_back(std::to_string(local));
-  VISION_CHECK(local < devices.size(), "rank {}: local rank {} but VISION_DEVICES lists {} GPUs ({})", comm.rank(),
-               local, devices.size(), listed ? listed : "");
-  ::setenv("CUDA_VISIBLE_DEVICES", devices[local].c_str(), 1);
-}
-
 TrainResult run_training_ranked(TrainConfig o, const TrainCallbacks& callbacks,
                                 const std::shared_ptr<dist::Communicator>& comm);
 
@@ -330,7 +311,7 @@ TrainResult run_training_ranked(TrainConfig o, const TrainCallbacks& callbacks,
     if (!d->cache_problem.empty()) fmt::print(stderr, "vision train: warning: label cache {}\n", d->cache_problem);
   for (const std::string& p : train_set.problems) fmt::print(stderr, "vision train: skipped label line {}\n", p);
 
-  if (ranks > 1 && o.device != "cpu") select_rank_gpu(*comm);
+  if (ranks > 1 && o.device != "cpu") dist::select_rank_gpu(*comm);
   auto backend = graph::make_backend(graph::parse_device_choice(o.device));
   const bool cuda = backend->backend() == graph::Backend::cuda;
   if (o.dtype.empty()) o.dtype = cuda ? "bf16" : "f32";

@@ -95,6 +95,37 @@ TEST(DistLaunch, SingleCommunicatorIsAWorldOfOne) {
   EXPECT_THROW(c->broadcast(x, sizeof x, 1), Error);
 }
 
+// A rank's GPU (dist::select_rank_gpu): its local rank's among VISION_DEVICES, else among a CUDA_VISIBLE_DEVICES of
+// several, else its local rank's index; a CUDA_VISIBLE_DEVICES of one GPU stays as the launcher set it.
+TEST(DistLaunch, EachLocalRankTakesItsOwnGpu) {
+  struct LocalRank final : dist::Communicator {
+    explicit LocalRank(int local) : local(local) {}
+    int rank() const override { return local; }
+    int world() const override { return 4; }
+    int local_rank() const override { return local; }
+    std::string backend() const override { return "test"; }
+    void all_reduce_sum(float*, size_t) override {}
+    int64_t all_reduce_max(int64_t v) override { return v; }
+    void broadcast(void*, size_t, int) override {}
+    std::vector<std::string> all_gather(const std::string& b) override { return {b}; }
+    void barrier() override {}
+    [[noreturn]] void abort(int code) override { std::exit(code); }
+    int local;
+  };
+  auto chosen = [](int local, std::optional<std::string> devices, std::optional<std::string> visible) {
+    const test::ScopedEnv env({{"VISION_DEVICES", devices}, {"CUDA_VISIBLE_DEVICES", visible}});
+    dist::select_rank_gpu(LocalRank(local));
+    const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+    return std::string(v ? v : "(unset)");
+  };
+  EXPECT_EQ(chosen(1, "4,6,7", std::nullopt), "6");
+  EXPECT_EQ(chosen(1, "4,6,7", "0,1,2,3"), "6") << "VISION_DEVICES (vision train --devices) first";
+  EXPECT_EQ(chosen(2, std::nullopt, "3,2,1,0"), "1") << "mpirun under a CUDA_VISIBLE_DEVICES of every GPU";
+  EXPECT_EQ(chosen(2, std::nullopt, "5"), "5") << "srun --gpus-per-task 1: the launcher's choice";
+  EXPECT_EQ(chosen(3, std::nullopt, std::nullopt), "3");
+  EXPECT_THROW(chosen(2, "0,1", std::nullopt), Error) << "two GPUs listed for a third local rank";
+}
+
 std::string mpirun() {
 #ifdef VISION_MPIEXEC
   return VISION_MPIEXEC;

@@ -8,7 +8,10 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "vision/core/error.h"
 #include "vision/dist/mpi_communicator.h"
@@ -131,6 +134,32 @@ std::shared_ptr<Communicator> world() {
     the_world = make_single();
   }
   return the_world;
+}
+
+void select_rank_gpu(const Communicator& comm) {
+  auto split = [](const char* list) {
+    std::vector<std::string> out;
+    std::stringstream ss(list ? list : "");
+    for (std::string d; std::getline(ss, d, ',');)
+      if (!d.empty()) out.push_back(d);
+    return out;
+  };
+  const char* listed = std::getenv("VISION_DEVICES");
+  const char* name = "VISION_DEVICES";
+  std::vector<std::string> devices = split(listed);
+  if (devices.empty()) {
+    listed = std::getenv("CUDA_VISIBLE_DEVICES"), name = "CUDA_VISIBLE_DEVICES";
+    devices = split(listed);
+    if (devices.size() == 1) return;  // the launcher gave this rank its GPU
+  }
+  const size_t local = static_cast<size_t>(comm.local_rank());
+  if (devices.empty()) {  // the GPU of the local rank's index
+    ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(local).c_str(), 1);
+    return;
+  }
+  VISION_CHECK(local < devices.size(), "rank {}: local rank {} but {} lists {} GPUs ({})", comm.rank(), local, name,
+               devices.size(), listed ? listed : "");
+  ::setenv("CUDA_VISIBLE_DEVICES", devices[local].c_str(), 1);
 }
 
 }  // namespace vision::dist

@@ -81,4 +81,10 @@ std::shared_ptr<Communicator> make_single();
 // Whether this build can run several ranks (it was built with MPI).
 bool has_mpi();
 
+// Before CUDA starts: a rank of several takes one GPU, its local rank's among those VISION_DEVICES lists ("0,1,2,3",
+// what `vision train --devices` passes), else among CUDA_VISIBLE_DEVICES when that lists several, else the GPU of
+// its local rank's index, by setting CUDA_VISIBLE_DEVICES to it. A CUDA_VISIBLE_DEVICES of one GPU (Slurm's
+// --gpus-per-task) is left as the launcher set it. Throws vision::Error when the list is shorter than the local ranks.
+void select_rank_gpu(const Communicator& comm);
+
 }  // namespace vision::dist
