@@ -3,7 +3,11 @@
 // compute dtype; prints one table (ms per step, images/s, and where the step's time goes) and JSON lines for run.sh.
 //
 //   bench_train [--scales n,s] [--dtypes f32,bf16,tf32,f16] [--batch 64] [--imgsz 640] [--steps 10] [--warmup 3]
-//               [--optimizer SGD] [--json FILE] [--profile] [--unfused]
+//               [--optimizer SGD] [--json FILE] [--profile] [--unfused] [--dist] [--device cuda|cpu]
+// --dist: data-parallel scaling (issue #30), run as ranks (`mpirun -np N bench_train --dist …`, bench/train/run_dist.sh):
+// each rank a GPU, --batch images a rank (the job's batch N × --batch), the gradients all-reduced at every step; only
+// the replayed step is timed (no eager or profile pass), each step started together (a barrier) and waited for, and
+// rank 0 prints the job's images/s. --device cpu runs the same on CPU ranks (a logic check of the script).
 // "tf32" is f32 with TF32 convolutions (TrainerOptions::tf32); --unfused turns the training plans' fusions off.
 // The images live on the device (as the peer's do); the upload of the host batch is timed on its own and printed.
 // Timing: `steps` iterations after `warmup`, each waited for, with the step captured and replayed (TrainerOptions::capture)
@@ -21,6 +25,7 @@
 #include <sstream>
 
 #include "vision/core/dtype.h"
+#include "vision/dist/communicator.h"
 #include "vision/graph/backend.h"
 #include "vision/graph/plan.h"
 #include "vision/models/yolo/trainer.h"
@@ -81,6 +86,10 @@ int main(int argc, char** argv) {
   bool profile = false, unfused = false;
   app.add_flag("--profile", profile, "per-op profile of one step's forward and backward (stderr)");
   app.add_flag("--unfused", unfused, "no training-plan fusions (BatchNorm → SiLU as two ops): the before of a change");
+  bool dist_mode = false;
+  app.add_flag("--dist", dist_mode, "data-parallel scaling: run as MPI ranks, --batch images a rank");
+  std::string device = "cuda";
+  app.add_option("--device", device, "cuda, or cpu (a logic check)")->check(CLI::IsMember({"cuda", "cpu"}));
   std::string algorithms_path;
   app.add_option("--algorithms", algorithms_path,
                  "write the cuDNN algorithms chosen for every convolution geometry to this file at the end "
@@ -93,8 +102,12 @@ int main(int argc, char** argv) {
     return out;
   };
   try {
-    auto backend = graph::make_backend(graph::parse_device_choice("cuda"));
-    Batch b = random_batch(batch, imgsz, 80, 1);
+    std::shared_ptr<dist::Communicator> comm = dist_mode ? dist::world() : nullptr;
+    const int ranks = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+    if (ranks > 1 && device == "cuda") dist::select_rank_gpu(*comm);  // before CUDA starts
+    auto backend = graph::make_backend(graph::parse_device_choice(device));
+    const bool lead = rank == 0;
+    Batch b = random_batch(batch, imgsz, 80, 1 + static_cast<uint64_t>(rank));
     // The images on the device, as the PyTorch peer keeps them: the step's time without the host-to-device copy of
     // the batch (timed on its own below; a training loop overlaps it with the step before).
     const Tensor host_images = b.images;
@@ -112,10 +125,16 @@ int main(int argc, char** argv) {
       upload_ms = median(t);
     }
     std::ofstream json;
-    if (!json_path.empty()) json.open(json_path);
-    fmt::print("YOLO26 training step (forward, E2ELoss, backward, {} + EMA), batch {}, {}x{}, 80 classes, images on the "
-               "device (their upload from pageable host memory: {:.2f} ms, not included)\n",
-               optimizer, batch, imgsz, imgsz, upload_ms);
+    if (!json_path.empty() && lead) json.open(json_path);
+    if (!lead && !std::freopen("/dev/null", "w", stdout)) return 1;  // rank 0 alone prints
+    if (dist_mode)
+      fmt::print("YOLO26 data-parallel training step on {} ranks ({}): {} images a rank, the job's batch {}, {}x{}, "
+                 "{} + EMA, the gradients all-reduced ({})\n",
+                 ranks, device, batch, batch * ranks, imgsz, imgsz, optimizer, comm->backend());
+    else
+      fmt::print("YOLO26 training step (forward, E2ELoss, backward, {} + EMA), batch {}, {}x{}, 80 classes, images on "
+                 "the device (their upload from pageable host memory: {:.2f} ms, not included)\n",
+                 optimizer, batch, imgsz, imgsz, upload_ms);
     fmt::print("{:<6} {:<5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10}\n", "scale", "dtype", "ms/step", "img/s",
                "replayed", "eager ms", "fwd+loss", "backward", "optim+ema");
     for (const std::string& sc : split(scales))
@@ -123,7 +142,8 @@ int main(int argc, char** argv) {
         const yolo::ModelInfo info = yolo::default_model_info({.scale = yolo::parse_scale(sc), .nc = 80});
         yolo::TrainerOptions o;
         o.epochs = 100;
-        o.batch = batch;
+        o.batch = batch * ranks;  // the job's batch
+        if (ranks > 1) o.comm = comm;
         o.batches_per_epoch = 1000;
         o.imgsz = imgsz;
         o.optimizer = optimizer;
@@ -133,7 +153,7 @@ int main(int argc, char** argv) {
         o.layout = o.dtype == core::DType::f32 ? core::Layout::nchw : core::Layout::nhwc;
         o.fuse = !unfused;
         std::vector<double> ms, eager_ms, fwd, bwd, opt;
-        {  // the same steps with eager launches (no captured graph)
+        if (!dist_mode) {  // the same steps with eager launches (no captured graph)
           yolo::TrainerOptions e = o;
           e.capture = false;
           yolo::Yolo26Trainer t(backend, info, yolo::initial_weights(info), e);
@@ -152,10 +172,16 @@ int main(int argc, char** argv) {
           for (int i = 0; i < warmup; ++i) t.train_batch(b.images, b.targets, b.count);
           for (int i = 0; i < steps; ++i) {
             backend->synchronize();
+            if (comm) comm->barrier();  // the ranks start each step together
             const auto t0 = std::chrono::steady_clock::now();
             t.train_batch(b.images, b.targets, b.count);
             backend->synchronize();
             ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          }
+          if (comm) {  // the slowest rank's median
+            int64_t mine = static_cast<int64_t>(median(ms) * 1000);
+            const double job = static_cast<double>(comm->all_reduce_max(mine)) / 1000;
+            ms.assign(1, job);
           }
           replayed = t.step_replayed();
           if (!replayed && !t.step_replay_error().empty())
@@ -175,7 +201,7 @@ int main(int argc, char** argv) {
                          graph::Plan::format_profile(fwd, 25).c_str(), graph::Plan::format_profile(bwd, 25).c_str());
           }
         }
-        {
+        if (!dist_mode) {
           o.profile = true;
           yolo::Yolo26Trainer t(backend, info, yolo::initial_weights(info), o);
           for (int i = 0; i < warmup + steps; ++i) {
@@ -186,15 +212,16 @@ int main(int argc, char** argv) {
         }
         const double m = median(ms);
         fmt::print("{:<6} {:<5} {:>10.2f} {:>9.1f} {:>9} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", sc, dt, m,
-                   batch * 1000.0 / m, replayed ? "yes" : "no", median(eager_ms), median(fwd), median(bwd),
+                   batch * ranks * 1000.0 / m, replayed ? "yes" : "no", median(eager_ms), median(fwd), median(bwd),
                    median(opt));
         std::fflush(stdout);
         if (json)
           json << fmt::format(
               "{{\"side\": \"ours\", \"scale\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"imgsz\": {}, \"ms\": {:.4f}, "
               "\"eager_ms\": {:.4f}, \"forward_ms\": {:.4f}, \"backward_ms\": {:.4f}, \"optimizer_ms\": {:.4f}, "
-              "\"fused\": {}}}\n",
-              sc, dt, batch, imgsz, m, median(eager_ms), median(fwd), median(bwd), median(opt), !unfused);
+              "\"fused\": {}, \"ranks\": {}, \"images_per_second\": {:.2f}}}\n",
+              sc, dt, batch, imgsz, m, median(eager_ms), median(fwd), median(bwd), median(opt), !unfused, ranks,
+              batch * ranks * 1000.0 / m);
       }
     if (!algorithms_path.empty()) {
       std::ofstream a(algorithms_path);

@@ -6,10 +6,14 @@ both assigners, backward, grad-norm clipping at 10, Nesterov SGD with weight dec
 
     peer.py [--scales n,s] [--modes f32,bf16] [--batch 64] [--imgsz 640] [--steps 10] [--warmup 3] [--json FILE]
     /usr/bin/python3 bench/train/peer.py --device cpu --quick      # tiny, a logic check on the CPU
+    torchrun --nproc_per_node N peer.py --ddp …                    # DistributedDataParallel, --batch images a rank
 
 Modes: f32 (TF32 off), tf32 (f32 with TF32 allowed in cuDNN and cuBLAS), bf16 (torch.autocast bf16; f32 master
 weights), channels-last variants with --channels-last.
 Each step is waited for (the loss is read back, as ours does). Prints one table; --json writes JSON lines for run.sh.
+--ddp (under torchrun, bench/train/run_dist.sh): each rank a GPU (NCCL; gloo on the CPU) and --batch images, the
+model wrapped in DistributedDataParallel as ultralytics' DDP trains it; the ranks start each step together (a barrier)
+and rank 0 prints the job's images/s from the slowest rank's median step.
 """
 import argparse
 import json
@@ -64,17 +68,30 @@ def main():
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json")
+    p.add_argument("--ddp", action="store_true")
     a = p.parse_args()
     if a.quick:
         a.scales, a.batch, a.imgsz, a.steps, a.warmup = "n", 2, 128, 2, 1
+    rank, world, dev = 0, 1, a.device
+    if a.ddp:
+        import torch.distributed as dist
+        dist.init_process_group("nccl" if a.device == "cuda" else "gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if a.device == "cuda":
+            local = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(local)
+            dev = f"cuda:{local}"
+    lead = rank == 0
+    if not lead:
+        sys.stdout = open(os.devnull, "w")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
-    dev = a.device
-    images, targets, count = random_batch(a.batch, a.imgsz, 80, 1, dev)
+    images, targets, count = random_batch(a.batch, a.imgsz, 80, 1 + rank, dev)
     rows = []
     print(f"PyTorch {torch.__version__} YOLO26 training step (forward, E2ELoss, backward, clip 10, SGD nesterov, EMA), "
-          f"batch {a.batch}, {a.imgsz}x{a.imgsz}, 80 classes, on {dev}")
+          f"batch {a.batch}" + (f" a rank on {world} ranks (DistributedDataParallel)" if a.ddp else "") +
+          f", {a.imgsz}x{a.imgsz}, 80 classes, on {a.device}")
     print(f"{'scale':<6} {'mode':<5} {'ms/step':>10} {'img/s':>9}")
     for scale in a.scales.split(","):
         for mode in a.modes.split(","):
@@ -88,9 +105,13 @@ def main():
             x = images.contiguous(memory_format=fmt)
             ema = [t.detach().clone() for t in model.state_dict().values() if t.is_floating_point()]
             opt = optimizer_for(model)
+            live_model = model
+            if a.ddp:
+                model = torch.nn.parallel.DistributedDataParallel(
+                    model, device_ids=[torch.cuda.current_device()] if a.device == "cuda" else None)
 
             def step():
-                with torch.autocast(device_type="cuda" if dev == "cuda" else "cpu", dtype=torch.bfloat16,
+                with torch.autocast(device_type="cuda" if a.device == "cuda" else "cpu", dtype=torch.bfloat16,
                                     enabled=mode == "bf16"):
                     out = model(x)
                 heads = {"o2m": tuple(t.float() for t in out["one2many"]),
@@ -101,7 +122,7 @@ def main():
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 with torch.no_grad():
-                    live = [t for t in model.state_dict().values() if t.is_floating_point()]
+                    live = [t for t in live_model.state_dict().values() if t.is_floating_point()]
                     torch._foreach_mul_(ema, 0.9)
                     torch._foreach_add_(ema, live, alpha=0.1)
                 return float(total)
@@ -110,23 +131,30 @@ def main():
                 step()
             times = []
             for _ in range(a.steps):
-                if dev == "cuda":
+                if a.device == "cuda":
                     torch.cuda.synchronize()
+                if a.ddp:
+                    dist.barrier()  # the ranks start each step together
                 t0 = time.perf_counter()
                 loss = step()
-                if dev == "cuda":
+                if a.device == "cuda":
                     torch.cuda.synchronize()
                 times.append((time.perf_counter() - t0) * 1000)
             ms = statistics.median(times)
+            if a.ddp:  # the slowest rank's median
+                slowest = torch.tensor([ms], dtype=torch.float64, device=dev)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                ms = float(slowest)
             assert math.isfinite(loss)
-            print(f"{scale:<6} {mode:<5} {ms:>10.2f} {a.batch * 1000 / ms:>9.1f}")
+            print(f"{scale:<6} {mode:<5} {ms:>10.2f} {a.batch * world * 1000 / ms:>9.1f}")
             sys.stdout.flush()
             rows.append(dict(side="pytorch", scale=scale, dtype=mode, batch=a.batch, imgsz=a.imgsz, ms=ms,
-                             channels_last=a.channels_last))
-            del model, opt, ema
-            if dev == "cuda":
+                             channels_last=a.channels_last, ranks=world,
+                             images_per_second=a.batch * world * 1000 / ms))
+            del model, live_model, opt, ema
+            if a.device == "cuda":
                 torch.cuda.empty_cache()
-    if a.json:
+    if a.json and lead:
         with open(a.json, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
@@ -134,3 +162,5 @@ def main():
 
 if __name__ == "__main__":
     main()
+    if "torch.distributed" in sys.modules and sys.modules["torch.distributed"].is_initialized():
+        sys.modules["torch.distributed"].destroy_process_group()
