@@ -53,9 +53,15 @@ class NcclReducer final : public DeviceReducer {
     wait("the gradient all-reduce (NCCL)");
   }
 
+  // On side_, behind the buckets started before it (every collective of this communicator then runs in the order it
+  // was called, as on PyTorch's one NCCL stream: two of them never run side by side), and the stream waits for it.
   void all_gather(const void* send, void* recv, size_t bytes) override {
     if (bytes == 0) return;
-    nccl_check(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_), "ncclAllGather");
+    forked_.record(stream_);
+    VISION_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), forked_.get(), 0));
+    nccl_check(ncclAllGather(send, recv, bytes, ncclUint8, comm_, side_.get()), "ncclAllGather");
+    gathered_.record(side_.get());
+    VISION_CUDA_CHECK(cudaStreamWaitEvent(stream_, gathered_.get(), 0));
   }
 
   void start_all_reduce_sum(float* device, size_t n) override {
@@ -108,7 +114,7 @@ class NcclReducer final : public DeviceReducer {
   ncclComm_t comm_ = nullptr;
   // The buckets' stream, forked from stream_ at each start and joined back by join().
   cuda::Stream side_;
-  cuda::Event forked_{cudaEventDisableTiming}, joined_{cudaEventDisableTiming};
+  cuda::Event forked_{cudaEventDisableTiming}, joined_{cudaEventDisableTiming}, gathered_{cudaEventDisableTiming};
   bool started_ = false;
 };
 
