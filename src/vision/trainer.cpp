@@ -421,7 +421,10 @@ TrainResult run_training_ranked(TrainConfig o, const TrainCallbacks& callbacks,
     fmt::print("vision train: {} train images ({} labels), {} val images ({} labels); batch {}{}, {} batches an epoch, "
                "imgsz {}, {} epochs; {} loader threads{}, image cache {}\n",
                train_set.counts.images, train_set.counts.instances, val.images.size(), val_set.counts.instances,
-               o.batch, ranks > 1 ? fmt::format(" ({} ranks of {} over {})", ranks, lo.batch, trainer.reduction()) : "",
+               o.batch,
+               ranks > 1 ? fmt::format(" ({} ranks of {} over {}{})", ranks, lo.batch, trainer.reduction(),
+                                       o.sync_bn ? ", SyncBatchNorm" : "")
+                         : "",
                loader.batches_per_epoch(), o.imgsz, o.epochs, loader.workers(), ranks > 1 ? " a rank" : "",
                data::cache_mode_name(lo.cache));
     fmt::print("vision train: optimizer {}\n", trainer.optimizer_description());

@@ -203,12 +203,16 @@ TEST_F(DistTrainCli, DevicesStartOneRankEach) {
 }
 
 // A job of 2 ranks stopped (as Ctrl-C stops it) after 2 batches, resumed as a single process: rank 0's checkpoint
-// carries the whole job (the pending gradients of both ranks included), and the run completes its epochs.
+// carries the whole job (the pending gradients of both ranks included), and the run completes its epochs. With
+// --sync-bn, which args.json keeps (a single process has nothing to synchronise).
 TEST_F(DistTrainCli, StoppedJobResumesOnAnotherWorldSize) {
   REQUIRE_MPIRUN();
-  const CliRun r = ranks_cli(2, train_args("resume", "--epochs 2 --close-mosaic 0 --stop-after 1", 4, 8));
+  const CliRun r = ranks_cli(2, train_args("resume", "--epochs 2 --close-mosaic 0 --stop-after 1 --sync-bn", 4, 8));
   ASSERT_EQ(r.code, 130) << r.out;
   EXPECT_NE(r.out.find("interrupted in epoch 1 after batch 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(2 ranks of 2 over mpi, SyncBatchNorm)"), std::string::npos) << r.out;
+  EXPECT_NE(test::read_file(run_dir("resume") / "args.json").find("\"sync_bn\": true"), std::string::npos)
+      << "--sync-bn is kept with the run's arguments";
   const CliRun resumed = one_cli(fmt::format("train --resume '{}'", run_dir("resume").string()));
   ASSERT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_EQ(lines_of(run_dir("resume") / "results.csv"), 3u) << resumed.out;
