@@ -16,11 +16,11 @@
 namespace vision::train {
 namespace {
 
-// The grouped Newton–Schulz (GroupedNewtonSchulz) is asked for under VISION_NS_GROUPED=1 only, until it has run on a
-// GPU; the default iterates shape by shape.
+// The grouped Newton–Schulz (GroupedNewtonSchulz) unless VISION_NS_GROUPED=0 (the shape-by-shape iteration: the
+// before of bench/train/NOTES.md v11).
 bool grouped_newton_schulz() {
   const char* v = std::getenv(kNewtonSchulzGroupedEnv);
-  return v && std::string_view(v) == "1";
+  return !(v && std::string_view(v) == "0");
 }
 
 class CudaEngine final : public Engine {

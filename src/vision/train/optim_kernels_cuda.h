@@ -93,7 +93,7 @@ uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_
 // 1,000). The device tables of the matrices' pointers are built and uploaded once, here. With grouped = false, or
 // where cuBLAS does not support the grouped bf16 GEMM (CUBLAS_STATUS_NOT_SUPPORTED on the first call), run() iterates
 // shape by shape with newton_schulz_cuda; grouped() says which. The optimizer's engine asks for the grouped iteration
-// only under VISION_NS_GROUPED=1 until it has run on a GPU (kNewtonSchulzGroupedEnv).
+// unless VISION_NS_GROUPED=0 (kNewtonSchulzGroupedEnv).
 inline constexpr const char* kNewtonSchulzGroupedEnv = "VISION_NS_GROUPED";
 
 class GroupedNewtonSchulz {

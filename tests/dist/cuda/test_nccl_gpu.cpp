@@ -45,7 +45,7 @@ std::vector<float> train_params(const std::shared_ptr<dist::Communicator>& comm,
 
 TEST(NcclGpu, WorldOfOneMatchesARunWithoutNccl) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
-  const ScopedEnv buckets(yolo::kNcclBucketsEnv, "1");  // opt-in until this test has passed on a GPU
+  const ScopedEnv buckets(yolo::kNcclBucketsEnv, std::nullopt);  // the default: the buckets on NCCL's own stream
   for (const core::DType dtype : {core::DType::f32, core::DType::bf16}) {
     const std::vector<float> plain = train_params(nullptr, dtype, nullptr);
     std::string reduction;

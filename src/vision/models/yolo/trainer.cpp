@@ -481,9 +481,9 @@ graph::GradientReady Yolo26Trainer::begin_overlapped_reduction() {
   if (!options_.comm || !options_.overlap_reduction) return {};
   const bool cpu = backend_->backend() == graph::Backend::cpu;
   if (!cpu && !device_reducer_) return {};  // through host memory: the whole buffer after the backward
-  if (!cpu) {  // opt-in until run on a GPU (TrainerOptions::overlap_reduction)
+  if (!cpu) {  // VISION_NCCL_BUCKETS=0: off (TrainerOptions::overlap_reduction)
     const char* v = std::getenv(kNcclBucketsEnv);
-    if (!v || std::string_view(v) != "1") return {};
+    if (v && std::string_view(v) == "0") return {};
   }
   if (!buckets_) buckets_ = std::make_unique<GradientBuckets>(executor_->state(), options_.bucket_floats);
   if (cpu) {

@@ -88,8 +88,8 @@ struct TrainerOptions {
   // With comm: the gradient all-reduce in buckets of bucket_floats, each started as soon as the backward has written it
   // (GradientBuckets, beside the rest of the backward, as DDP does: on the CPU through the communicator's non-blocking
   // all-reduce, on CUDA through NCCL on a stream of its own); false, or CUDA ranks reducing through host memory: the
-  // whole buffer after the backward. The sums are the same either way. On CUDA only with VISION_NCCL_BUCKETS=1
-  // (kNcclBucketsEnv) until the NCCL buckets have run on a GPU (NcclGpu.WorldOfOneMatchesARunWithoutNccl).
+  // whole buffer after the backward. The sums are the same either way. VISION_NCCL_BUCKETS=0 (kNcclBucketsEnv) turns
+  // the NCCL buckets off (the whole buffer after the backward, as before them).
   bool overlap_reduction = true;
   size_t bucket_floats = size_t{1} << 20;  // 4 MiB of f32
 };
