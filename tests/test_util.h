@@ -59,6 +59,17 @@ inline std::mt19937_64& rng() {
   return r;
 }
 
+// Rows [begin, begin + n) of a host tensor along its first dimension (a batch's images, targets or counts).
+inline core::Tensor batch_rows(const core::Tensor& t, int64_t begin, int64_t n) {
+  core::Shape shape = t.shape();
+  shape[0] = n;
+  core::Tensor out = core::Tensor::zeros(shape, t.dtype(), t.layout());
+  const size_t per = t.nbytes() / static_cast<size_t>(t.dim(0));
+  std::memcpy(out.raw(), static_cast<const std::byte*>(t.raw()) + static_cast<size_t>(begin) * per,
+              per * static_cast<size_t>(n));
+  return out;
+}
+
 inline std::vector<float> random_values(size_t n, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> d(lo, hi);
   std::vector<float> v(n);

@@ -57,8 +57,7 @@ class NcclReducer final : public DeviceReducer {
   // was called, as on PyTorch's one NCCL stream: two of them never run side by side), and the stream waits for it.
   void all_gather(const void* send, void* recv, size_t bytes) override {
     if (bytes == 0) return;
-    forked_.record(stream_);
-    VISION_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), forked_.get(), 0));
+    fork();
     nccl_check(ncclAllGather(send, recv, bytes, ncclUint8, comm_, side_.get()), "ncclAllGather");
     gathered_.record(side_.get());
     VISION_CUDA_CHECK(cudaStreamWaitEvent(stream_, gathered_.get(), 0));
@@ -66,8 +65,7 @@ class NcclReducer final : public DeviceReducer {
 
   void start_all_reduce_sum(float* device, size_t n) override {
     if (n == 0) return;
-    forked_.record(stream_);  // the bucket's gradients are queued before this
-    VISION_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), forked_.get(), 0));
+    fork();  // the bucket's gradients are queued before this
     nccl_check(ncclAllReduce(device, device, n, ncclFloat32, ncclSum, comm_, side_.get()), "ncclAllReduce (bucket)");
     started_ = true;
   }
@@ -86,6 +84,11 @@ class NcclReducer final : public DeviceReducer {
   }
 
  private:
+  // side_ waits for what stream_ has queued so far.
+  void fork() {
+    forked_.record(stream_);
+    VISION_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), forked_.get(), 0));
+  }
   // Waits for the stream (the collective just queued and what came before it) at most the timeout; past it the
   // communicator is aborted and the job ended.
   void wait(const char* what) {

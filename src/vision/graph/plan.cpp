@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <fmt/format.h>
 
 namespace vision::graph {
@@ -840,19 +841,12 @@ void Plan::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, fl
 
 const std::vector<std::vector<Tensor>>& Plan::gradients_final_after() {
   if (gradients_final_after_) return *gradients_final_after_;
-  // A gradient is final after the last step (in backward order: the first in the plan) that writes it.
-  std::map<const void*, size_t> first;
-  for (size_t si = steps_.size(); si-- > 0;)
-    for (const Tensor& g : steps_[si].grad_params)
-      if (g.defined()) first[g.raw()] = si;
+  // A gradient is final after the last step that writes it in backward order: the first in the plan.
+  std::set<const void*> seen;
   std::vector<std::vector<Tensor>> after(steps_.size());
   for (size_t si = 0; si < steps_.size(); ++si)
     for (const Tensor& g : steps_[si].grad_params)
-      if (g.defined() && first.at(g.raw()) == si) {
-        auto& list = after[si];
-        if (std::none_of(list.begin(), list.end(), [&](const Tensor& t) { return t.raw() == g.raw(); }))
-          list.push_back(g);
-      }
+      if (g.defined() && seen.insert(g.raw()).second) after[si].push_back(g);
   gradients_final_after_ = std::move(after);
   return *gradients_final_after_;
 }

@@ -84,6 +84,7 @@ Yolo26Trainer::Yolo26Trainer(std::shared_ptr<graph::BackendContext> backend, con
       graph::Mode::train, {shapes_images, Shape{options_.batch, target_rows_, 5}, Shape{options_.batch}, Shape{2}});
   load_weights(state, info_.spec, weights);
   if (options_.comm) broadcast_state(/*parameters=*/true);  // every rank starts from rank 0's model, as DDP does
+  make_gradient_buckets();
 
   // The optimizer: "auto" as YOLO26.md says, else the one named with lr0 and momentum.
   std::string name = options_.optimizer;
@@ -477,24 +478,28 @@ void Yolo26Trainer::on_host(void* data, size_t bytes, const std::function<void(v
   backend_->copy_to_device(data, host_staging_.data(), bytes);
 }
 
-graph::GradientReady Yolo26Trainer::begin_overlapped_reduction() {
-  if (!options_.comm || !options_.overlap_reduction) return {};
-  const bool cpu = backend_->backend() == graph::Backend::cpu;
-  if (!cpu && !device_reducer_) return {};  // through host memory: the whole buffer after the backward
-  if (!cpu) {  // VISION_NCCL_BUCKETS=0: off (TrainerOptions::overlap_reduction)
-    const char* v = std::getenv(kNcclBucketsEnv);
-    if (v && std::string_view(v) == "0") return {};
-  }
-  if (!buckets_) buckets_ = std::make_unique<GradientBuckets>(executor_->state(), options_.bucket_floats);
-  if (cpu) {
+void Yolo26Trainer::make_gradient_buckets() {
+  if (!options_.comm || !options_.overlap_reduction) return;
+  const graph::StateStore& state = executor_->state();
+  if (backend_->backend() == graph::Backend::cpu) {
     dist::Communicator* comm = options_.comm.get();
-    buckets_->begin([comm](float* p, size_t n) { comm->start_all_reduce_sum(p, n); }, [comm] { comm->progress(); },
-                    nullptr);
-  } else {
-    dist::DeviceReducer* reducer = device_reducer_.get();
-    buckets_->begin([reducer](float* p, size_t n) { reducer->start_all_reduce_sum(p, n); }, nullptr,
-                    [reducer] { reducer->join(); });
+    buckets_ = std::make_unique<GradientBuckets>(
+        state, options_.bucket_floats, [comm](float* p, size_t n) { comm->start_all_reduce_sum(p, n); },
+        [comm] { comm->progress(); }, nullptr);
+    return;
   }
+  // CUDA: through NCCL unless VISION_NCCL_BUCKETS=0; through host memory, the whole buffer after the backward.
+  const char* v = std::getenv(kNcclBucketsEnv);
+  if (!device_reducer_ || (v && std::string_view(v) == "0")) return;
+  dist::DeviceReducer* reducer = device_reducer_.get();
+  buckets_ = std::make_unique<GradientBuckets>(
+      state, options_.bucket_floats, [reducer](float* p, size_t n) { reducer->start_all_reduce_sum(p, n); }, nullptr,
+      [reducer] { reducer->join(); });
+}
+
+graph::GradientReady Yolo26Trainer::begin_overlapped_reduction() {
+  if (!buckets_) return {};
+  buckets_->begin();
   GradientBuckets* buckets = buckets_.get();
   return [buckets](const Tensor& grad) { buckets->ready(grad); };
 }

@@ -222,8 +222,9 @@ class Yolo26Trainer {
   std::unique_ptr<U8BatchUpload> u8_upload_;
   std::unique_ptr<dist::DeviceReducer> device_reducer_;  // NCCL on CUDA with a communicator
   std::vector<std::byte> host_staging_;                  // CUDA ranks reducing through MPI or TCP
-  std::unique_ptr<GradientBuckets> buckets_;  // TrainerOptions::overlap_reduction
-  // Starts the bucketed all-reduce of a step's backward; the GradientReady hook to give it.
+  std::unique_ptr<GradientBuckets> buckets_;  // TrainerOptions::overlap_reduction, where the ranks' backend has them
+  void make_gradient_buckets();
+  // Starts the bucketed all-reduce of a step's backward; the GradientReady hook to give it (empty without buckets).
   graph::GradientReady begin_overlapped_reduction();
 };
 

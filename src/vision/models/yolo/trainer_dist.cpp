@@ -51,10 +51,14 @@ class BatchNormCollective final : public graph::Collective {
 
 }  // namespace
 
-GradientBuckets::GradientBuckets(const graph::StateStore& state, size_t bucket_floats)
+GradientBuckets::GradientBuckets(const graph::StateStore& state, size_t bucket_floats, Start start,
+                                 std::function<void()> progress, std::function<void()> done)
     : flat_(static_cast<float*>(state.flat_grads().raw())),
       n_(static_cast<size_t>(state.flat_grads().numel())),
-      bucket_(std::max<size_t>(bucket_floats, 1)) {
+      bucket_(std::max<size_t>(bucket_floats, 1)),
+      start_(std::move(start)),
+      progress_(std::move(progress)),
+      done_(std::move(done)) {
   const size_t count = (n_ + bucket_ - 1) / bucket_;
   covered_.assign(count, 0);
   for (const graph::StateEntry& e : state.entries()) {
@@ -68,8 +72,7 @@ GradientBuckets::GradientBuckets(const graph::StateStore& state, size_t bucket_f
   started_.assign(count, false);
 }
 
-void GradientBuckets::begin(Start start, std::function<void()> progress, std::function<void()> done) {
-  start_ = std::move(start), progress_ = std::move(progress), done_ = std::move(done);
+void GradientBuckets::begin() {
   pending_ = covered_;
   started_.assign(started_.size(), false);
   beside_ = 0;

@@ -28,10 +28,12 @@ class GradientBuckets {
  public:
   using Start = std::function<void(float* data, size_t n)>;
   // Buckets of `bucket_floats` over `state`'s flat gradient buffer; a bucket waits for the parameters that lie in it.
-  GradientBuckets(const graph::StateStore& state, size_t bucket_floats);
-  // A backward whose gradients are reduced begins: every bucket waits again; `start` reduces one (not waited for),
-  // `progress` (may be empty) lets the started ones advance, `done` (may be empty) follows the last start.
-  void begin(Start start, std::function<void()> progress, std::function<void()> done);
+  // `start` reduces one (not waited for), `progress` (may be empty) lets the started ones advance, `done` (may be
+  // empty) follows a backward's last start.
+  GradientBuckets(const graph::StateStore& state, size_t bucket_floats, Start start, std::function<void()> progress,
+                  std::function<void()> done);
+  // A backward whose gradients are reduced begins: every bucket waits again.
+  void begin();
   // The backward's GradientReady hook: a final gradient, or undefined when the backward is done.
   void ready(const core::Tensor& grad);
   bool active() const { return active_; }
