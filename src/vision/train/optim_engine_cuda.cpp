@@ -50,6 +50,9 @@ class CudaEngine final : public Engine {
       ns_y_ = backend.allocate(ns_bytes);
       ns_a_ = backend.allocate(sq_bytes);
       ns_b_ = backend.allocate(sq_bytes);
+      // Zeroed: the scratch matrices' padding is copied (never read by a GEMM).
+      backend.fill_zero(ns_a_.get(), sq_bytes);
+      backend.fill_zero(ns_b_.get(), sq_bytes);
       ns_ = std::make_unique<GroupedNewtonSchulz>(
           shapes, as<uint16_t>(ns_x_), as<uint16_t>(ns_y_), as<uint16_t>(ns_a_), as<uint16_t>(ns_b_),
           [this](const void* host, size_t bytes) { return upload_bytes(host, bytes); }, grouped_newton_schulz());

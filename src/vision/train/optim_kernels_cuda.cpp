@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "vision/core/error.h"
@@ -170,7 +171,7 @@ int64_t GroupedNewtonSchulz::elements(std::span<const Shape> shapes) {
 
 int64_t GroupedNewtonSchulz::square_elements(std::span<const Shape> shapes) {
   int64_t e = 0;
-  for (const Shape& s : shapes) e += s.count * s.m * s.m;
+  for (const Shape& s : shapes) e += s.count * square_stride(s.m);
   return e;
 }
 
@@ -186,16 +187,36 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
     VISION_CHECK(s.n <= std::numeric_limits<int>::max() && s.count <= std::numeric_limits<int>::max(),
                  "newton_schulz: {} matrices of {}×{} exceed cuBLAS's 32-bit sizes", s.count, s.m, s.n);
     offset += s.count * s.m * s.n;
-    matrices_ += s.count;
   }
   elements_ = elements(shapes_);
   square_ = square_elements(shapes_);
-  if (matrices_ == 0 || !grouped_) return;
+  // cuBLAS reads the grouped GEMM's matrix pointers on the device, so it cannot see their alignment and takes every
+  // one to be 16-byte aligned (an odd-sized matrix ahead made the next one's start misaligned: cudaErrorMisaligned
+  // Address on the GPU). A shape joins the grouped GEMMs only when each of its matrices starts on 16 bytes in x and y
+  // (a and b: each matrix's scratch is padded to 8 elements); the others run shape by shape after them.
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % kGroupedAlignBytes == 0; };
+  const bool bases = aligned(x_) && aligned(y_) && aligned(a_) && aligned(b_);
+  constexpr int64_t kElems = kGroupedAlignBytes / 2;
+  std::vector<int64_t> square_offsets;
+  for (int64_t ao = 0; const Shape& s : shapes_) {
+    square_offsets.push_back(ao);
+    ao += s.count * square_stride(s.m);
+    if (bases && s.offset % kElems == 0 && (s.count == 1 || (s.m * s.n) % kElems == 0))
+      matrices_ += s.count;
+    else
+      stragglers_.push_back(s);
+  }
+  if (matrices_ == 0) grouped_ = false;
+  if (!grouped_) return;
   VISION_CHECK(matrices_ <= std::numeric_limits<int>::max(), "newton_schulz: {} matrices exceed cuBLAS's sizes",
                matrices_);
+  auto straggler = [&](const Shape& s) {
+    return std::any_of(stragglers_.begin(), stragglers_.end(), [&](const Shape& t) { return t.offset == s.offset; });
+  };
   // Row-major R×C matrices are column-major C×R ones: each product is written for cuBLAS's column-major view (see
   // newton_schulz_cuda).
   for (const Shape& s : shapes_) {
+    if (straggler(s)) continue;
     const int M = static_cast<int>(s.m), N = static_cast<int>(s.n);
     group_size_.push_back(static_cast<int>(s.count));
     auto add = [](GemmArgs& g, cublasOperation_t ta, int m, int n, int k, int lda, int ldb, int ldc, float alpha,
@@ -219,9 +240,11 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
   const size_t P = static_cast<size_t>(matrices_);
   std::vector<const void*> host(5 * 3 * P);
   size_t i = 0;
-  int64_t xo = 0, ao = 0;
-  for (const Shape& s : shapes_)
-    for (int64_t j = 0; j < s.count; ++j, ++i, xo += s.m * s.n, ao += s.m * s.m) {
+  for (size_t k = 0; k < shapes_.size(); ++k) {
+    const Shape& s = shapes_[k];
+    if (straggler(s)) continue;
+    for (int64_t j = 0, xo = s.offset, ao = square_offsets[k]; j < s.count;
+         ++j, ++i, xo += s.m * s.n, ao += square_stride(s.m)) {
       uint16_t* xs[2] = {x_ + xo, y_ + xo};
       uint16_t *as = a_ + ao, *bs = b_ + ao;
       auto set = [&](int table, const void* pa, const void* pb, const void* pc) {
@@ -235,6 +258,7 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
       set(3, xs[0], bs, xs[1]);         // y = B·x + a·y
       set(4, xs[1], bs, xs[0]);         // x = B·y + a·x
     }
+  }
   pointers_ = upload(host.data(), host.size() * sizeof(void*));
 }
 
@@ -253,9 +277,10 @@ bool GroupedNewtonSchulz::gemm(cublasHandle_t handle, int which, int parity) {
   return true;
 }
 
-uint16_t* GroupedNewtonSchulz::per_shape(cublasHandle_t handle, cudaStream_t stream, int steps) {
-  uint16_t* out = x_;
-  for (const Shape& s : shapes_)
+uint16_t* GroupedNewtonSchulz::per_shape(std::span<const Shape> shapes, cublasHandle_t handle, cudaStream_t stream,
+                                         int steps) {
+  uint16_t* out = steps % 2 ? y_ : x_;
+  for (const Shape& s : shapes)
     out = newton_schulz_cuda(handle, stream, x_ + s.offset, y_ + s.offset, a_, b_, s.count, s.m, s.n, steps) -
           s.offset;
   return out;
@@ -263,18 +288,18 @@ uint16_t* GroupedNewtonSchulz::per_shape(cublasHandle_t handle, cudaStream_t str
 
 uint16_t* GroupedNewtonSchulz::run(cublasHandle_t handle, cudaStream_t stream, int steps) {
   VISION_CHECK(steps >= 0, "newton_schulz: {} steps", steps);
-  if (matrices_ == 0 || steps == 0) return x_;
+  if (shapes_.empty() || steps == 0) return x_;
   cudaStream_t bound = nullptr;
   VISION_CUBLAS_CHECK(cublasGetStream(handle, &bound));
   VISION_CHECK(bound == stream, "newton_schulz: the cuBLAS handle is bound to another stream than the one given");
-  if (!grouped_) return per_shape(handle, stream, steps);
+  if (!grouped_) return per_shape(shapes_, handle, stream, steps);
   const size_t x_bytes = static_cast<size_t>(elements_) * 2, a_bytes = static_cast<size_t>(square_) * 2;
   for (int it = 0; it < steps; ++it) {
     const int p = it & 1;
     uint16_t *x = p ? y_ : x_, *y = p ? x_ : y_;
     if (!gemm(handle, 0, p)) {  // the first call: cuBLAS has no grouped bf16 GEMM here
       grouped_ = false;
-      return per_shape(handle, stream, steps);
+      return per_shape(shapes_, handle, stream, steps);
     }
     cuda::mark_written_by_library(stream, a_, a_bytes);
     VISION_CUDA_CHECK(cudaMemcpyAsync(b_, a_, a_bytes, cudaMemcpyDeviceToDevice, stream));
@@ -284,7 +309,8 @@ uint16_t* GroupedNewtonSchulz::run(cublasHandle_t handle, cudaStream_t stream, i
     gemm(handle, 2, p);
     cuda::mark_written_by_library(stream, y, x_bytes);
   }
-  return steps % 2 ? y_ : x_;
+  // The stragglers' matrices were only copied between the buffers, so x still holds their input.
+  return per_shape(stragglers_, handle, stream, steps);
 }
 
 }  // namespace vision::train

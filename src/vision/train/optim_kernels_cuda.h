@@ -104,15 +104,21 @@ class GroupedNewtonSchulz {
   // Device memory holding a copy of `bytes` bytes of host memory (the backend's allocation and upload).
   using Upload = std::function<std::shared_ptr<void>(const void* host, size_t bytes)>;
   // x and y: the iteration's two buffers of elements(shapes) bf16 each, the shapes laid out one after another from 0
-  // (offsets consecutive); a and b: scratch of square_elements(shapes) bf16 each.
+  // (offsets consecutive); a and b: scratch of square_elements(shapes) bf16 each (each matrix's m × m padded to a
+  // multiple of 8 elements: square_stride). Shapes whose matrices do not all start 16-byte aligned in x and y run
+  // shape by shape after the grouped GEMMs (stragglers()).
   GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t* x, uint16_t* y, uint16_t* a, uint16_t* b,
                       const Upload& upload, bool grouped = true);
   static int64_t elements(std::span<const Shape> shapes);         // Σ count · m · n
-  static int64_t square_elements(std::span<const Shape> shapes);  // Σ count · m · m
+  static int64_t square_elements(std::span<const Shape> shapes);  // Σ count · square_stride(m)
+  static constexpr int64_t square_stride(int64_t m) { return (m * m + 7) / 8 * 8; }
+  static constexpr size_t kGroupedAlignBytes = 16;
   // `steps` iterations on the handle's stream (bound to `stream`), from x; returns x or y, whichever holds the result
   // (y after an odd number of steps). Capturable into a CUDA graph after the first call.
   uint16_t* run(cublasHandle_t handle, cudaStream_t stream, int steps);
   bool grouped() const { return grouped_; }
+  // The shapes left out of the grouped GEMMs (their matrices not all 16-byte aligned); all of them when !grouped().
+  std::span<const Shape> stragglers() const { return grouped_ ? std::span<const Shape>(stragglers_) : shapes_; }
 
  private:
   struct GemmArgs {  // one product's per-shape arrays, as cublasGemmGroupedBatchedEx takes them (host memory)
@@ -123,8 +129,8 @@ class GroupedNewtonSchulz {
   // Product `which` (0: A = X·Xᵀ, 1: B = c·A·A + b·B, 2: Y = B·X + a·Y) with X the buffer of `parity` (0: x, 1: y).
   // False when cuBLAS does not support it on the first call (nothing was computed).
   bool gemm(cublasHandle_t handle, int which, int parity);
-  uint16_t* per_shape(cublasHandle_t handle, cudaStream_t stream, int steps);
-  std::vector<Shape> shapes_;
+  uint16_t* per_shape(std::span<const Shape> shapes, cublasHandle_t handle, cudaStream_t stream, int steps);
+  std::vector<Shape> shapes_, stragglers_;
   uint16_t *x_, *y_, *a_, *b_;
   int64_t elements_ = 0, square_ = 0, matrices_ = 0;
   GemmArgs args_[3];

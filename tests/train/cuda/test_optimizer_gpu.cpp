@@ -478,51 +478,60 @@ TEST(NewtonSchulzGpu, FreshScratchGivesThePoisonedScratchResult) {
 
 // The grouped Newton–Schulz (all shapes in one cublasGemmGroupedBatchedEx call per product) against the CPU twin,
 // shape by shape, within BatchedBf16MatchesTheCpuTwin's bounds: the shapes of that test together, in one run.
+// Each list in turn: shapes whose matrices all start 16-byte aligned (every one grouped), and a mix with odd sizes
+// that leave matrices misaligned (run shape by shape after the grouped GEMMs; cuBLAS failed with a misaligned address
+// when they were grouped) and an odd leading dimension among the grouped ones.
 TEST(NewtonSchulzGpu, GroupedShapesMatchTheCpuTwin) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   auto& ctx = cuda_ctx();
-  std::vector<train::GroupedNewtonSchulz::Shape> shapes;
-  int64_t total = 0;
-  for (const auto& [count, m, n] : std::vector<std::array<int64_t, 3>>{
-           {3, 4, 6}, {2, 16, 48}, {2, 64, 64}, {2, 64, 576}, {1, 128, 1152}}) {
-    shapes.push_back({m, n, count, total});
-    total += count * m * n;
-  }
-  ASSERT_EQ(train::GroupedNewtonSchulz::elements(shapes), total);
-  std::vector<uint16_t> x = random_bf16(static_cast<size_t>(total));
-  std::vector<OptimTensor> tab;
-  std::vector<int64_t> list;
-  for (const auto& s : shapes)
-    for (int64_t b = 0; b < s.count; ++b) {
-      tab.push_back({0, s.m * s.n, 0, s.offset + b * s.m * s.n, s.m, s.n, 0, 1.0f, 0.0f});
-      list.push_back(static_cast<int64_t>(list.size()));
+  using Sizes = std::vector<std::array<int64_t, 3>>;  // count, m, n
+  for (const auto& [sizes, stragglers] : std::vector<std::pair<Sizes, size_t>>{
+           {{{3, 4, 6}, {2, 16, 48}, {2, 64, 64}, {2, 64, 576}, {1, 128, 1152}}, 0},
+           {{{2, 8, 16}, {3, 3, 5}, {1, 5, 11}, {1, 3, 4}, {2, 64, 64}, {1, 7, 9}}, 3}}) {
+    SCOPED_TRACE(testing::Message() << sizes.size() << " shapes");
+    std::vector<train::GroupedNewtonSchulz::Shape> shapes;
+    int64_t total = 0;
+    for (const auto& [count, m, n] : sizes) {
+      shapes.push_back({m, n, count, total});
+      total += count * m * n;
     }
-  train::muon_normalize_cpu(x.data(), tab, list);
-  const auto square = static_cast<size_t>(train::GroupedNewtonSchulz::square_elements(shapes));
-  Dev<uint16_t> dx(x), dy(std::vector<uint16_t>(static_cast<size_t>(total))), da{std::vector<uint16_t>(square)},
-      db{std::vector<uint16_t>(square)};
-  dy.buf.poison();
-  da.buf.poison();
-  db.buf.poison();
-  auto upload = [](const void* host, size_t bytes) {
-    auto mem = cuda::device_alloc(bytes);
-    VISION_CUDA_CHECK(cudaMemcpy(mem.get(), host, bytes, cudaMemcpyHostToDevice));
-    return mem;
-  };
-  train::GroupedNewtonSchulz ns(shapes, dx.get(), dy.get(), da.get(), db.get(), upload);
-  uint16_t* out = ns.run(ctx.cublas(), ctx.stream(), 5);
-  ctx.synchronize();
-  EXPECT_TRUE(ns.grouped()) << "cuBLAS ran no grouped bf16 GEMM: the iteration went shape by shape";
-  EXPECT_EQ(out, dy.get()) << "after 5 (odd) iterations the result is in the second buffer";
-  const auto gpu = dy.download();
-  auto cpu = x;
-  for (const auto& s : shapes) {
-    train::newton_schulz_cpu(cpu.data() + s.offset, s.count, s.m, s.n, 5);
-    expect_newton_schulz_near_twin(gpu, cpu, x, s.offset, s.count, s.m, s.n);
+    ASSERT_EQ(train::GroupedNewtonSchulz::elements(shapes), total);
+    std::vector<uint16_t> x = random_bf16(static_cast<size_t>(total));
+    std::vector<OptimTensor> tab;
+    std::vector<int64_t> list;
+    for (const auto& s : shapes)
+      for (int64_t b = 0; b < s.count; ++b) {
+        tab.push_back({0, s.m * s.n, 0, s.offset + b * s.m * s.n, s.m, s.n, 0, 1.0f, 0.0f});
+        list.push_back(static_cast<int64_t>(list.size()));
+      }
+    train::muon_normalize_cpu(x.data(), tab, list);
+    const auto square = static_cast<size_t>(train::GroupedNewtonSchulz::square_elements(shapes));
+    Dev<uint16_t> dx(x), dy(std::vector<uint16_t>(static_cast<size_t>(total))), da{std::vector<uint16_t>(square)},
+        db{std::vector<uint16_t>(square)};
+    dy.buf.poison();
+    da.buf.poison();
+    db.buf.poison();
+    auto upload = [](const void* host, size_t bytes) {
+      auto mem = cuda::device_alloc(bytes);
+      VISION_CUDA_CHECK(cudaMemcpy(mem.get(), host, bytes, cudaMemcpyHostToDevice));
+      return mem;
+    };
+    train::GroupedNewtonSchulz ns(shapes, dx.get(), dy.get(), da.get(), db.get(), upload);
+    EXPECT_EQ(ns.stragglers().size(), stragglers);
+    uint16_t* out = ns.run(ctx.cublas(), ctx.stream(), 5);
+    ctx.synchronize();
+    EXPECT_TRUE(ns.grouped()) << "cuBLAS ran no grouped bf16 GEMM: the iteration went shape by shape";
+    EXPECT_EQ(out, dy.get()) << "after 5 (odd) iterations the result is in the second buffer";
+    const auto gpu = dy.download();
+    auto cpu = x;
+    for (const auto& s : shapes) {
+      train::newton_schulz_cpu(cpu.data() + s.offset, s.count, s.m, s.n, 5);
+      expect_newton_schulz_near_twin(gpu, cpu, x, s.offset, s.count, s.m, s.n);
+    }
+    // An even number of steps ends in the first buffer.
+    EXPECT_EQ(ns.run(ctx.cublas(), ctx.stream(), 2), dx.get());
+    ctx.synchronize();
   }
-  // An even number of steps ends in the first buffer.
-  EXPECT_EQ(ns.run(ctx.cublas(), ctx.stream(), 2), dx.get());
-  ctx.synchronize();
 }
 
 // Whole optimizers on the CUDA backend against the CPU backend over the fixture's 4 steps (groups, per-step lr and
