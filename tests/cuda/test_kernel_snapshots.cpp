@@ -107,6 +107,8 @@ const std::vector<std::string> kSnapshotIds = {
     // normalisation (a fixed-order block reduction).
     "sgd_step__f32",
     "muon_normalize__bf16",
+    // MuSGD's Newton–Schulz (train/newton_schulz.cuh): the grouped tensor-core GEMM of all three products.
+    "ns_gemm__bf16",
 };
 
 bool blessing() {

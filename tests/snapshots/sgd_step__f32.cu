@@ -169,6 +169,28 @@ struct EmaChunk {
   int64_t length;
 };
 
+// MuSGD's Newton–Schulz in the engine's own grouped GEMM (newton_schulz.cuh): per iteration three launches over every
+// Muon matrix of every shape, A = X·Xᵀ, B = c·(A·A) + b·A, Y = B·X + a·X.
+// One row-major m × n bf16 matrix (m ≤ n) of the iteration: element offsets of its X in the two iteration buffers
+// and of its m × m scratch in the scratch buffers a and b.
+struct NsMatrix {
+  int64_t x_offset;
+  int64_t a_offset;
+  int32_t m;
+  int32_t n;
+};
+
+// One output tile of one product: kNsTileM × kNsTileN elements of matrix `matrix` from (row, col) on (multiples of
+// the tile size); a product's launch has one block per tile.
+struct NsTile {
+  int32_t matrix;
+  int32_t row;
+  int32_t col;
+  int32_t pad_;
+};
+
+enum : int { kNsTileM = 64, kNsTileN = 64, kNsTileK = 32, kNsThreads = 128 };
+
 }  // namespace vision::train
 // ---- vision/train/optim.cuh (continued) ----
 // ---- vision/train/optim_math.cuh ----

@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <memory>
 #include <span>
 #include <vector>
@@ -15,13 +14,6 @@
 
 namespace vision::train {
 namespace {
-
-// The grouped Newton–Schulz (GroupedNewtonSchulz) unless VISION_NS_GROUPED=0 (the shape-by-shape iteration: the
-// before of bench/train/NOTES.md v11).
-bool grouped_newton_schulz() {
-  const char* v = std::getenv(kNewtonSchulzGroupedEnv);
-  return !(v && std::string_view(v) == "0");
-}
 
 class CudaEngine final : public Engine {
  public:
@@ -55,7 +47,7 @@ class CudaEngine final : public Engine {
       backend.fill_zero(ns_b_.get(), sq_bytes);
       ns_ = std::make_unique<GroupedNewtonSchulz>(
           shapes, as<uint16_t>(ns_x_), as<uint16_t>(ns_y_), as<uint16_t>(ns_a_), as<uint16_t>(ns_b_),
-          [this](const void* host, size_t bytes) { return upload_bytes(host, bytes); }, grouped_newton_schulz());
+          [this](const void* host, size_t bytes) { return upload_bytes(host, bytes); }, newton_schulz_path_from_env());
     }
   }
 

@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "vision/core/error.h"
 #include "vision/cuda/check.h"
@@ -20,7 +22,10 @@ using core::DType;
 constexpr const char* kOptimFile = "vision/train/optim.cuh";
 constexpr const char* kOptimScope = "vision::train";
 
+constexpr const char* kNewtonSchulzFile = "vision/train/newton_schulz.cuh";
+
 void register_optim_kernels(cuda::KernelRegistry& r) {
+  r.add<NsGemm>();
   r.add<GradSumsqPartial>();
   r.add<GradSumsqFinalize>();
   r.add<SgdStep>();
@@ -62,6 +67,10 @@ MuonPrepare::MuonPrepare()
 
 MuonNormalize::MuonNormalize()
     : KernelDescriptor({"muon_normalize", kOptimFile, DType::bf16, {}, "{T}*, const void*, const int64_t*, const void*", kOptimScope}) {}
+
+NsGemm::NsGemm()
+    : KernelDescriptor({"ns_gemm", kNewtonSchulzFile, DType::bf16, {},
+                        "const void*, const void*, const {T}*, {T}*, {T}*, {T}*, int32_t, float, float", kOptimScope}) {}
 
 EmaUpdate::EmaUpdate()
     : KernelDescriptor(
@@ -163,6 +172,29 @@ uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_
   return x;
 }
 
+void launch_ns_gemm(cudaStream_t stream, int product, const NsMatrix* matrices, const NsTile* tiles, int64_t n_tiles,
+                    const uint16_t* src, uint16_t* dst, uint16_t* a, uint16_t* b) {
+  VISION_CHECK(product >= 0 && product <= 2, "ns_gemm: product {} (0, 1 or 2)", product);
+  if (n_tiles == 0) return;
+  cuda::kernel_instance<NsGemm>().launch(stream, chunk_grid(n_tiles, "ns_gemm"), dim3(kNsThreads), 0,
+                                         static_cast<const void*>(matrices), static_cast<const void*>(tiles),
+                                         static_cast<const void*>(src), static_cast<void*>(dst),
+                                         static_cast<void*>(a), static_cast<void*>(b), static_cast<int32_t>(product),
+                                         product == 1 ? kNewtonSchulzC : 1.0f,
+                                         product == 0 ? 0.0f : product == 1 ? kNewtonSchulzB : kNewtonSchulzA);
+}
+
+NsPath newton_schulz_path_from_env() {
+  const char* v = std::getenv(kNewtonSchulzGroupedEnv);
+  if (v == nullptr || *v == 0) return NsPath::cublas;
+  const std::string_view s(v);
+  if (s == "kernel") return NsPath::kernel;
+  if (s == "0") return NsPath::per_shape;
+  VISION_CHECK(s == "1" || s == "cublas", "{}={}: expected kernel, cublas (1) or 0 (shape by shape)",
+               kNewtonSchulzGroupedEnv, s);
+  return NsPath::cublas;
+}
+
 int64_t GroupedNewtonSchulz::elements(std::span<const Shape> shapes) {
   int64_t e = 0;
   for (const Shape& s : shapes) e += s.count * s.m * s.n;
@@ -176,8 +208,8 @@ int64_t GroupedNewtonSchulz::square_elements(std::span<const Shape> shapes) {
 }
 
 GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t* x, uint16_t* y, uint16_t* a,
-                                         uint16_t* b, const Upload& upload, bool grouped)
-    : shapes_(shapes.begin(), shapes.end()), x_(x), y_(y), a_(a), b_(b), grouped_(grouped) {
+                                         uint16_t* b, const Upload& upload, NsPath path)
+    : shapes_(shapes.begin(), shapes.end()), x_(x), y_(y), a_(a), b_(b), path_(path) {
   int64_t offset = 0;
   for (const Shape& s : shapes_) {
     VISION_CHECK(s.m > 0 && s.n > 0 && s.m <= s.n && s.count > 0,
@@ -190,6 +222,12 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
   }
   elements_ = elements(shapes_);
   square_ = square_elements(shapes_);
+  if (shapes_.empty()) return;
+  if (path_ == NsPath::kernel) {
+    build_tiles(upload);
+    return;
+  }
+  if (path_ == NsPath::per_shape) return;
   // cuBLAS reads the grouped GEMM's matrix pointers on the device, so it cannot see their alignment and takes every
   // one to be 16-byte aligned (an odd-sized matrix ahead made the next one's start misaligned: cudaErrorMisaligned
   // Address on the GPU). A shape joins the grouped GEMMs only when each of its matrices starts on 16 bytes in x and y
@@ -206,8 +244,8 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
     else
       stragglers_.push_back(s);
   }
-  if (matrices_ == 0) grouped_ = false;
-  if (!grouped_) return;
+  if (matrices_ == 0) path_ = NsPath::per_shape;
+  if (path_ == NsPath::per_shape) return;
   VISION_CHECK(matrices_ <= std::numeric_limits<int>::max(), "newton_schulz: {} matrices exceed cuBLAS's sizes",
                matrices_);
   auto straggler = [&](const Shape& s) {
@@ -277,6 +315,32 @@ bool GroupedNewtonSchulz::gemm(cublasHandle_t handle, int which, int parity) {
   return true;
 }
 
+void GroupedNewtonSchulz::build_tiles(const Upload& upload) {
+  std::vector<NsMatrix> matrices;
+  std::vector<NsTile> square, rect;
+  auto tiles_of = [](std::vector<NsTile>& into, int32_t matrix, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r += kNsTileM)
+      for (int64_t c = 0; c < cols; c += kNsTileN)
+        into.push_back({matrix, static_cast<int32_t>(r), static_cast<int32_t>(c), 0});
+  };
+  for (int64_t ao = 0; const Shape& s : shapes_)
+    for (int64_t j = 0; j < s.count; ++j, ao += square_stride(s.m)) {
+      const auto index = static_cast<int32_t>(matrices.size());
+      matrices.push_back({s.offset + j * s.m * s.n, ao, static_cast<int32_t>(s.m), static_cast<int32_t>(s.n)});
+      tiles_of(square, index, s.m, s.m);
+      tiles_of(rect, index, s.m, s.n);
+    }
+  VISION_CHECK(matrices.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()) &&
+                   square.size() + rect.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+               "newton_schulz: {} matrices in {} tiles exceed one launch's grid", matrices.size(),
+               square.size() + rect.size());
+  square_tiles_ = static_cast<int64_t>(square.size());
+  rect_tiles_ = static_cast<int64_t>(rect.size());
+  square.insert(square.end(), rect.begin(), rect.end());
+  ns_matrices_ = upload(matrices.data(), matrices.size() * sizeof(NsMatrix));
+  ns_tiles_ = upload(square.data(), square.size() * sizeof(NsTile));
+}
+
 uint16_t* GroupedNewtonSchulz::per_shape(std::span<const Shape> shapes, cublasHandle_t handle, cudaStream_t stream,
                                          int steps) {
   uint16_t* out = steps % 2 ? y_ : x_;
@@ -292,13 +356,25 @@ uint16_t* GroupedNewtonSchulz::run(cublasHandle_t handle, cudaStream_t stream, i
   cudaStream_t bound = nullptr;
   VISION_CUBLAS_CHECK(cublasGetStream(handle, &bound));
   VISION_CHECK(bound == stream, "newton_schulz: the cuBLAS handle is bound to another stream than the one given");
-  if (!grouped_) return per_shape(shapes_, handle, stream, steps);
+  if (path_ == NsPath::kernel) {
+    const auto* matrices = static_cast<const NsMatrix*>(ns_matrices_.get());
+    const auto* tiles = static_cast<const NsTile*>(ns_tiles_.get());
+    for (int it = 0; it < steps; ++it) {
+      const uint16_t* src = it & 1 ? y_ : x_;
+      uint16_t* dst = it & 1 ? x_ : y_;
+      launch_ns_gemm(stream, 0, matrices, tiles, square_tiles_, src, dst, a_, b_);
+      launch_ns_gemm(stream, 1, matrices, tiles, square_tiles_, src, dst, a_, b_);
+      launch_ns_gemm(stream, 2, matrices, tiles + square_tiles_, rect_tiles_, src, dst, a_, b_);
+    }
+    return steps % 2 ? y_ : x_;
+  }
+  if (path_ == NsPath::per_shape) return per_shape(shapes_, handle, stream, steps);
   const size_t x_bytes = static_cast<size_t>(elements_) * 2, a_bytes = static_cast<size_t>(square_) * 2;
   for (int it = 0; it < steps; ++it) {
     const int p = it & 1;
     uint16_t *x = p ? y_ : x_, *y = p ? x_ : y_;
     if (!gemm(handle, 0, p)) {  // the first call: cuBLAS has no grouped bf16 GEMM here
-      grouped_ = false;
+      path_ = NsPath::per_shape;
       return per_shape(shapes_, handle, stream, steps);
     }
     cuda::mark_written_by_library(stream, a_, a_bytes);

@@ -50,6 +50,11 @@ struct MuonNormalize
                              const void* /*status*/> {
   MuonNormalize();
 };
+struct NsGemm : cuda::KernelDescriptor<const void* /*matrices*/, const void* /*tiles*/, const void* /*src (bf16)*/,
+                                       void* /*dst*/, void* /*a*/, void* /*b*/, int32_t /*product*/,
+                                       float /*alpha*/, float /*beta*/> {
+  NsGemm();
+};
 struct EmaUpdate : cuda::KernelDescriptor<void* /*ema*/, const void* /*params*/, const void* /*buffers*/,
                                           const void* /*chunks*/, float /*d*/, float /*omd*/, const void* /*status*/> {
   EmaUpdate();
@@ -87,14 +92,26 @@ void launch_ema_update(graph::BackendContext& backend, float* ema, const float* 
 uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_t* x, uint16_t* y, uint16_t* a,
                              uint16_t* b, int64_t batch, int64_t m, int64_t n, int steps);
 
-// Newton–Schulz over matrices of several shapes at once, as newton_schulz_cuda computes each shape's batch: per
-// iteration three grouped GEMMs (cublasGemmGroupedBatchedEx: one call over every matrix of every shape) and two
-// copies, so a step makes 5 · steps calls whatever the number of shapes (MuSGD over YOLO26n's 40 shapes: 25 instead of
-// 1,000). The device tables of the matrices' pointers are built and uploaded once, here. With grouped = false, or
-// where cuBLAS does not support the grouped bf16 GEMM (CUBLAS_STATUS_NOT_SUPPORTED on the first call), run() iterates
-// shape by shape with newton_schulz_cuda; grouped() says which. The optimizer's engine asks for the grouped iteration
-// unless VISION_NS_GROUPED=0 (kNewtonSchulzGroupedEnv).
+// The engine's grouped Newton–Schulz GEMM (newton_schulz.cuh): `product` (0: A = X·Xᵀ, 1: B = c·(A·A) + b·A,
+// 2: Y = B·X + a·X) over the n_tiles output tiles of `tiles` (NsTile, device memory) of the matrices of `matrices`
+// (NsMatrix), X read from src, Y written to dst, A and B in the scratch a and b.
+void launch_ns_gemm(cudaStream_t stream, int product, const NsMatrix* matrices, const NsTile* tiles, int64_t n_tiles,
+                    const uint16_t* src, uint16_t* dst, uint16_t* a, uint16_t* b);
+
+// Newton–Schulz over matrices of several shapes at once, as newton_schulz_cuda computes each shape's batch, by one of
+// three paths (NsPath):
+//   kernel:   the engine's grouped GEMM (launch_ns_gemm): three launches an iteration over every matrix of every
+//             shape, no copies (15 launches a 5-step run, whatever the shapes);
+//   cublas:   three cuBLAS grouped GEMMs (cublasGemmGroupedBatchedEx: one call over every matrix of every shape, but a
+//             kernel per shape inside) and two copies an iteration; matrices not 16-byte aligned run shape by shape;
+//   per_shape: newton_schulz_cuda shape by shape (5 calls an iteration and shape).
+// The device tables (tiles, or the matrices' pointers) are built and uploaded once, here. Where cuBLAS does not
+// support the grouped bf16 GEMM (CUBLAS_STATUS_NOT_SUPPORTED on the first call), the cublas path falls back to
+// per_shape; path() says which ran. The optimizer's engine takes VISION_NS_GROUPED (kNewtonSchulzGroupedEnv):
+// "kernel", "0" (per_shape) or unset (cublas, the default until the kernel path has run on a GPU).
 inline constexpr const char* kNewtonSchulzGroupedEnv = "VISION_NS_GROUPED";
+enum class NsPath { kernel, cublas, per_shape };
+NsPath newton_schulz_path_from_env();
 
 class GroupedNewtonSchulz {
  public:
@@ -106,9 +123,9 @@ class GroupedNewtonSchulz {
   // x and y: the iteration's two buffers of elements(shapes) bf16 each, the shapes laid out one after another from 0
   // (offsets consecutive); a and b: scratch of square_elements(shapes) bf16 each (each matrix's m × m padded to a
   // multiple of 8 elements: square_stride). Shapes whose matrices do not all start 16-byte aligned in x and y run
-  // shape by shape after the grouped GEMMs (stragglers()).
+  // shape by shape after cuBLAS's grouped GEMMs (stragglers()).
   GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t* x, uint16_t* y, uint16_t* a, uint16_t* b,
-                      const Upload& upload, bool grouped = true);
+                      const Upload& upload, NsPath path = NsPath::cublas);
   static int64_t elements(std::span<const Shape> shapes);         // Σ count · m · n
   static int64_t square_elements(std::span<const Shape> shapes);  // Σ count · square_stride(m)
   static constexpr int64_t square_stride(int64_t m) { return (m * m + 7) / 8 * 8; }
@@ -116,9 +133,14 @@ class GroupedNewtonSchulz {
   // `steps` iterations on the handle's stream (bound to `stream`), from x; returns x or y, whichever holds the result
   // (y after an odd number of steps). Capturable into a CUDA graph after the first call.
   uint16_t* run(cublasHandle_t handle, cudaStream_t stream, int steps);
-  bool grouped() const { return grouped_; }
-  // The shapes left out of the grouped GEMMs (their matrices not all 16-byte aligned); all of them when !grouped().
-  std::span<const Shape> stragglers() const { return grouped_ ? std::span<const Shape>(stragglers_) : shapes_; }
+  NsPath path() const { return path_; }
+  bool grouped() const { return path_ != NsPath::per_shape; }
+  // The shapes left out of the cublas path's grouped GEMMs (their matrices not all 16-byte aligned); none on the
+  // kernel path, all of them on per_shape.
+  std::span<const Shape> stragglers() const {
+    return path_ == NsPath::per_shape ? std::span<const Shape>(shapes_) : std::span<const Shape>(stragglers_);
+  }
+  int64_t tiles() const { return square_tiles_ + rect_tiles_; }  // the kernel path's tiles (all three products)
 
  private:
   struct GemmArgs {  // one product's per-shape arrays, as cublasGemmGroupedBatchedEx takes them (host memory)
@@ -130,13 +152,17 @@ class GroupedNewtonSchulz {
   // False when cuBLAS does not support it on the first call (nothing was computed).
   bool gemm(cublasHandle_t handle, int which, int parity);
   uint16_t* per_shape(std::span<const Shape> shapes, cublasHandle_t handle, cudaStream_t stream, int steps);
+  void build_tiles(const Upload& upload);
   std::vector<Shape> shapes_, stragglers_;
   uint16_t *x_, *y_, *a_, *b_;
   int64_t elements_ = 0, square_ = 0, matrices_ = 0;
   GemmArgs args_[3];
   std::vector<int> group_size_;
   std::shared_ptr<void> pointers_;  // 5 tables (product 0 per parity, 1, 2 per parity) of A, B, C pointer arrays
-  bool grouped_ = true;
+  // The kernel path: the matrices and the tiles, the m × m tiles (products 0, 1) first, then the m × n (product 2).
+  std::shared_ptr<void> ns_matrices_, ns_tiles_;
+  int64_t square_tiles_ = 0, rect_tiles_ = 0;
+  NsPath path_ = NsPath::cublas;
   bool tried_ = false;
 };
 

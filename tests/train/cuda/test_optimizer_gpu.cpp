@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -182,6 +184,11 @@ TEST(OptimizerKernelDescriptors, EveryKernelIsRegistered) {
   const auto& k = cuda::kernel_instance<train::SgdStep>();
   EXPECT_EQ(k.name_expression(), "vision::train::sgd_step<float>");
   EXPECT_NE(k.source().find("struct OptimTensor"), std::string::npos);  // the layout header is inlined
+  const auto& ns = cuda::kernel_instance<train::NsGemm>();
+  EXPECT_EQ(ns.id(), "ns_gemm__bf16");
+  EXPECT_EQ(ns.name_expression(), "vision::train::ns_gemm<__nv_bfloat16>");
+  EXPECT_NE(ns.source().find("mma.sync.aligned.m16n8k16.row.col.f32.bf16"), std::string::npos);
+  EXPECT_NE(ns.source().find("struct NsTile"), std::string::npos);
 }
 
 // Each kernel against its CPU twin, on tables with multi-chunk tensors, three groups and two Muon tensors (one
@@ -478,17 +485,100 @@ TEST(NewtonSchulzGpu, FreshScratchGivesThePoisonedScratchResult) {
 
 // The grouped Newton–Schulz (all shapes in one cublasGemmGroupedBatchedEx call per product) against the CPU twin,
 // shape by shape, within BatchedBf16MatchesTheCpuTwin's bounds: the shapes of that test together, in one run.
-// Each list in turn: shapes whose matrices all start 16-byte aligned (every one grouped), and a mix with odd sizes
-// that leave matrices misaligned (run shape by shape after the grouped GEMMs; cuBLAS failed with a misaligned address
-// when they were grouped) and an odd leading dimension among the grouped ones.
+// The kernel path's tables, built on the host (no GPU needed): every matrix of every shape in order, its X at its
+// offset and its scratch padded to 8 elements; per matrix the m × m tiles (products 0, 1), then all the m × n tiles
+// (product 2), each tile once.
+TEST(NewtonSchulzTiles, EveryMatrixIsTiledOncePerProduct) {
+  std::vector<std::vector<uint8_t>> uploads;
+  auto upload = [&](const void* host, size_t bytes) {
+    const auto* p = static_cast<const uint8_t*>(host);
+    uploads.emplace_back(p, p + bytes);
+    return std::shared_ptr<void>(std::malloc(std::max<size_t>(bytes, 1)), std::free);
+  };
+  std::vector<train::GroupedNewtonSchulz::Shape> shapes;
+  int64_t total = 0;
+  for (const auto& [count, m, n] : std::vector<std::array<int64_t, 3>>{{3, 3, 5}, {1, 70, 130}, {2, 64, 128}}) {
+    shapes.push_back({m, n, count, total});
+    total += count * m * n;
+  }
+  std::vector<uint16_t> x(static_cast<size_t>(total)), y(x.size()),
+      a(static_cast<size_t>(train::GroupedNewtonSchulz::square_elements(shapes))), b(a.size());
+  train::GroupedNewtonSchulz ns(shapes, x.data(), y.data(), a.data(), b.data(), upload, train::NsPath::kernel);
+  EXPECT_EQ(ns.path(), train::NsPath::kernel);
+  EXPECT_TRUE(ns.stragglers().empty());
+  ASSERT_EQ(uploads.size(), 2u);
+  const auto matrices = values_of<train::NsMatrix>(uploads[0]);
+  const auto tiles = values_of<train::NsTile>(uploads[1]);
+  ASSERT_EQ(matrices.size(), 6u);
+  // Square tiles: 3 × 1 + 2 × 2 + 2 × 1 = 9; rectangular: 3 × 1 + 2 × 3 + 2 × 2 = 13.
+  EXPECT_EQ(ns.tiles(), 22);
+  ASSERT_EQ(tiles.size(), 22u);
+  int64_t xo = 0, ao = 0;
+  size_t i = 0;
+  for (const auto& s : shapes)
+    for (int64_t j = 0; j < s.count; ++j, ++i, xo += s.m * s.n, ao += train::GroupedNewtonSchulz::square_stride(s.m)) {
+      EXPECT_EQ(matrices[i].x_offset, xo);
+      EXPECT_EQ(matrices[i].a_offset, ao);
+      EXPECT_EQ(ao % 8, 0);
+      EXPECT_EQ(matrices[i].m, s.m);
+      EXPECT_EQ(matrices[i].n, s.n);
+    }
+  std::map<int32_t, std::pair<int64_t, int64_t>> covered;  // matrix → elements covered by square, rectangular tiles
+  for (size_t k = 0; k < tiles.size(); ++k) {
+    const train::NsTile& t = tiles[k];
+    ASSERT_GE(t.matrix, 0);
+    ASSERT_LT(t.matrix, 6);
+    const train::NsMatrix& mat = matrices[static_cast<size_t>(t.matrix)];
+    const int64_t cols = k < 9 ? mat.m : mat.n;
+    EXPECT_EQ(t.row % train::kNsTileM, 0);
+    EXPECT_EQ(t.col % train::kNsTileN, 0);
+    EXPECT_LT(t.row, mat.m);
+    EXPECT_LT(t.col, cols);
+    const int64_t area = std::min<int64_t>(train::kNsTileM, mat.m - t.row) * std::min<int64_t>(train::kNsTileN, cols - t.col);
+    (k < 9 ? covered[t.matrix].first : covered[t.matrix].second) += area;
+  }
+  for (int32_t k = 0; k < 6; ++k) {
+    const train::NsMatrix& mat = matrices[static_cast<size_t>(k)];
+    EXPECT_EQ(covered[k].first, int64_t{mat.m} * mat.m) << "matrix " << k;
+    EXPECT_EQ(covered[k].second, int64_t{mat.m} * mat.n) << "matrix " << k;
+  }
+}
+
+// VISION_NS_GROUPED picks the path: unset or 1 cuBLAS's grouped GEMM, "kernel" the engine's, 0 shape by shape; anything
+// else is an error naming the variable.
+TEST(NewtonSchulzTiles, PathFromTheEnvironment) {
+  {
+    const ScopedEnv e(train::kNewtonSchulzGroupedEnv, std::nullopt);
+    EXPECT_EQ(train::newton_schulz_path_from_env(), train::NsPath::cublas);
+  }
+  for (const auto& [value, path] : std::vector<std::pair<std::string, train::NsPath>>{
+           {"1", train::NsPath::cublas}, {"kernel", train::NsPath::kernel}, {"0", train::NsPath::per_shape}}) {
+    const ScopedEnv e(train::kNewtonSchulzGroupedEnv, value);
+    EXPECT_EQ(train::newton_schulz_path_from_env(), path) << value;
+  }
+  const ScopedEnv e(train::kNewtonSchulzGroupedEnv, std::string("fast"));
+  try {
+    train::newton_schulz_path_from_env();
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& ex) {
+    EXPECT_NE(std::string(ex.what()).find("VISION_NS_GROUPED=fast"), std::string::npos) << ex.what();
+  }
+}
+
+// Both grouped paths, each on two lists: shapes whose matrices all start 16-byte aligned, and a mix with odd sizes that
+// leave matrices misaligned and an odd leading dimension. The cublas path runs the misaligned ones shape by shape after
+// its grouped GEMMs (cuBLAS failed with a misaligned address when they were grouped); the engine's own kernel takes
+// every matrix, in 3 launches an iteration (counted in a captured graph), and repeats its bits.
 TEST(NewtonSchulzGpu, GroupedShapesMatchTheCpuTwin) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   auto& ctx = cuda_ctx();
   using Sizes = std::vector<std::array<int64_t, 3>>;  // count, m, n
+  for (const train::NsPath path : {train::NsPath::cublas, train::NsPath::kernel})
   for (const auto& [sizes, stragglers] : std::vector<std::pair<Sizes, size_t>>{
-           {{{3, 4, 6}, {2, 16, 48}, {2, 64, 64}, {2, 64, 576}, {1, 128, 1152}}, 0},
-           {{{2, 8, 16}, {3, 3, 5}, {1, 5, 11}, {1, 3, 4}, {2, 64, 64}, {1, 7, 9}}, 3}}) {
-    SCOPED_TRACE(testing::Message() << sizes.size() << " shapes");
+           {{{3, 4, 6}, {2, 16, 48}, {2, 64, 64}, {2, 64, 576}, {1, 128, 1152}, {1, 256, 2304}}, 0},
+           {{{2, 8, 16}, {3, 3, 5}, {1, 5, 11}, {1, 3, 4}, {2, 64, 64}, {1, 7, 9}, {1, 70, 130}}, 3}}) {
+    const bool kernel = path == train::NsPath::kernel;
+    SCOPED_TRACE(testing::Message() << (kernel ? "kernel" : "cublas") << ", " << sizes.size() << " shapes");
     std::vector<train::GroupedNewtonSchulz::Shape> shapes;
     int64_t total = 0;
     for (const auto& [count, m, n] : sizes) {
@@ -516,17 +606,26 @@ TEST(NewtonSchulzGpu, GroupedShapesMatchTheCpuTwin) {
       VISION_CUDA_CHECK(cudaMemcpy(mem.get(), host, bytes, cudaMemcpyHostToDevice));
       return mem;
     };
-    train::GroupedNewtonSchulz ns(shapes, dx.get(), dy.get(), da.get(), db.get(), upload);
-    EXPECT_EQ(ns.stragglers().size(), stragglers);
+    train::GroupedNewtonSchulz ns(shapes, dx.get(), dy.get(), da.get(), db.get(), upload, path);
+    EXPECT_EQ(ns.stragglers().size(), kernel ? 0 : stragglers);
     uint16_t* out = ns.run(ctx.cublas(), ctx.stream(), 5);
     ctx.synchronize();
-    EXPECT_TRUE(ns.grouped()) << "cuBLAS ran no grouped bf16 GEMM: the iteration went shape by shape";
+    EXPECT_EQ(ns.path(), path) << "cuBLAS ran no grouped bf16 GEMM: the iteration went shape by shape";
     EXPECT_EQ(out, dy.get()) << "after 5 (odd) iterations the result is in the second buffer";
     const auto gpu = dy.download();
     auto cpu = x;
     for (const auto& s : shapes) {
       train::newton_schulz_cpu(cpu.data() + s.offset, s.count, s.m, s.n, 5);
       expect_newton_schulz_near_twin(gpu, cpu, x, s.offset, s.count, s.m, s.n);
+    }
+    if (kernel) {  // 5 steps from the same input again, captured: 15 launches, the same bits
+      dx.buf.upload(bytes_of(x));
+      dy.buf.poison();
+      const auto captured = cuda::CapturedGraph::capture(ctx.stream(), [&] { ns.run(ctx.cublas(), ctx.stream(), 5); });
+      captured->replay(ctx.stream());
+      ctx.synchronize();
+      EXPECT_EQ(captured->launches(), 15u);
+      EXPECT_TRUE(dy.download() == gpu) << "the replayed iteration differs from the eager one";
     }
     // An even number of steps ends in the first buffer.
     EXPECT_EQ(ns.run(ctx.cublas(), ctx.stream(), 2), dx.get());

@@ -49,6 +49,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "vision/cuda/mma.cuh"
+
 namespace vision::ops::attention {
 
 namespace fa2 {
@@ -234,17 +236,10 @@ __device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
 // c (16×8, f32) += a (16×16, row) · b (16×8, col), 16-bit inputs.
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  if constexpr (IsSame<T, __half>::value) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
+  if constexpr (IsSame<T, __half>::value)
+    vk::mma_16816_f16(c, a, b0, b1);
+  else
+    vk::mma_16816_bf16(c, a, b0, b1);
 }
 
 // Fragment loads from a row-major shared tile with row stride LD (elements).
