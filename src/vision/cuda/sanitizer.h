@@ -7,6 +7,11 @@
 // (CudnnConvOutputs.EveryElementIsWrittenIntoFreshMemory), but which kernels cuDNN runs depends on the shape and the
 // GPU: its outputs are marked the same way.
 //
+// Within one cuDNN call too: a convolution in NCHW bf16 on the H100 ran an NHWC engine between layout transforms
+// (NcclGpu.WorldOfOneMatchesARunWithoutNccl under initcheck: cuDNN's nhwcToNchwKernel reported 24,576 reads of
+// "uninitialised" memory, the engine's result in the workspace, written by stores initcheck does not see). So the
+// workspace of each cuDNN convolution is marked before the call: it is cuDNN's scratch, which it writes before reading.
+//
 // So each call into cuBLAS or cuDNN marks the outputs it wrote as initialised, through NVTX's memory extension
 // (nvtxMemCudaMarkInitialized, header-only; tools/compute-sanitizer.sh runs with --nvtx yes). Without a tool attached
 // that is a check of a null function pointer. VISION_SANITIZER_MARKS=0 turns the marks off, to see the reports.

@@ -758,16 +758,17 @@ TEST(OptimizerGpu, Yolo26nMuSGDStepMatchesTheCpu) {
 }
 
 // #27: MuSGD's step over YOLO26n (126 Muon matrices in 40 shapes) captured into one CUDA graph — the decision, the
-// group settings' copy from the engine's pinned buffer, the Muon preparation, Newton–Schulz (5 iterations, grouped
-// over the shapes) and the update — replays in at most 100 operations (per-shape Newton–Schulz made about 1,000), and
-// the replayed step equals an eager one bit for bit.
-// Disabled: #27's goal, not met yet. Its first GPU run (H100, 2026-12-07) captured 616 operations, not ≤ 100 (the
-// grouped Newton–Schulz makes 25 of them: the rest of the step is per-shape and per-group work), and the replayed
-// parameters differed from the eager step's (the first elements equal; which ones differ and why — cuBLAS choosing
-// other kernels under capture, or a value read at capture time — is still to be found). Run it with
-// --gtest_also_run_disabled_tests.
+// group settings' copy from the engine's pinned buffer, the Muon preparation, Newton–Schulz (5 iterations in the
+// engine's own grouped GEMM: 15 launches) and the update — replays in at most 100 operations (per-shape Newton–Schulz
+// made about 1,000), and the replayed step equals an eager one bit for bit.
+// Disabled until it has run on a GPU with the kernel path. Its first GPU run (H100, 2026-12-07, cuBLAS's grouped GEMM)
+// captured 616 operations: cublasGemmGroupedBatchedEx runs a kernel per shape (5 × 3 × 40 = 600, + 6 + 10 copies),
+// and the replayed parameters differed from the eager step's (the first elements equal) — likely cuBLAS staging each
+// call's per-group arguments in one host buffer that a replay reads as the last call left it. The kernel path has
+// neither (its tables are uploaded once). Run it with --gtest_also_run_disabled_tests.
 TEST(OptimizerGpu, DISABLED_Yolo26nMuSGDStepIsOneGraphOfAtMost100Launches) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const ScopedEnv path(train::kNewtonSchulzGroupedEnv, std::string("kernel"));
   const auto y = yolo26n_states({graph::cuda_backend(), graph::cuda_backend()});
   graph::StateStore &eager = *y->stores[0], &replayed = *y->stores[1];
   train::Optimizer oe(eager, y->musgd), orp(replayed, y->musgd);
@@ -782,7 +783,7 @@ TEST(OptimizerGpu, DISABLED_Yolo26nMuSGDStepIsOneGraphOfAtMost100Launches) {
   ASSERT_TRUE(orp.finish_step().applied);
   const size_t launches = captured->launches();
   EXPECT_LE(launches, 100u);
-  EXPECT_GE(launches, 5u * 5u) << "Newton–Schulz alone makes 5 operations per iteration";
+  EXPECT_GE(launches, 5u * 3u) << "Newton–Schulz alone makes 3 launches an iteration";
   std::printf("MuSGD step over YOLO26n: %zu operations in the captured graph\n", launches);
   EXPECT_EQ(replayed.backend().download(replayed.flat_params()).to_vector(),
             eager.backend().download(eager.flat_params()).to_vector());

@@ -274,6 +274,7 @@ void CudnnConv::use_math(cudnnMathType_t m) const {
 void CudnnConv::forward(const void* x, const void* w, void* y, void* workspace, float beta) const {
   const float alpha = 1.0f;
   use_math(fwd_math_);
+  mark_written(workspace, workspace_);  // cuDNN's scratch: see sanitizer.h
   VISION_CUDNN_CHECK(cudnnConvolutionForward(handle_, &alpha, x_desc_, x, w_desc_, w, conv_desc_, fwd_algo_, workspace,
                                              workspace_, &beta, y_desc_, y));
   mark_written(y, y_bytes_);
@@ -288,6 +289,7 @@ void CudnnConv::add_bias(const void* bias, void* y) const {
 void CudnnConv::backward_data(const void* w, const void* dy, void* dx, void* workspace) const {
   const float alpha = 1.0f, beta = 0.0f;
   use_math(bwd_data_math_);
+  mark_written(workspace, workspace_);  // cuDNN's scratch: see sanitizer.h
   VISION_CUDNN_CHECK(cudnnConvolutionBackwardData(handle_, &alpha, w_desc_, w, y_desc_, dy, conv_desc_, bwd_data_algo_,
                                                   workspace, workspace_, &beta, x_desc_, dx));
   mark_written(dx, x_bytes_);
@@ -296,6 +298,7 @@ void CudnnConv::backward_data(const void* w, const void* dy, void* dx, void* wor
 void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, void* workspace) const {
   const float alpha = 1.0f, beta = 0.0f;
   use_math(bwd_filter_math_);
+  mark_written(workspace, workspace_);  // cuDNN's scratch: see sanitizer.h
   VISION_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle_, &alpha, x_desc_, x, y_desc_, dy, conv_desc_,
                                                     bwd_filter_algo_, workspace, workspace_, &beta, w_desc_, dw));
   mark_written(dw, w_bytes_);
