@@ -2,10 +2,10 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <string_view>
+#include <utility>
 
 #include "vision/core/error.h"
 #include "vision/cuda/check.h"
@@ -223,8 +223,14 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
   elements_ = elements(shapes_);
   square_ = square_elements(shapes_);
   if (shapes_.empty()) return;
+  // Each shape's first scratch element: its matrices' m × m scratch, each padded to square_stride(m), one after another.
+  std::vector<int64_t> square_offsets;
+  for (int64_t ao = 0; const Shape& s : shapes_) {
+    square_offsets.push_back(ao);
+    ao += s.count * square_stride(s.m);
+  }
   if (path_ == NsPath::kernel) {
-    build_tiles(upload);
+    build_tiles(upload, square_offsets);
     return;
   }
   if (path_ == NsPath::per_shape) return;
@@ -235,11 +241,11 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % kGroupedAlignBytes == 0; };
   const bool bases = aligned(x_) && aligned(y_) && aligned(a_) && aligned(b_);
   constexpr int64_t kElems = kGroupedAlignBytes / 2;
-  std::vector<int64_t> square_offsets;
-  for (int64_t ao = 0; const Shape& s : shapes_) {
-    square_offsets.push_back(ao);
-    ao += s.count * square_stride(s.m);
-    if (bases && s.offset % kElems == 0 && (s.count == 1 || (s.m * s.n) % kElems == 0))
+  std::vector<bool> grouped(shapes_.size());
+  for (size_t k = 0; k < shapes_.size(); ++k) {
+    const Shape& s = shapes_[k];
+    grouped[k] = bases && s.offset % kElems == 0 && (s.count == 1 || (s.m * s.n) % kElems == 0);
+    if (grouped[k])
       matrices_ += s.count;
     else
       stragglers_.push_back(s);
@@ -248,13 +254,11 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
   if (path_ == NsPath::per_shape) return;
   VISION_CHECK(matrices_ <= std::numeric_limits<int>::max(), "newton_schulz: {} matrices exceed cuBLAS's sizes",
                matrices_);
-  auto straggler = [&](const Shape& s) {
-    return std::any_of(stragglers_.begin(), stragglers_.end(), [&](const Shape& t) { return t.offset == s.offset; });
-  };
   // Row-major R×C matrices are column-major C×R ones: each product is written for cuBLAS's column-major view (see
   // newton_schulz_cuda).
-  for (const Shape& s : shapes_) {
-    if (straggler(s)) continue;
+  for (size_t k = 0; k < shapes_.size(); ++k) {
+    if (!grouped[k]) continue;
+    const Shape& s = shapes_[k];
     const int M = static_cast<int>(s.m), N = static_cast<int>(s.n);
     group_size_.push_back(static_cast<int>(s.count));
     auto add = [](GemmArgs& g, cublasOperation_t ta, int m, int n, int k, int lda, int ldb, int ldc, float alpha,
@@ -279,8 +283,8 @@ GroupedNewtonSchulz::GroupedNewtonSchulz(std::span<const Shape> shapes, uint16_t
   std::vector<const void*> host(5 * 3 * P);
   size_t i = 0;
   for (size_t k = 0; k < shapes_.size(); ++k) {
+    if (!grouped[k]) continue;
     const Shape& s = shapes_[k];
-    if (straggler(s)) continue;
     for (int64_t j = 0, xo = s.offset, ao = square_offsets[k]; j < s.count;
          ++j, ++i, xo += s.m * s.n, ao += square_stride(s.m)) {
       uint16_t* xs[2] = {x_ + xo, y_ + xo};
@@ -315,7 +319,7 @@ bool GroupedNewtonSchulz::gemm(cublasHandle_t handle, int which, int parity) {
   return true;
 }
 
-void GroupedNewtonSchulz::build_tiles(const Upload& upload) {
+void GroupedNewtonSchulz::build_tiles(const Upload& upload, std::span<const int64_t> square_offsets) {
   std::vector<NsMatrix> matrices;
   std::vector<NsTile> square, rect;
   auto tiles_of = [](std::vector<NsTile>& into, int32_t matrix, int64_t rows, int64_t cols) {
@@ -323,13 +327,15 @@ void GroupedNewtonSchulz::build_tiles(const Upload& upload) {
       for (int64_t c = 0; c < cols; c += kNsTileN)
         into.push_back({matrix, static_cast<int32_t>(r), static_cast<int32_t>(c), 0});
   };
-  for (int64_t ao = 0; const Shape& s : shapes_)
-    for (int64_t j = 0; j < s.count; ++j, ao += square_stride(s.m)) {
+  for (size_t k = 0; k < shapes_.size(); ++k) {
+    const Shape& s = shapes_[k];
+    for (int64_t j = 0, ao = square_offsets[k]; j < s.count; ++j, ao += square_stride(s.m)) {
       const auto index = static_cast<int32_t>(matrices.size());
       matrices.push_back({s.offset + j * s.m * s.n, ao, static_cast<int32_t>(s.m), static_cast<int32_t>(s.n)});
       tiles_of(square, index, s.m, s.m);
       tiles_of(rect, index, s.m, s.n);
     }
+  }
   VISION_CHECK(matrices.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()) &&
                    square.size() + rect.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
                "newton_schulz: {} matrices in {} tiles exceed one launch's grid", matrices.size(),

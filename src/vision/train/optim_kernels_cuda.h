@@ -152,7 +152,7 @@ class GroupedNewtonSchulz {
   // False when cuBLAS does not support it on the first call (nothing was computed).
   bool gemm(cublasHandle_t handle, int which, int parity);
   uint16_t* per_shape(std::span<const Shape> shapes, cublasHandle_t handle, cudaStream_t stream, int steps);
-  void build_tiles(const Upload& upload);
+  void build_tiles(const Upload& upload, std::span<const int64_t> square_offsets);
   std::vector<Shape> shapes_, stragglers_;
   uint16_t *x_, *y_, *a_, *b_;
   int64_t elements_ = 0, square_ = 0, matrices_ = 0;
