@@ -143,6 +143,56 @@ TEST(StagedUpload, MisuseIsAnError) {
   EXPECT_EQ(download(ctx, a.get(), host.size()), host);
 }
 
+// cuda::ReplayableUpload (an optimizer step's settings in a captured training step): a graph that captured queue()
+// copies what was staged last at each replay, and stage() does not overwrite the pinned buffer while a replayed copy
+// that reads it is still queued (the copy is held behind a host function until after stage() was called on another
+// thread: a stage() that did not wait would write its bytes before the copy ran, and the device would hold them).
+TEST(ReplayableUpload, ReplaysCopyWhatWasStagedLast) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  CudaBackendContext ctx;
+  cuda::ReplayableUpload up(3 * sizeof(float));
+  auto device = [&] {
+    std::vector<float> v(3);
+    ctx.copy_to_host(v.data(), up.device(), sizeof(float) * 3);
+    return v;
+  };
+  const std::vector<float> a{1, 2, 3}, b{4, 5, 6}, c{7, 8, 9}, d{10, 11, 12};
+  up.stage(a.data(), 12);
+  auto graph = cuda::CapturedGraph::capture(ctx.stream(), [&] { up.queue(ctx.stream()); });
+  EXPECT_EQ(graph->launches(), 1u);
+  up.stage(b.data(), 12);
+  graph->replay(ctx.stream());
+  EXPECT_EQ(device(), b);
+  up.stage(c.data(), 12);
+
+  struct Gate {
+    std::atomic<bool> released{false};
+    std::atomic<bool> saw_release{false};
+  } gate;
+  auto hold = [](void* p) {
+    auto* g = static_cast<Gate*>(p);
+    for (int i = 0; i < 10000 && !g->released.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g->saw_release = g->released.load();
+  };
+  VISION_CUDA_CHECK(cudaLaunchHostFunc(ctx.stream(), hold, &gate));
+  graph->replay(ctx.stream());  // its copy waits behind the host function
+  std::atomic<bool> staged{false};
+  std::thread other([&] {
+    up.stage(d.data(), 12);
+    staged = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // time for a stage() that does not wait to write d
+  EXPECT_FALSE(staged.load()) << "stage() did not wait for the replayed copy";
+  gate.released = true;
+  other.join();
+  ctx.synchronize();
+  EXPECT_TRUE(gate.saw_release.load());
+  EXPECT_EQ(device(), c) << "the replay copied bytes staged after it was launched";
+  up.queue(ctx.stream());  // eagerly
+  EXPECT_EQ(device(), d);
+  EXPECT_THROW(up.stage(d.data(), 8), Error);
+}
+
 // copy_2d (concat and split in NHWC): every unit width the kernel picks (16, 8, 4, 2 and 1 bytes, from the alignment
 // of addresses, width and pitches), runs shorter and longer than a unit, and bytes outside the runs left alone.
 TEST(CopyRows, MovesExactlyTheRunsForEveryAlignment) {

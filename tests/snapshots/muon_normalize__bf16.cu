@@ -479,13 +479,16 @@ __global__ void muon_normalize(T* __restrict__ ns, const void* __restrict__ tens
   for (int64_t j = threadIdx.x; j < t.numel; j += kOptimThreads) x[j] = vk::from_float<T>(__fdiv_rn(vk::to_float(x[j]), den));
 }
 
-// EMA: ema ← d·ema + omd·source over the chunks (source region 0: params, 1: buffers); nothing when status (an
-// OptimStatus, or null) says the step was skipped.
+// EMA: ema ← d·ema + omd·source over the chunks (source region 0: params, 1: buffers), with {d, omd} read from device
+// memory (decay[0], decay[1]: written before each replay of a captured step); nothing when status (an OptimStatus, or
+// null) says the step was skipped.
 template <typename T>
 __global__ void ema_update(T* __restrict__ ema, const T* __restrict__ params, const T* __restrict__ buffers,
-                           const void* __restrict__ chunk_table, float d, float omd, const void* __restrict__ status) {
+                           const void* __restrict__ chunk_table, const float* __restrict__ decay,
+                           const void* __restrict__ status) {
   float unused = 1.0f;
   if (!optim_detail::step_coef(status, unused)) return;
+  const float d = decay[0], omd = decay[1];
   const EmaChunk c = static_cast<const EmaChunk*>(chunk_table)[blockIdx.x];
   const T* src = (c.src_region == 0 ? params : buffers) + c.src_offset;
   T* dst = ema + c.dst_offset;

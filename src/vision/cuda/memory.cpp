@@ -43,6 +43,28 @@ float Event::elapsed_ms_since(const Event& start) const {
   return ms;
 }
 
+ReplayableUpload::ReplayableUpload(size_t bytes)
+    : bytes_(bytes), device_(device_alloc(bytes)), host_(pinned_alloc(bytes)) {
+  std::memset(host_.get(), 0, bytes ? bytes : 1);
+}
+
+void ReplayableUpload::stage(const void* host, size_t bytes) {
+  VISION_CHECK(bytes == bytes_, "a replayable upload of {} bytes was staged with {}", bytes_, bytes);
+  done_.synchronize();  // the copy that last read the buffer (never recorded: returns at once)
+  if (bytes) std::memcpy(host_.get(), host, bytes);
+}
+
+void ReplayableUpload::queue(cudaStream_t stream) const {
+  if (!bytes_) return;
+  VISION_CUDA_CHECK(cudaMemcpyAsync(device_.get(), host_.get(), bytes_, cudaMemcpyHostToDevice, stream));
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  VISION_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  // While capturing, an external record becomes a node of the graph: each replay records the event after its copy.
+  VISION_CUDA_CHECK(cudaEventRecordWithFlags(done_.get(), stream,
+                                             capturing == cudaStreamCaptureStatusNone ? cudaEventRecordDefault
+                                                                                      : cudaEventRecordExternal));
+}
+
 StagedUploader::~StagedUploader() {
   for (Slot& slot : slots_)
     if (slot.in_flight) cudaEventSynchronize(slot.done.get());  // no throwing here; the buffer is freed right after

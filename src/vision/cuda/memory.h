@@ -84,6 +84,29 @@ class StagedUploader {
   Event direct_done_{cudaEventDisableTiming};
 };
 
+// A host-to-device copy of a fixed size that a CUDA graph may capture (a training step's settings: the optimizer's
+// group table, the EMA's decay). stage() writes the bytes into a pinned buffer of its own; queue() copies that buffer
+// into its device memory on a stream — at once, or at each replay of a graph that captured the call, which then reads
+// what was staged last. After the copy queue() records an event (captured as an event-record node while the stream
+// captures), and stage() waits for it before writing: the copy that last read the buffer, eager or replayed, is done
+// before it changes — never a wait for the whole stream.
+class ReplayableUpload {
+ public:
+  explicit ReplayableUpload(size_t bytes);
+  ReplayableUpload(const ReplayableUpload&) = delete;
+  ReplayableUpload& operator=(const ReplayableUpload&) = delete;
+  size_t bytes() const { return bytes_; }
+  void stage(const void* host, size_t bytes);  // bytes must be bytes(); the copy a graph captured has that size
+  void queue(cudaStream_t stream) const;
+  void* device() const { return device_.get(); }
+
+ private:
+  size_t bytes_;
+  std::shared_ptr<void> device_;
+  PinnedBytes host_;
+  Event done_{cudaEventDisableTiming};
+};
+
 // A CUDA graph captured from the work a callable queues on a stream, instantiated for replay.
 class CapturedGraph {
  public:

@@ -78,10 +78,10 @@ std::vector<Tensor> Executor::forward_train(const std::vector<Tensor>& inputs) {
 
 void Executor::train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
                           const std::function<void(const std::vector<Tensor>&)>& after_forward,
-                          const GradientReady& ready) {
+                          const GradientReady& ready, const std::function<void()>& after_backward) {
   Plan& p = plan(Mode::train, shapes_of(inputs));
   last_train_ = &p;
-  p.train_step(inputs, accumulate, seed, after_forward, ready);
+  p.train_step(inputs, accumulate, seed, after_forward, ready, after_backward);
 }
 
 void Executor::backward(const std::vector<Tensor>& grad_outputs, bool accumulate, float seed,

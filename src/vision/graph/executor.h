@@ -46,11 +46,11 @@ class Executor {
   // ready: told of each parameter gradient once it is final (GradientReady, plan.h).
   void backward(const std::vector<Tensor>& grad_outputs = {}, bool accumulate = false, float seed = 1.0f,
                 const GradientReady& ready = {});
-  // forward_train, then after_forward(outputs), then backward({}, accumulate, seed, ready), as one captured and
-  // replayed graph from the plan's second step on where the backend can capture (Plan::train_step).
+  // forward_train, then after_forward(outputs), then backward({}, accumulate, seed, ready), then after_backward(), as
+  // one captured and replayed graph from the plan's second step on where the backend can capture (Plan::train_step).
   void train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
                   const std::function<void(const std::vector<Tensor>&)>& after_forward = {},
-                  const GradientReady& ready = {});
+                  const GradientReady& ready = {}, const std::function<void()>& after_backward = {});
   Plan* last_train_plan() const { return last_train_; }
 
  private:

@@ -680,15 +680,16 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
 
 void Plan::train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
                       const std::function<void(const std::vector<Tensor>&)>& after_forward,
-                      const GradientReady& ready) {
+                      const GradientReady& ready, const std::function<void()>& after_backward) {
   VISION_CHECK(mode_ == Mode::train, "train_step needs a plan built for training");
   const bool capturable = graph_replay_ && !has_derived_ && !backward_profile_ && train_capture_error_.empty() &&
                           backend_->supports_graph_capture();
-  const size_t variant = (accumulate ? 1 : 0) + (ready ? 2 : 0);
+  const size_t variant = (accumulate ? 1 : 0) + (ready ? 2 : 0) + (after_backward ? 4 : 0);
   auto eager = [&] {
     forward(inputs);
     if (after_forward) after_forward(outputs());
     backward({}, accumulate, seed, ready);
+    if (after_backward) after_backward();
     ++eager_steps_[variant];
   };
   // Eager; the first call of each variant warms up what its capture needs (kernels compiled and loaded, library
@@ -704,6 +705,7 @@ void Plan::train_step(const std::vector<Tensor>& inputs, bool accumulate, float 
         run_steps();
         if (after_forward) after_forward(outputs());
         backward_steps({}, accumulate, ready);
+        if (after_backward) after_backward();
       });
     } catch (const Error& e) {
       // Nothing ran (a capture only records): the step runs eagerly, now and from now on.

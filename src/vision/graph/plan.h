@@ -148,10 +148,12 @@ class Plan {
   // becomes one launch, and nothing in it waits for the host. The same numbers as the eager calls (in deterministic mode, bit for bit). A capture that fails (an
   // op that cannot be captured) leaves the plan eager, with train_step_replay_error() saying why. `ready` (see
   // GradientReady) is called in the eager calls and in the capture; a step with one and a step without are captured
-  // apart (what the hook queues is part of the graph).
+  // apart (what the hook queues is part of the graph). `after_backward` (e.g. the optimizer's update and the EMA)
+  // runs after the backward, in the eager calls and in the capture, and is part of the graph the same way; a replay
+  // does not call it (what it reads from the host must be staged where the graph reads it, before the call).
   void train_step(const std::vector<Tensor>& inputs, bool accumulate, float seed,
                   const std::function<void(const std::vector<Tensor>&)>& after_forward = {},
-                  const GradientReady& ready = {});
+                  const GradientReady& ready = {}, const std::function<void()>& after_backward = {});
   bool train_step_replayed() const {
     return std::any_of(captured_steps_.begin(), captured_steps_.end(), [](const auto& c) { return c != nullptr; });
   }
@@ -218,9 +220,9 @@ class Plan {
   std::shared_ptr<void> captured_;
   // Training steps (train_step): the captured graph per value of accumulate; the seed of the scalar outputs' gradient
   // on the backend (one f32), from which backward copies it.
-  // Variants: accumulate (1) and a GradientReady hook (2).
-  std::array<std::shared_ptr<void>, 4> captured_steps_;
-  std::array<int64_t, 4> eager_steps_ = {0, 0, 0, 0};
+  // Variants: accumulate (1), a GradientReady hook (2), an after_backward hook (4).
+  std::array<std::shared_ptr<void>, 8> captured_steps_;
+  std::array<int64_t, 8> eager_steps_ = {};
   std::optional<std::vector<std::vector<Tensor>>> gradients_final_after_;
   std::string train_capture_error_;
   Tensor seed_;

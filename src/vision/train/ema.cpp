@@ -9,6 +9,7 @@
 #include "vision/core/error.h"
 #include "vision/train/optim_kernels.h"
 #ifdef VISION_HAS_CUDA
+#include "vision/cuda/memory.h"
 #include "vision/train/optim_kernels_cuda.h"
 #endif
 
@@ -53,23 +54,35 @@ struct ModelEma::Impl {
   std::vector<graph::StateEntry> entries;  // the model's, to check later updates against
   std::vector<EmaChunk> chunks;
   int64_t total = 0, updates = 0;
-  bool pending = false;  // an update queued and not yet finished
+  bool pending = false;  // an update staged (and launched, or replayed) and not yet finished
   std::shared_ptr<void> memory, device_chunks;
+  float staged[2] = {0.0f, 1.0f};  // {d, 1 − d} of the update staged last
+#ifdef VISION_HAS_CUDA
+  std::unique_ptr<cuda::ReplayableUpload> decay;  // on CUDA: `staged` for the kernel (a replay reads the last one)
+#endif
 
-  // status: an optimizer step's decision (host memory on the CPU, device memory on CUDA), or null: always update.
-  void run(const graph::StateStore& model, float d, float omd, const OptimStatus* status = nullptr) {
+  void stage(float d, float omd) {
+    staged[0] = d;
+    staged[1] = omd;
+#ifdef VISION_HAS_CUDA
+    if (decay) decay->stage(staged, sizeof(staged));
+#endif
+  }
+
+  // The staged update; status: an optimizer step's decision (host memory on the CPU, device memory on CUDA), or null:
+  // always update.
+  void run(const graph::StateStore& model, const OptimStatus* status = nullptr) {
     check_model(model);
     const auto* params = static_cast<const float*>(model.flat_params().raw());
     const float* buffers = buffer_base(model, slots);
     auto* ema = static_cast<float*>(memory.get());
     if (backend->backend() == graph::Backend::cpu) {
-      if (status == nullptr || status->applied) ema_update_cpu(ema, params, buffers, chunks, d, omd);
+      if (status == nullptr || status->applied) ema_update_cpu(ema, params, buffers, chunks, staged[0], staged[1]);
       return;
     }
 #ifdef VISION_HAS_CUDA
-    launch_ema_update(*backend, ema, params, buffers,
-                      static_cast<const EmaChunk*>(device_chunks.get()), static_cast<int64_t>(chunks.size()), d, omd,
-                      status);
+    launch_ema_update(*backend, ema, params, buffers, static_cast<const EmaChunk*>(device_chunks.get()),
+                      static_cast<int64_t>(chunks.size()), *decay, status);
 #else
     fail("EMA: this build has no CUDA backend");
 #endif
@@ -120,7 +133,11 @@ ModelEma::ModelEma(const graph::StateStore& model, EmaOptions options) : impl_(s
     m.device_chunks = m.backend->allocate(m.chunks.size() * sizeof(EmaChunk));
     m.backend->copy_to_device(m.device_chunks.get(), m.chunks.data(), m.chunks.size() * sizeof(EmaChunk));
   }
-  m.run(model, 0.0f, 1.0f);  // 0·0 + 1·x: the exact copy
+#ifdef VISION_HAS_CUDA
+  if (m.backend->backend() != graph::Backend::cpu) m.decay = std::make_unique<cuda::ReplayableUpload>(sizeof(m.staged));
+#endif
+  m.stage(0.0f, 1.0f);  // 0·0 + 1·x: the exact copy
+  m.run(model);
 }
 
 ModelEma::~ModelEma() = default;
@@ -131,11 +148,22 @@ void ModelEma::update(const graph::StateStore& model) {
 }
 
 void ModelEma::queue_update(const graph::StateStore& model, const OptimStatus* step_status) {
+  stage_update();
+  launch_update(model, step_status);
+}
+
+void ModelEma::stage_update() {
   Impl& m = *impl_;
   VISION_CHECK(!m.pending, "EMA: an update was queued and not finished (finish_update) before the next one");
   const double d = ema_decay(m.updates + 1, m.options.decay, m.options.tau);
-  m.run(model, static_cast<float>(d), static_cast<float>(1.0 - d), step_status);
+  m.stage(static_cast<float>(d), static_cast<float>(1.0 - d));
   m.pending = true;
+}
+
+void ModelEma::launch_update(const graph::StateStore& model, const OptimStatus* step_status) {
+  Impl& m = *impl_;
+  VISION_CHECK(m.pending, "EMA: launch_update needs an update staged (stage_update)");
+  m.run(model, step_status);
 }
 
 void ModelEma::finish_update(bool applied) {

@@ -39,6 +39,12 @@ class ModelEma {
   // then counts it (applied: the step's StepResult::applied); it must come before the next queue_update.
   void queue_update(const graph::StateStore& model, const OptimStatus* step_status);
   void finish_update(bool applied);
+  // queue_update in its two parts, for an update captured into a CUDA graph (as Optimizer::stage_step/launch_step):
+  // stage_update() sets the decay of the next update where the launched work reads it (device memory on CUDA),
+  // launch_update() queues the update. A graph that captured launch_update() is replayed after each later
+  // stage_update() in its place.
+  void stage_update();
+  void launch_update(const graph::StateStore& model, const OptimStatus* step_status);
   int64_t updates() const;
   // The decay the next update uses.
   double next_decay() const;

@@ -35,15 +35,22 @@ struct StatePointers {
   float* second = nullptr;         // AdamW exp_avg_sq; MuSGD Muon momentum buffer
 };
 
-// A step is decide(), then sgd() or adamw(), queued without waiting (the CUDA engine's on the backend's stream); the
-// updates take their gradient factor from the decision and do nothing when it skips the step.
+// A step is stage() (the host's part: the step's group settings), then decide() and sgd() or adamw(), queued without
+// waiting (the CUDA engine's on the backend's stream, capturable into a CUDA graph: a replay takes the settings staged
+// last); the updates take their gradient factor from the decision and do nothing when it skips the step.
 class Engine {
  public:
   virtual ~Engine() = default;
+  // The group settings the next sgd()/adamw() — or replay of one that a graph captured — uses; as many groups every
+  // step.
+  virtual void stage(std::span<const OptimGroup> groups) = 0;
   // Σ g² over the non-frozen elements and the step's decision from it (optim_math::decide_step).
   virtual void decide(float max_grad_norm) = 0;
-  virtual void sgd(std::span<const OptimGroup> groups, bool musgd, int ns_steps) = 0;
-  virtual void adamw(std::span<const OptimGroup> groups) = 0;
+  virtual void sgd(bool musgd, int ns_steps) = 0;
+  virtual void adamw() = 0;
+  // Whether decide() and the updates may be captured into a CUDA graph and replayed (false on the CPU, and where
+  // Newton–Schulz takes cuBLAS's grouped GEMM, whose replays are not known to be right).
+  virtual bool capturable() const = 0;
   // The last decision, read back (the CUDA engine waits for its stream).
   virtual OptimStatus status() = 0;
   // Where the last decision lives (device memory on CUDA): what the EMA's update reads to follow it.

@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
@@ -23,8 +22,6 @@ class CudaEngine final : public Engine {
     chunks_ = upload(t.chunks);
     muon_chunks_ = upload(t.muon_chunks);
     muon_tensors_ = upload(t.muon_tensors);
-    groups_ = backend.allocate(std::max<size_t>(t.tensors.size(), 1) * sizeof(OptimGroup));
-    groups_host_ = cuda::pinned_alloc(std::max<size_t>(t.tensors.size(), 1) * sizeof(OptimGroup));
     partials_ = backend.allocate(std::max<size_t>(t.chunks.size(), 1) * sizeof(float));
     status_ = backend.allocate(sizeof(OptimStatus));
     if (t.ns_elements > 0) {
@@ -59,35 +56,47 @@ class CudaEngine final : public Engine {
 
   OptimStatus status() override {
     OptimStatus host{};
-    backend_.copy_to_host(&host, status_.get(), sizeof(host));  // waits for the stream: every queued copy is done
-    groups_in_flight_ = false;
+    backend_.copy_to_host(&host, status_.get(), sizeof(host));  // waits for the stream
     return host;
   }
 
   const OptimStatus* status_pointer() const override { return as<OptimStatus>(status_); }
 
-  void sgd(std::span<const OptimGroup> groups, bool musgd, int ns_steps) override {
+  // The step's group settings (lr, momentum, …) go to the device from a pinned buffer of the engine's own, so the
+  // copy can be captured into a CUDA graph (a replay reads the buffer as stage() last wrote it).
+  void stage(std::span<const OptimGroup> groups) override {
+    VISION_CHECK(groups.size() <= std::max<size_t>(t_.tensors.size(), 1),
+                 "optimizer: {} groups for {} tensors", groups.size(), t_.tensors.size());
+    const size_t bytes = groups.size() * sizeof(OptimGroup);
+    if (!groups_) groups_ = std::make_unique<cuda::ReplayableUpload>(bytes);
+    VISION_CHECK(groups_->bytes() == bytes, "optimizer: {} groups staged, {} before", groups.size(),
+                 groups_->bytes() / sizeof(OptimGroup));
+    groups_->stage(groups.data(), bytes);
+  }
+
+  bool capturable() const override { return !ns_ || ns_->path() != NsPath::cublas; }
+
+  void sgd(bool musgd, int ns_steps) override {
     const auto* status = as<OptimStatus>(status_);
-    upload_groups(groups);
+    const OptimGroup* groups = queue_groups();
     const uint16_t* ns_out = nullptr;
     if (musgd && !t_.muon_tensors.empty()) {
       auto* x = as<uint16_t>(ns_x_);
       launch_muon_prepare(cuda_.stream(), p_.grads, p_.second, x, as<OptimTensor>(tensors_),
-                          as<OptimChunk>(muon_chunks_), static_cast<int64_t>(t_.muon_chunks.size()),
-                          as<OptimGroup>(groups_), 1.0f, status);
+                          as<OptimChunk>(muon_chunks_), static_cast<int64_t>(t_.muon_chunks.size()), groups, 1.0f,
+                          status);
       launch_muon_normalize(cuda_.stream(), x, as<OptimTensor>(tensors_), as<int64_t>(muon_tensors_),
                             static_cast<int64_t>(t_.muon_tensors.size()), status);
       ns_out = ns_->run(cuda_.cublas(), cuda_.stream(), ns_steps);
     }
     launch_sgd_step(cuda_.stream(), p_.params, p_.grads, p_.momentum, ns_out, as<OptimTensor>(tensors_),
-                    as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), as<OptimGroup>(groups_), 1.0f,
-                    status);
+                    as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), groups, 1.0f, status);
   }
 
-  void adamw(std::span<const OptimGroup> groups) override {
-    upload_groups(groups);
+  void adamw() override {
+    const OptimGroup* groups = queue_groups();
     launch_adamw_step(cuda_.stream(), p_.params, p_.grads, p_.momentum, p_.second, as<OptimTensor>(tensors_),
-                      as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), as<OptimGroup>(groups_), 1.0f,
+                      as<OptimChunk>(chunks_), static_cast<int64_t>(t_.chunks.size()), groups, 1.0f,
                       as<OptimStatus>(status_));
   }
 
@@ -106,35 +115,19 @@ class CudaEngine final : public Engine {
   std::shared_ptr<void> upload(const std::vector<T>& v) {
     return v.empty() ? backend_.allocate(sizeof(T)) : upload_bytes(v.data(), v.size() * sizeof(T));
   }
-  // The step's group settings (lr, momentum, …) go to the device from a pinned buffer of the engine's own, so the
-  // copy can be captured into a CUDA graph (a replay reads the buffer as the host last wrote it). Before the buffer
-  // is written again the copy that last read it is waited for (an event, never the stream).
-  void upload_groups(std::span<const OptimGroup> groups) {
-    VISION_CHECK(groups.size() <= std::max<size_t>(t_.tensors.size(), 1), "optimizer: more groups than tensors");
-    if (groups.empty()) return;
-    const size_t bytes = groups.size() * sizeof(OptimGroup);
-    if (groups_in_flight_) {
-      groups_copied_.synchronize();
-      groups_in_flight_ = false;
-    }
-    std::memcpy(groups_host_.get(), groups.data(), bytes);
-    VISION_CUDA_CHECK(cudaMemcpyAsync(groups_.get(), groups_host_.get(), bytes, cudaMemcpyHostToDevice, cuda_.stream()));
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    VISION_CUDA_CHECK(cudaStreamIsCapturing(cuda_.stream(), &capturing));
-    if (capturing == cudaStreamCaptureStatusNone) {
-      groups_in_flight_ = true;  // set before recording: a failed record must not let the buffer be overwritten
-      groups_copied_.record(cuda_.stream());
-    }
+  // The staged group settings copied to the device on the stream (captured with the step).
+  const OptimGroup* queue_groups() {
+    VISION_CHECK(groups_ != nullptr, "optimizer: a step was launched before its group settings were staged");
+    groups_->queue(cuda_.stream());
+    return static_cast<const OptimGroup*>(groups_->device());
   }
 
   const OptimTables& t_;
   StatePointers p_;
   graph::BackendContext& backend_;
   graph::CudaBackendContext& cuda_;
-  std::shared_ptr<void> tensors_, chunks_, muon_chunks_, muon_tensors_, groups_, partials_, status_;
-  cuda::PinnedBytes groups_host_;
-  cuda::Event groups_copied_{cudaEventDisableTiming};
-  bool groups_in_flight_ = false;
+  std::shared_ptr<void> tensors_, chunks_, muon_chunks_, muon_tensors_, partials_, status_;
+  std::unique_ptr<cuda::ReplayableUpload> groups_;
   std::shared_ptr<void> ns_x_, ns_y_, ns_a_, ns_b_;
   std::unique_ptr<GroupedNewtonSchulz> ns_;
 };

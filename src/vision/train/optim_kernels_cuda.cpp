@@ -74,7 +74,7 @@ NsGemm::NsGemm()
 
 EmaUpdate::EmaUpdate()
     : KernelDescriptor(
-          {"ema_update", kOptimFile, DType::f32, {}, "{T}*, const {T}*, const {T}*, const void*, float, float, const void*", kOptimScope}) {}
+          {"ema_update", kOptimFile, DType::f32, {}, "{T}*, const {T}*, const {T}*, const void*, const float*, const void*", kOptimScope}) {}
 
 void launch_grad_sumsq(cudaStream_t stream, const float* grads, const OptimTensor* tensors, const OptimChunk* chunks,
                        int64_t n_chunks, float* partials, OptimStatus* status, float max_grad_norm) {
@@ -122,15 +122,20 @@ void launch_muon_normalize(cudaStream_t stream, uint16_t* ns, const OptimTensor*
 }
 
 void launch_ema_update(cudaStream_t stream, float* ema, const float* params, const float* buffers,
-                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd, const OptimStatus* status) {
+                       const EmaChunk* chunks, int64_t n_chunks, const float* decay, const OptimStatus* status) {
   if (n_chunks == 0) return;
   cuda::kernel_instance<EmaUpdate>().launch(stream, chunk_grid(n_chunks, "ema_update"), dim3(kOptimThreads), 0, ema,
-                                            params, buffers, chunks, d, omd, static_cast<const void*>(status));
+                                            params, buffers, chunks, decay, static_cast<const void*>(status));
 }
 
 void launch_ema_update(graph::BackendContext& backend, float* ema, const float* params, const float* buffers,
-                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd, const OptimStatus* status) {
-  launch_ema_update(graph::stream_of(&backend), ema, params, buffers, chunks, n_chunks, d, omd, status);
+                       const EmaChunk* chunks, int64_t n_chunks, const cuda::ReplayableUpload& decay,
+                       const OptimStatus* status) {
+  VISION_CHECK(decay.bytes() == 2 * sizeof(float), "ema_update: the decay is {} bytes, not two floats", decay.bytes());
+  const cudaStream_t stream = graph::stream_of(&backend);
+  if (n_chunks == 0) return;
+  decay.queue(stream);
+  launch_ema_update(stream, ema, params, buffers, chunks, n_chunks, static_cast<const float*>(decay.device()), status);
 }
 
 uint16_t* newton_schulz_cuda(cublasHandle_t handle, cudaStream_t stream, uint16_t* x, uint16_t* y, uint16_t* a,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "vision/cuda/kernel.h"
+#include "vision/cuda/memory.h"
 #include "vision/graph/backend.h"
 #include "vision/train/optim_layout.cuh"
 
@@ -56,7 +57,8 @@ struct NsGemm : cuda::KernelDescriptor<const void* /*matrices*/, const void* /*t
   NsGemm();
 };
 struct EmaUpdate : cuda::KernelDescriptor<void* /*ema*/, const void* /*params*/, const void* /*buffers*/,
-                                          const void* /*chunks*/, float /*d*/, float /*omd*/, const void* /*status*/> {
+                                          const void* /*chunks*/, const void* /*decay: {d, omd}*/,
+                                          const void* /*status*/> {
   EmaUpdate();
 };
 
@@ -77,12 +79,14 @@ void launch_muon_prepare(cudaStream_t stream, const float* grads, float* muon_mo
                          const OptimGroup* groups, float coef, const OptimStatus* status = nullptr);
 void launch_muon_normalize(cudaStream_t stream, uint16_t* ns, const OptimTensor* tensors, const int64_t* muon_tensors,
                            int64_t n_muon, const OptimStatus* status = nullptr);
+// decay: device memory holding {d, omd} (a StagedScalars' device(): its values as of the launch, or of each replay).
 void launch_ema_update(cudaStream_t stream, float* ema, const float* params, const float* buffers,
-                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd,
+                       const EmaChunk* chunks, int64_t n_chunks, const float* decay,
                        const OptimStatus* status = nullptr);
-// The same on a CUDA backend's stream (train/ema.cpp reaches the backend through this, not graph/cuda/).
+// The same on a CUDA backend's stream with {d, omd} staged in `decay` (its copy queued first, then the update;
+// train/ema.cpp reaches the backend through this, not graph/cuda/).
 void launch_ema_update(graph::BackendContext& backend, float* ema, const float* params, const float* buffers,
-                       const EmaChunk* chunks, int64_t n_chunks, float d, float omd,
+                       const EmaChunk* chunks, int64_t n_chunks, const cuda::ReplayableUpload& decay,
                        const OptimStatus* status = nullptr);
 
 // `steps` Newton–Schulz iterations on `batch` row-major m × n bf16 matrices (m ≤ n) at x, on the handle's stream,

@@ -104,10 +104,13 @@ class CpuEngine final : public Engine {
   }
   OptimStatus status() override { return status_; }
   const OptimStatus* status_pointer() const override { return &status_; }
+  void stage(std::span<const OptimGroup> groups) override { groups_.assign(groups.begin(), groups.end()); }
+  bool capturable() const override { return false; }
 
-  void sgd(std::span<const OptimGroup> groups, bool musgd, int ns_steps) override {
+  void sgd(bool musgd, int ns_steps) override {
     if (!status_.applied) return;
     const float coef = status_.coef;
+    const std::span<const OptimGroup> groups(groups_);
     if (musgd && !t_.muon_tensors.empty()) {
       muon_prepare_cpu(p_.grads, p_.second, ns_.data(), t_.tensors, t_.muon_chunks, groups, coef);
       muon_normalize_cpu(ns_.data(), t_.tensors, t_.muon_tensors);
@@ -117,14 +120,15 @@ class CpuEngine final : public Engine {
                  coef);
   }
 
-  void adamw(std::span<const OptimGroup> groups) override {
+  void adamw() override {
     if (!status_.applied) return;
-    adamw_step_cpu(p_.params, p_.grads, p_.momentum, p_.second, t_.tensors, t_.chunks, groups, status_.coef);
+    adamw_step_cpu(p_.params, p_.grads, p_.momentum, p_.second, t_.tensors, t_.chunks, groups_, status_.coef);
   }
 
  private:
   const OptimTables& t_;
   StatePointers p_;
+  std::vector<OptimGroup> groups_;
   std::vector<uint16_t> ns_;
   OptimStatus status_{};
 };
@@ -142,7 +146,7 @@ struct Optimizer::Impl {
   std::shared_ptr<void> momentum_mem, second_mem;
   std::unique_ptr<Engine> engine;
   int64_t steps = 0, skipped = 0;
-  bool pending = false;  // a step queued and not yet finished
+  bool pending = false;  // a step staged (and launched, or replayed) and not yet finished
 
   struct StateSlot {
     std::string name;
@@ -290,15 +294,28 @@ void Optimizer::set_group_weight_decay(size_t i, double weight_decay) {
 }
 
 void Optimizer::queue_step() {
+  stage_step();
+  launch_step();
+}
+
+void Optimizer::stage_step() {
   Impl& m = *impl_;
   VISION_CHECK(!m.pending, "optimizer: a step was queued and not finished (finish_step) before the next one");
-  m.engine->decide(m.options.max_grad_norm > 0 ? static_cast<float>(m.options.max_grad_norm) : 0.0f);
   // The tables as for an applied step (AdamW's t = steps + 1); a skipped step does not use them.
-  const std::vector<OptimGroup> groups = m.group_table(m.steps + 1);
-  if (m.options.kind == OptimizerKind::adamw) m.engine->adamw(groups);
-  else m.engine->sgd(groups, m.options.kind == OptimizerKind::musgd, m.options.ns_steps);
+  m.engine->stage(m.group_table(m.steps + 1));
   m.pending = true;
 }
+
+void Optimizer::launch_step() {
+  Impl& m = *impl_;
+  // Once per staged step, except after a capture that failed (it only recorded): the step then runs eagerly.
+  VISION_CHECK(m.pending, "optimizer: launch_step needs a step staged (stage_step)");
+  m.engine->decide(m.options.max_grad_norm > 0 ? static_cast<float>(m.options.max_grad_norm) : 0.0f);
+  if (m.options.kind == OptimizerKind::adamw) m.engine->adamw();
+  else m.engine->sgd(m.options.kind == OptimizerKind::musgd, m.options.ns_steps);
+}
+
+bool Optimizer::capturable() const { return impl_->engine->capturable(); }
 
 StepResult Optimizer::finish_step() {
   Impl& m = *impl_;

@@ -102,6 +102,14 @@ class Optimizer {
   // marked updated by finish_step.
   void queue_step();
   StepResult finish_step();
+  // queue_step() in its two parts, for a step captured into a CUDA graph: stage_step() is the host's part (the step's
+  // group settings — lr, momentum, AdamW's t — written where the launched work reads them), launch_step() queues the
+  // work (decision, clipping, Muon, update). A graph that captured launch_step() is replayed after each later
+  // stage_step() in its place, taking the settings staged last; finish_step() follows as for queue_step(). Capture only
+  // where capturable() says so.
+  void stage_step();
+  void launch_step();
+  bool capturable() const;
   // Where the last queued step's decision lives (device memory on CUDA): ModelEma::queue_update follows it.
   const OptimStatus* step_status() const;
   // Zeroes the whole flat gradient buffer.

@@ -292,8 +292,9 @@ TEST(OptimizerKernels, EachKernelMatchesItsCpuTwinBitForBit) {
     const Dev<float> d_bufs(bufs);
     const auto ema0 = random_values(9050);
     Dev<float> ema(ema0);
+    const Dev<float> decay(std::vector<float>{0.37f, 0.63f});
     train::launch_ema_update(nullptr, ema.get(), d_grads.get(), d_bufs.get(), dec.get(), static_cast<int64_t>(ec.size()),
-                             0.37f, 0.63f);
+                             decay.get());
     VISION_CUDA_CHECK(cudaDeviceSynchronize());
     auto ref = ema0;
     train::ema_update_cpu(ref.data(), grads.data(), bufs.data(), ec, 0.37f, 0.63f);
@@ -375,8 +376,9 @@ TEST(OptimizerKernels, UpdatesFollowTheDecisionOnTheDevice) {
       const auto ema0 = random_values(9000);
       Dev<float> ema(ema0);
       const Dev<float> d_params(params);
+      const Dev<float> decay(std::vector<float>{0.37f, 0.63f});
       train::launch_ema_update(nullptr, ema.get(), d_params.get(), nullptr, dec.get(), static_cast<int64_t>(ec.size()),
-                               0.37f, 0.63f, status.get());
+                               decay.get(), status.get());
       VISION_CUDA_CHECK(cudaDeviceSynchronize());
       auto ref = ema0;
       if (finite) train::ema_update_cpu(ref.data(), params.data(), nullptr, ec, 0.37f, 0.63f);

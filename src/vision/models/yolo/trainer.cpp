@@ -308,18 +308,32 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
   const bool step_now = ni - last_step_ >= accumulate;
   // At a step of several ranks, the gradients' all-reduce starts bucket by bucket beside the backward.
   const graph::GradientReady ready = step_now ? begin_overlapped_reduction() : graph::GradientReady();
+  // The optimizer step and the EMA queued behind the backward, following the step's decision on the device, and read
+  // back with the loss: one wait for the device per step, none between the passes and the update. Profiling (each
+  // pass timed) and f16 (the loss scale's decision is the host's) take the step after the loss is read. In a single
+  // process with an optimizer whose step can be captured, the update is part of the step itself (after_backward: in
+  // the captured graph when the step is replayed), its host settings — lr, momentum, the EMA's decay — staged first.
+  const bool queued = step_now && !options_.profile && !scaler_;
+  const bool update_in_step = queued && !options_.comm && optimizer_->capturable();
+  std::function<void()> update;
+  if (update_in_step) {
+    optimizer_->stage_step();
+    if (ema_) ema_->stage_update();
+    update = [&] {
+      optimizer_->launch_step();
+      if (ema_) ema_->launch_update(executor_->state(), optimizer_->step_status());
+      optimizer_->zero_grad();
+    };
+  }
   if (options_.profile || !options_.capture) {  // eager, each pass timed apart when profiling
     copy_loss(executor_->forward_train(inputs));
     lap(r.timing.forward);
     executor_->backward({}, grads_pending_, seed, ready);
+    if (update) update();
   } else {  // one captured graph from the plan's second step on (graph::Plan::train_step)
-    executor_->train_step(inputs, grads_pending_, seed, copy_loss, ready);
+    executor_->train_step(inputs, grads_pending_, seed, copy_loss, ready, update);
   }
   grads_pending_ = true;
-  // The optimizer step and the EMA queued behind the backward, following the step's decision on the device, and read
-  // back with the loss: one wait for the device per step, none between the passes and the update. Profiling (each
-  // pass timed) and f16 (the loss scale's decision is the host's) take the step after the loss is read.
-  const bool queued = step_now && !options_.profile && !scaler_;
   auto begin_step = [&] {  // the job's gradients summed over the ranks, rank 0's buffers everywhere
     r.stepped = true;
     last_step_ = ni;
@@ -334,7 +348,11 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
       broadcast_state(/*parameters=*/false);
     }
   };
-  if (queued) {
+  if (step_now) update_in_step_ = update_in_step;
+  if (update_in_step) {
+    begin_step();
+    grads_pending_ = false;
+  } else if (queued) {
     begin_step();
     optimizer_->queue_step();
     if (ema_) ema_->queue_update(executor_->state(), optimizer_->step_status());

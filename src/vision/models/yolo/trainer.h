@@ -131,6 +131,10 @@ class Yolo26Trainer {
   // Whether the last batch's plan replays its step as a captured graph, and why not when a capture failed.
   bool step_replayed() const;
   std::string step_replay_error() const;
+  // Whether the last optimizer step (and EMA update) ran as part of its training step — inside the captured graph when
+  // the step replays — rather than queued after it (several ranks, profiling, f16's host-side loss scale, or an
+  // optimizer whose step cannot be captured).
+  bool update_in_step() const { return update_in_step_; }
   train::Optimizer& optimizer() { return *optimizer_; }
   const train::Schedule& schedule() const { return *schedule_; }
   const train::ModelEma* ema() const { return ema_.get(); }
@@ -215,6 +219,7 @@ class Yolo26Trainer {
   int64_t epoch_ = 0, iteration_ = 0, last_step_ = -1, e2e_updates_ = 0;
   int64_t target_rows_ = 16;
   bool grads_pending_ = false;  // a backward since the last optimizer step (the next one accumulates)
+  bool update_in_step_ = false;
   core::Tensor padded_targets_;
   std::shared_ptr<void> loss_buffer_;  // 4 floats on the backend: the loss and its items, copied aside
   std::shared_ptr<void> input_buffer_;  // the images in the plan's input format (CUDA), input_capacity_ bytes

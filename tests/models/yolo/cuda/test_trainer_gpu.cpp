@@ -1,6 +1,7 @@
 // Yolo26Trainer on CUDA: the first f32 steps (deterministic, no TF32) follow the CPU twin's losses closely; bf16 and
 // f16 (loss scaling) training lowers the loss of a fixed batch; resume in f32 with deterministic plans repeats the
 // uninterrupted run within 1e-5 relative.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "vision/cuda/check.h"
 #include "vision/cuda/device.h"
 #include "vision/data/augment.h"
+#include "vision/train/optim_kernels_cuda.h"
 #include "vision/graph/backend.h"
 
 namespace vision::test {
@@ -199,32 +201,53 @@ TEST(Yolo26TrainerGpu, StagedBatchesTrainAsUnstagedOnes) {
 
 // The step as one captured graph, replayed (graph::Plan::train_step), gives the eager steps' numbers bit for bit in
 // deterministic mode: f32 NCHW, bf16 NHWC and f16 NHWC (the seed is the dynamic loss scale, on the device), with
-// gradient accumulation (nbs 4 at batch 2: a graph for the first batch of a step and one for the second).
+// gradient accumulation (nbs 4 at batch 2: a graph for the first batch of a step and one for the second). Outside
+// f16 (whose loss scale is decided on the host) the optimizer step and the EMA update are part of the captured graph
+// (#27), and each replay must take the settings staged for it: SGD (lr lowered each epoch), and MuSGD with the
+// engine's Newton–Schulz kernel in warmup (a step every batch, lr and momentum changed at every one). The model and
+// its EMA equal the eager run's bit for bit.
 TEST(Yolo26TrainerGpu, CapturedStepsEqualEagerOnes) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  const ScopedEnv ns_path(train::kNewtonSchulzGroupedEnv, std::string("kernel"));
   const yolo::ModelInfo info = tiny_info();
   const auto init = yolo::initial_weights(info);
   const std::vector<Batch> batches = {make_batch(2, 3), make_batch(2, 4), make_batch(2, 5)};
-  for (const auto& [dtype, layout] : {std::pair{core::DType::f32, core::Layout::nchw},
-                                      std::pair{core::DType::bf16, core::Layout::nhwc},
-                                      std::pair{core::DType::f16, core::Layout::nhwc}}) {
+  struct Case {
+    core::DType dtype;
+    core::Layout layout;
+    const char* optimizer;
+    double warmup_epochs;
+  };
+  for (const Case& c : {Case{core::DType::f32, core::Layout::nchw, "SGD", 0}, Case{core::DType::bf16, core::Layout::nhwc, "SGD", 0},
+                        Case{core::DType::f16, core::Layout::nhwc, "SGD", 0},
+                        Case{core::DType::bf16, core::Layout::nhwc, "MuSGD", 1}}) {
+    const std::string what = fmt::format("{} {}", core::dtype_name(c.dtype), c.optimizer);
     yolo::TrainerOptions o = tiny_options();
     o.deterministic = true;
-    o.dtype = dtype;
-    o.layout = layout;
+    o.dtype = c.dtype;
+    o.layout = c.layout;
+    o.optimizer = c.optimizer;
+    o.warmup_epochs = c.warmup_epochs;  // 1: warmup (at least 100 iterations), accumulating nothing at first
     o.capture = false;
     yolo::Yolo26Trainer eager(cuda_backend(), info, init, o);
     o.capture = true;
     yolo::Yolo26Trainer captured(cuda_backend(), info, init, o);
-    const std::vector<float> a = run(eager, 7, batches), b = run(captured, 7, batches);
-    EXPECT_EQ(a, b) << core::dtype_name(dtype);
+    const std::vector<float> a = run(eager, 9, batches), b = run(captured, 9, batches);
+    EXPECT_EQ(a, b) << what;
     EXPECT_FALSE(eager.step_replayed());
-    EXPECT_TRUE(captured.step_replayed()) << core::dtype_name(dtype) << ": " << captured.step_replay_error();
-    const auto wa = eager.weights(false), wb = captured.weights(false);
-    ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
-    for (size_t i = 0; i < wa.tensors.size(); ++i)
-      ASSERT_EQ(wa.tensors[i].second.to_vector(), wb.tensors[i].second.to_vector())
-          << core::dtype_name(dtype) << " " << wa.tensors[i].first;
+    EXPECT_TRUE(captured.step_replayed()) << what << ": " << captured.step_replay_error();
+    EXPECT_EQ(captured.update_in_step(), c.dtype != core::DType::f16) << what;
+    EXPECT_EQ(captured.optimizer().steps(), c.warmup_epochs > 0 ? 9 : 4) << what;
+    EXPECT_EQ(eager.optimizer().steps(), captured.optimizer().steps()) << what;
+    ASSERT_NE(captured.ema(), nullptr);
+    EXPECT_EQ(captured.ema()->updates(), captured.optimizer().steps()) << what;
+    for (const bool use_ema : {false, true}) {
+      const auto wa = eager.weights(use_ema), wb = captured.weights(use_ema);
+      ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
+      for (size_t i = 0; i < wa.tensors.size(); ++i)
+        ASSERT_EQ(wa.tensors[i].second.to_vector(), wb.tensors[i].second.to_vector())
+            << what << (use_ema ? " EMA " : " ") << wa.tensors[i].first;
+    }
   }
 }
 
