@@ -4,12 +4,14 @@
 # as one table with the speed-up and the issue's requirement (see NOTES.md). Builds nothing: build the CLI first with
 #   cmake --preset default && cmake --build build --target vision_cli
 # Usage: bench/model/run.sh [BUILD_DIR] [--device cuda|cpu] [--compile] [--quick] [--scales n,s] [--batches 1,32]
-#                           [--imgsz 640] [--seconds S] [--iters N] [--warmup N]
+#                           [--imgsz 640] [--seconds S] [--iters N] [--warmup N] [--threads N]
 #   --device cuda (default): scales n and s, batches 1 and 32, f16; PyTorch eager, channels-last, CUDA-graph replay
 #     (NCHW and channels-last). Required: ours not slower than PyTorch's best at each of those four rows.
-#   --device cpu: YOLO26n, batch 1, f32; PyTorch eager NCHW and channels-last on --threads 2, and ONNX Runtime (mode
-#     "ort": our ONNX export of the same model, npm onnxruntime-node's CPU library, 2 threads) (reported, no requirement);
+#   --device cpu: YOLO26n, batch 1, f32; PyTorch eager NCHW and channels-last, and ONNX Runtime (mode
+#     "ort": our ONNX export of the same model, npm onnxruntime-node's CPU library), all on --threads (reported, no requirement);
 #     ours also in int8 (rows "n i8": the same weights through vision export --int8, calibrated on 16 synth images).
+#   --threads N (--device cpu): every side on N threads (ours: vision bench --threads; PyTorch: set_num_threads; ONNX
+#     Runtime: intra-op threads); default 2 (this project's CI machine), e.g. --threads $(nproc) on a larger host.
 #   --compile: also torch.compile (channels-last, captured and replayed), run as its own peer.py command (slow).
 #   --quick: a logic check of everything at 64x64, batches 1 and 2, YOLO26n, 3 calls per row.
 # Environment: PYTHON (a Python with PyTorch: CUDA for --device cuda; default python3), VISION (the CLI binary,
@@ -33,6 +35,7 @@ imgsz=640
 seconds=
 iters=0
 warmup=10
+threads=2
 while [[ $# -gt 0 ]]; do
   case $1 in
     --device) device=$2; shift 2 ;;
@@ -44,6 +47,7 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -67,15 +71,18 @@ commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then commit="$commit+dirty"; fi
 timing=(--warmup "$warmup" --seconds "$seconds")
 [[ $iters != 0 ]] && timing+=(--iters "$iters")
+[[ $threads =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --threads takes a positive number, got '$threads'" >&2; exit 2; }
+cpu_threads=()
+[[ $device == cpu ]] && cpu_threads=(--threads "$threads")
 
 IFS=, read -r -a scale_list <<<"$scales"
 for s in "${scale_list[@]}"; do
   "$bin" bench --scale "$s" --batch "$batches" --imgsz "$imgsz" --device "$device" --dtype "$dtype" "${timing[@]}" \
-    --json "$out/ours_$s.jsonl" >&2
+    "${cpu_threads[@]}" --json "$out/ours_$s.jsonl" >&2
 done
 "$py" "$here/peer.py" --device "$device" --scales "$scales" --batches "$batches" --imgsz "$imgsz" --dtype "$dtype" \
-  --modes "$modes" "${timing[@]}" --json "$out/peer.jsonl" >&2
-# On the CPU, ONNX Runtime (npm onnxruntime-node's CPU library, 2 threads, every graph optimisation) runs our ONNX
+  --modes "$modes" "${timing[@]}" "${cpu_threads[@]}" --json "$out/peer.jsonl" >&2
+# On the CPU, ONNX Runtime (npm onnxruntime-node's CPU library, --threads, every graph optimisation) runs our ONNX
 # export of the same model (vision init's weights, vision export --format onnx at this size and batch) as a peer.
 if [[ $device == cpu ]]; then
   ort_modules=${VISION_ORT_NODE_MODULES:-$HOME/.cache/vision-peers/node_modules}
@@ -90,7 +97,7 @@ if [[ $device == cpu ]]; then
           "$out/input_b$b.bin"
         reps=$([[ $iters != 0 ]] && echo "$iters" || echo 30)
         NODE_PATH=$ort_modules node "$root/tests/onnx/ort_run.js" "$out/yolo26${s}_b$b.onnx" "$out/input_b$b.bin" \
-          "$b,3,$imgsz,$imgsz" f32 "$out/ort_out" 2 "$reps" |
+          "$b,3,$imgsz,$imgsz" f32 "$out/ort_out" "$threads" "$reps" |
           "$py" -c "import json, sys; r = json.loads(sys.stdin.read()); b = $b
 print(json.dumps({'impl': 'onnxruntime', 'mode': 'ort', 'scale': '$s', 'batch': b, 'median_ms': r['median_ms'],
                   'p90_ms': r['p90_ms'], 'img_s': 1000.0 * b / r['median_ms'], 'version': r['version']}))" \
@@ -107,7 +114,7 @@ print(json.dumps({'impl': 'onnxruntime', 'mode': 'ort', 'scale': '$s', 'batch': 
     "$bin" export --int8 --model "$out/yolo26$s.safetensors" --data "$out/calib/data.yaml" --calib-images 16 \
       --imgsz "$imgsz" --out "$out/yolo26${s}_int8.safetensors" > /dev/null
     "$bin" bench --model "$out/yolo26${s}_int8.safetensors" --batch "$batches" --imgsz "$imgsz" --device cpu \
-      "${timing[@]}" --json "$out/ours_int8_$s.jsonl" >&2
+      "${timing[@]}" "${cpu_threads[@]}" --json "$out/ours_int8_$s.jsonl" >&2
   done
 fi
 if [[ $compile == 1 ]]; then
