@@ -48,6 +48,8 @@ ReplayableUpload::ReplayableUpload(size_t bytes)
   std::memset(host_.get(), 0, bytes ? bytes : 1);
 }
 
+ReplayableUpload::~ReplayableUpload() { cudaEventSynchronize(done_.get()); }  // a destructor reports nothing
+
 void ReplayableUpload::stage(const void* host, size_t bytes) {
   VISION_CHECK(bytes == bytes_, "a replayable upload of {} bytes was staged with {}", bytes_, bytes);
   done_.synchronize();  // the copy that last read the buffer (never recorded: returns at once)

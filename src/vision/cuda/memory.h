@@ -93,6 +93,7 @@ class StagedUploader {
 class ReplayableUpload {
  public:
   explicit ReplayableUpload(size_t bytes);
+  ~ReplayableUpload();  // waits for the copy that last read its buffers
   ReplayableUpload(const ReplayableUpload&) = delete;
   ReplayableUpload& operator=(const ReplayableUpload&) = delete;
   size_t bytes() const { return bytes_; }

@@ -173,6 +173,8 @@ void ModelEma::finish_update(bool applied) {
   if (applied) ++m.updates;
 }
 
+void ModelEma::cancel_update() { impl_->pending = false; }
+
 int64_t ModelEma::updates() const { return impl_->updates; }
 double ModelEma::next_decay() const { return ema_decay(impl_->updates + 1, impl_->options.decay, impl_->options.tau); }
 

@@ -45,6 +45,8 @@ class ModelEma {
   // stage_update() in its place.
   void stage_update();
   void launch_update(const graph::StateStore& model, const OptimStatus* step_status);
+  // Forgets a staged update that will not be finished (as Optimizer::cancel_step).
+  void cancel_update();
   int64_t updates() const;
   // The decay the next update uses.
   double next_decay() const;

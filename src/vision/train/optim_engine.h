@@ -49,7 +49,7 @@ class Engine {
   virtual void sgd(bool musgd, int ns_steps) = 0;
   virtual void adamw() = 0;
   // Whether decide() and the updates may be captured into a CUDA graph and replayed (false on the CPU, and where
-  // Newton–Schulz takes cuBLAS's grouped GEMM, whose replays are not known to be right).
+  // Newton–Schulz runs on cuBLAS: its grouped GEMM's replays were wrong, the per-shape one was never captured).
   virtual bool capturable() const = 0;
   // The last decision, read back (the CUDA engine waits for its stream).
   virtual OptimStatus status() = 0;

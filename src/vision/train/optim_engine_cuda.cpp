@@ -74,7 +74,9 @@ class CudaEngine final : public Engine {
     groups_->stage(groups.data(), bytes);
   }
 
-  bool capturable() const override { return !ns_ || ns_->path() != NsPath::cublas; }
+  // The engine's own Newton–Schulz kernel only: cuBLAS's grouped GEMM replayed wrong when captured (OptimizerGpu's
+  // disabled launch-count test), and its per-shape GEMMs have not been captured yet.
+  bool capturable() const override { return !ns_ || ns_->path() == NsPath::kernel; }
 
   void sgd(bool musgd, int ns_steps) override {
     const auto* status = as<OptimStatus>(status_);

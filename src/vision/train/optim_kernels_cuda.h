@@ -79,7 +79,7 @@ void launch_muon_prepare(cudaStream_t stream, const float* grads, float* muon_mo
                          const OptimGroup* groups, float coef, const OptimStatus* status = nullptr);
 void launch_muon_normalize(cudaStream_t stream, uint16_t* ns, const OptimTensor* tensors, const int64_t* muon_tensors,
                            int64_t n_muon, const OptimStatus* status = nullptr);
-// decay: device memory holding {d, omd} (a StagedScalars' device(): its values as of the launch, or of each replay).
+// decay: device memory holding {d, omd} (e.g. a cuda::ReplayableUpload's device(): as of the launch, or of each replay).
 void launch_ema_update(cudaStream_t stream, float* ema, const float* params, const float* buffers,
                        const EmaChunk* chunks, int64_t n_chunks, const float* decay,
                        const OptimStatus* status = nullptr);

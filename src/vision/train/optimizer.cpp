@@ -317,6 +317,8 @@ void Optimizer::launch_step() {
 
 bool Optimizer::capturable() const { return impl_->engine->capturable(); }
 
+void Optimizer::cancel_step() { impl_->pending = false; }
+
 StepResult Optimizer::finish_step() {
   Impl& m = *impl_;
   VISION_CHECK(m.pending, "optimizer: finish_step without a queued step");

@@ -110,6 +110,9 @@ class Optimizer {
   void stage_step();
   void launch_step();
   bool capturable() const;
+  // Forgets a staged step that will not be finished (the training step failed before or while running it): the next
+  // stage_step() or queue_step() is allowed. The parameters are as far as the failed work got.
+  void cancel_step();
   // Where the last queued step's decision lives (device memory on CUDA): ModelEma::queue_update follows it.
   const OptimStatus* step_status() const;
   // Zeroes the whole flat gradient buffer.

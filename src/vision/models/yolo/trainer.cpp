@@ -325,13 +325,21 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
       optimizer_->zero_grad();
     };
   }
-  if (options_.profile || !options_.capture) {  // eager, each pass timed apart when profiling
-    copy_loss(executor_->forward_train(inputs));
-    lap(r.timing.forward);
-    executor_->backward({}, grads_pending_, seed, ready);
-    if (update) update();
-  } else {  // one captured graph from the plan's second step on (graph::Plan::train_step)
-    executor_->train_step(inputs, grads_pending_, seed, copy_loss, ready, update);
+  try {
+    if (options_.profile || !options_.capture) {  // eager, each pass timed apart when profiling
+      copy_loss(executor_->forward_train(inputs));
+      lap(r.timing.forward);
+      executor_->backward({}, grads_pending_, seed, ready);
+      if (update) update();
+    } else {  // one captured graph from the plan's second step on (graph::Plan::train_step)
+      executor_->train_step(inputs, grads_pending_, seed, copy_loss, ready, update);
+    }
+  } catch (...) {
+    if (update_in_step) {  // the staged update will not be finished: the trainer stays usable (e.g. a smaller batch)
+      optimizer_->cancel_step();
+      if (ema_) ema_->cancel_update();
+    }
+    throw;
   }
   grads_pending_ = true;
   auto begin_step = [&] {  // the job's gradients summed over the ranks, rank 0's buffers everywhere
@@ -350,6 +358,8 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
   };
   if (step_now) update_in_step_ = update_in_step;
   if (update_in_step) {
+    // Only without ranks: begin_step's all-reduce and broadcast would have to come before the update, which ran.
+    VISION_CHECK(!options_.comm, "train: an update inside the step with several ranks");
     begin_step();
     grads_pending_ = false;
   } else if (queued) {

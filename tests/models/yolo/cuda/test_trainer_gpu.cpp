@@ -237,7 +237,8 @@ TEST(Yolo26TrainerGpu, CapturedStepsEqualEagerOnes) {
     EXPECT_FALSE(eager.step_replayed());
     EXPECT_TRUE(captured.step_replayed()) << what << ": " << captured.step_replay_error();
     EXPECT_EQ(captured.update_in_step(), c.dtype != core::DType::f16) << what;
-    EXPECT_EQ(captured.optimizer().steps(), c.warmup_epochs > 0 ? 9 : 4) << what;
+    // f16 skips the steps whose scaled gradients overflow (not counted in steps()).
+    if (c.dtype != core::DType::f16) EXPECT_EQ(captured.optimizer().steps(), c.warmup_epochs > 0 ? 9 : 4) << what;
     EXPECT_EQ(eager.optimizer().steps(), captured.optimizer().steps()) << what;
     ASSERT_NE(captured.ema(), nullptr);
     EXPECT_EQ(captured.ema()->updates(), captured.optimizer().steps()) << what;
