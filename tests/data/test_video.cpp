@@ -419,6 +419,37 @@ TEST(VideoCli, SynthVideosAndTrackingThem) {
   EXPECT_EQ(test::read_file(dir.path() / "t7.txt"), test::read_file(dir.path() / "t.txt"));
 }
 
+// `vision synth --video --out DIR` alone writes videos with their ground truth (#32: sensible defaults); `--videos N`
+// is `--video --sequences N`; --video with a detection dataset's --train is refused.
+TEST(VideoCli, SynthVideoDefaultsAndVideosCount) {
+  test::TempDir dir;
+  const test::CliRun alone =
+      test::run_cli(fmt::format("'{}' synth --video --out '{}' 2>&1", VISION_CLI, (dir.path() / "a").string()));
+  ASSERT_EQ(alone.code, 0) << alone.out;
+  EXPECT_NE(alone.out.find("4 videos of 60 frames"), std::string::npos) << alone.out;
+  for (const char* seq : {"seq-01", "seq-02", "seq-03", "seq-04"}) {
+    const fs::path d = dir.path() / "a" / seq;
+    EXPECT_TRUE(fs::is_regular_file(d / (std::string(seq) + ".mp4"))) << seq;
+    EXPECT_TRUE(fs::is_regular_file(d / "gt" / "gt.txt")) << seq;
+    EXPECT_FALSE(fs::exists(d / "img1")) << seq;
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "a" / "seq-05"));
+  VideoReader first((dir.path() / "a" / "seq-01" / "seq-01.mp4").string());
+  VideoFrame f;
+  int64_t n = 0;
+  while (first.read(f)) ++n;
+  EXPECT_EQ(n, 60);
+  const test::CliRun two = test::run_cli(fmt::format("'{}' synth --videos 2 --frames 5 --out '{}' 2>&1", VISION_CLI,
+                                                     (dir.path() / "b").string()));
+  ASSERT_EQ(two.code, 0) << two.out;
+  EXPECT_TRUE(fs::is_regular_file(dir.path() / "b" / "seq-02" / "seq-02.mp4"));
+  EXPECT_FALSE(fs::exists(dir.path() / "b" / "seq-03"));
+  const test::CliRun mixed = test::run_cli(fmt::format("'{}' synth --video --train 4 --val 1 --out '{}' 2>&1",
+                                                       VISION_CLI, (dir.path() / "c").string()));
+  EXPECT_NE(mixed.code, 0);
+  EXPECT_NE(mixed.out.find("--train and --val are for a detection dataset"), std::string::npos) << mixed.out;
+}
+
 // `vision track --source list.streams`: each source tracked on its own, as if alone — the same tracks as each video
 // tracked by itself — with a track file and an annotated mp4 per source; --eval takes one source.
 TEST(VideoCli, TrackAStreamsListSourceBySource) {
