@@ -2,13 +2,16 @@
 // MOT Challenge sequences are stored; or a video file or stream, data/video.h): vision::Detector finds the objects in each frame (at --conf 0.1 by default, so
 // that ByteTrack's second association sees the low-score boxes, as ultralytics' track does) and track::ByteTracker
 // follows them. Prints one line per tracked box, writes the tracks in the MOT Challenge format (--save-txt) and the
-// frames annotated with track ids (--save: the images, or for a video an annotated mp4), and with --eval scores the tracks against MOT ground truth (MOTA, IDF1,
+// frames annotated with track ids and trails (--save: the images, or for a video an annotated mp4), and with --eval scores the tracks against MOT ground truth (MOTA, IDF1,
 // HOTA: track/mot_metrics.h).
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "commands.h"
 #include "vision/core/error.h"
@@ -117,12 +120,17 @@ class FrameSource {
   int64_t files_read_ = 0;
 };
 
+// The frames of a track's trail in --save's annotated frames (one second at 30 frames/s).
+constexpr size_t kTrailFrames = 30;
+
 // What is kept per source: its tracker, its tracks for --save-txt and --eval, its annotated video, its id labels.
 struct SourceTracks {
   std::unique_ptr<track::ByteTracker> tracker;
   std::vector<track::MotBox> results;
   std::unique_ptr<data::VideoWriter> writer;
   std::vector<std::string> id_names;  // "id:N name", indexed by track id (the colour follows the id)
+  // --save: each live track's last kTrailFrames box centres (its trail), by track id.
+  std::map<int64_t, std::deque<std::array<float, 2>>> trails;
   std::string stem;
   double fps = 30;
 };
@@ -226,6 +234,18 @@ int run_track(const TrackOptions& o) {
         drawn.push_back({.box = t.box, .score = t.score, .cls = t.id});
       }
       if (!o.save.empty() && image) {
+        // Trails: the centres of each track in this frame over its last frames (tracks not in the frame dropped),
+        // drawn under the boxes in the track's colour.
+        std::map<int64_t, std::deque<std::array<float, 2>>> live;
+        for (const data::Detection& t : drawn) {
+          std::deque<std::array<float, 2>>& trail = live[t.cls] = std::move(s.trails[t.cls]);
+          trail.push_back({(t.box[0] + t.box[2]) / 2, (t.box[1] + t.box[3]) / 2});
+          if (trail.size() > kTrailFrames) trail.pop_front();
+          const std::vector<std::array<float, 2>> points(trail.begin(), trail.end());
+          data::draw_polyline(*image, points, data::class_colour(t.cls),
+                              std::max<int64_t>(data::default_line_width(image->width, image->height) / 2, 1));
+        }
+        s.trails = std::move(live);
         data::draw_detections(*image, drawn, s.id_names);
         if (source.video()) {
           // An annotated video per source (even-sized for yuv420p: an odd last row or column is left out).

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <limits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -688,6 +690,58 @@ TEST(AnnotateOutput, JsonFieldsAndRoundTrip) {
   const std::string e =
       error_for(R"([{"class": 1, "confidence": 0.5, "box": {"x1": 0, "y1": 0, "x2": "3", "y2": 4}}])");
   EXPECT_NE(e.find("box.x2"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace vision::data
+
+namespace vision::data {
+namespace {
+
+bool painted(const Image& im, int64_t x, int64_t y, Rgb c) {
+  const uint8_t* p = im.at(x, y);
+  return p[0] == c[0] && p[1] == c[1] && p[2] == c[2];
+}
+
+// draw_polyline (vision track's trails): a 3-pixel line through two segments covers the pixels along them and nothing
+// more than 2 pixels away; a single point is one square; points far outside the image, non-finite points and a
+// 4-channel image are handled (clipped, skipped, refused) without drawing out of bounds.
+TEST(AnnotatePolyline, DrawsAlongTheSegmentsOnly) {
+  const Rgb red{255, 0, 0};
+  Image im(60, 40, 3, 0);
+  const std::vector<std::array<float, 2>> pts = {{5, 5}, {45, 5}, {45, 30}};
+  draw_polyline(im, pts, red, 3);
+  for (int64_t x = 5; x <= 45; ++x) EXPECT_TRUE(painted(im, x, 5, red)) << x;
+  for (int64_t y = 5; y <= 30; ++y) EXPECT_TRUE(painted(im, 45, y, red)) << y;
+  int64_t on = 0;
+  for (int64_t y = 0; y < im.height; ++y)
+    for (int64_t x = 0; x < im.width; ++x) {
+      if (!painted(im, x, y, red)) continue;
+      ++on;
+      const bool near_first = x >= 3 && x <= 47 && y >= 3 && y <= 7;
+      const bool near_second = x >= 43 && x <= 47 && y >= 3 && y <= 32;
+      EXPECT_TRUE(near_first || near_second) << x << "," << y;
+    }
+  EXPECT_GE(on, 3 * 41 + 3 * 25 - 9);
+
+  Image dot(10, 10, 1, 0);
+  const std::vector<std::array<float, 2>> one = {{4.5f, 4.5f}};
+  draw_polyline(dot, one, red, 2);
+  EXPECT_EQ(std::count_if(dot.pixels.begin(), dot.pixels.end(), [](uint8_t v) { return v != 0; }), 4);
+
+  Image clipped(20, 20, 3, 0);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::array<float, 2>> wild = {{-1e5f, 10}, {1e5f, 10}, {nan, 3}, {5, inf}, {-50, -50}, {-40, -60},
+                                                  {-1e30f, 10}, {1e30f, 10}};
+  draw_polyline(clipped, wild, red, 1);  // only the horizontal lines through y = 10 reach the image
+  for (int64_t x = 0; x < 20; ++x) EXPECT_TRUE(painted(clipped, x, 10, red)) << x;
+  int64_t clipped_on = 0;
+  for (int64_t y = 0; y < 20; ++y)
+    for (int64_t x = 0; x < 20; ++x) clipped_on += painted(clipped, x, y, red);
+  EXPECT_EQ(clipped_on, 20);
+
+  Image rgba(8, 8, 4, 0);
+  EXPECT_THROW(draw_polyline(rgba, pts, red, 1), Error);
 }
 
 }  // namespace

@@ -110,6 +110,45 @@ int64_t default_line_width(int64_t width, int64_t height) {
 
 float default_font_height(int64_t line_width) { return static_cast<float>(std::max<int64_t>(9 * line_width, 12)); }
 
+void draw_polyline(Image& image, std::span<const std::array<float, 2>> points, Rgb colour, int64_t line_width) {
+  VISION_CHECK(image.channels == 1 || image.channels == 3, "draw_polyline: images of 1 or 3 channels only, not {}",
+               image.channels);
+  const int64_t lw = line_width > 0 ? line_width : default_line_width(image.width, image.height);
+  const double w = static_cast<double>(image.width), h = static_cast<double>(image.height), half = lw / 2.0;
+  auto dot = [&](double x, double y) {
+    const auto x0 = static_cast<int64_t>(std::floor(x - half + 0.5)), y0 = static_cast<int64_t>(std::floor(y - half + 0.5));
+    fill(image, {x0, y0, x0 + lw, y0 + lw}, colour);
+  };
+  auto finite = [](const std::array<float, 2>& p) { return std::isfinite(p[0]) && std::isfinite(p[1]); };
+  if (points.size() == 1 && finite(points[0])) dot(points[0][0], points[0][1]);
+  for (size_t i = 1; i < points.size(); ++i) {
+    const std::array<float, 2>&a = points[i - 1], &b = points[i];
+    if (!finite(a) || !finite(b)) continue;
+    // The segment clipped to the image widened by the line (Liang–Barsky), so far-away points cost nothing.
+    double t0 = 0, t1 = 1;
+    const double dx = b[0] - a[0], dy = b[1] - a[1];
+    const double p[4] = {-dx, dx, -dy, dy}, q[4] = {a[0] + half, w + half - a[0], a[1] + half, h + half - a[1]};
+    bool inside = true;
+    for (int k = 0; k < 4 && inside; ++k) {
+      if (p[k] == 0) {
+        inside = q[k] >= 0;
+      } else {
+        const double r = q[k] / p[k];
+        if (p[k] < 0) t0 = std::max(t0, r);
+        else t1 = std::min(t1, r);
+        inside = t0 <= t1;
+      }
+    }
+    if (!inside) continue;
+    const double length = std::hypot(dx, dy) * (t1 - t0);
+    const auto steps = static_cast<int64_t>(std::ceil(length * 2));
+    for (int64_t s = 0; s <= steps; ++s) {
+      const double t = t0 + (t1 - t0) * (steps ? static_cast<double>(s) / static_cast<double>(steps) : 0.0);
+      dot(a[0] + dx * t, a[1] + dy * t);
+    }
+  }
+}
+
 std::string detection_label(const Detection& d, std::span<const std::string> names, bool with_score) {
   std::string name = class_name(d.cls, names);
   return with_score ? fmt::format("{} {:.2f}", name, d.score) : name;

@@ -2,6 +2,7 @@
 // colour per class, "name 0.87" drawn with a TrueType font), YOLO-format label lines (--save-txt) and JSON.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -54,6 +55,12 @@ struct DrawOptions {
 // image are cut at its edges.
 void draw_detections(Image& image, std::span<const Detection> detections, std::span<const std::string> names,
                      const DrawOptions& options = {});
+
+// Draws the polyline through `points` (x, y in pixels) onto `image` (1 or 3 channels) in `colour`, `line_width` pixels
+// wide (0: default_line_width of the image): a square of that side centred on every point of each segment, at most
+// half a pixel apart, clipped to the image. Segments with a coordinate that is not finite are skipped; a single point
+// is one square. `vision track --save` draws each track's recent centres with it (its trail).
+void draw_polyline(Image& image, std::span<const std::array<float, 2>> points, Rgb colour, int64_t line_width = 0);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Text and JSON output
