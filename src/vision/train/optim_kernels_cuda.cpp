@@ -191,7 +191,7 @@ void launch_ns_gemm(cudaStream_t stream, int product, const NsMatrix* matrices, 
 
 NsPath newton_schulz_path_from_env() {
   const char* v = std::getenv(kNewtonSchulzGroupedEnv);
-  if (v == nullptr || *v == 0) return NsPath::cublas;
+  if (v == nullptr || *v == 0) return NsPath::kernel;
   const std::string_view s(v);
   if (s == "kernel") return NsPath::kernel;
   if (s == "0") return NsPath::per_shape;

@@ -554,10 +554,11 @@ TEST(NewtonSchulzTiles, EveryMatrixIsTiledOncePerProduct) {
 TEST(NewtonSchulzTiles, PathFromTheEnvironment) {
   {
     const ScopedEnv e(train::kNewtonSchulzGroupedEnv, std::nullopt);
-    EXPECT_EQ(train::newton_schulz_path_from_env(), train::NsPath::cublas);
+    EXPECT_EQ(train::newton_schulz_path_from_env(), train::NsPath::kernel);
   }
   for (const auto& [value, path] : std::vector<std::pair<std::string, train::NsPath>>{
-           {"1", train::NsPath::cublas}, {"kernel", train::NsPath::kernel}, {"0", train::NsPath::per_shape}}) {
+           {"1", train::NsPath::cublas}, {"cublas", train::NsPath::cublas}, {"kernel", train::NsPath::kernel},
+           {"0", train::NsPath::per_shape}}) {
     const ScopedEnv e(train::kNewtonSchulzGroupedEnv, value);
     EXPECT_EQ(train::newton_schulz_path_from_env(), path) << value;
   }
@@ -766,12 +767,13 @@ TEST(OptimizerGpu, Yolo26nMuSGDStepMatchesTheCpu) {
 // group settings' copy from the engine's pinned buffer, the Muon preparation, Newton–Schulz (5 iterations in the
 // engine's own grouped GEMM: 15 launches) and the update — replays in at most 100 operations (per-shape Newton–Schulz
 // made about 1,000), and the replayed step equals an eager one bit for bit.
-// Disabled until it has run on a GPU with the kernel path. Its first GPU run (H100, 2026-12-07, cuBLAS's grouped GEMM)
-// captured 616 operations: cublasGemmGroupedBatchedEx runs a kernel per shape (5 × 3 × 40 = 600, + 6 + 10 copies),
-// and the replayed parameters differed from the eager step's (the first elements equal) — likely cuBLAS staging each
-// call's per-group arguments in one host buffer that a replay reads as the last call left it. The kernel path has
-// neither (its tables are uploaded once). Run it with --gtest_also_run_disabled_tests.
-TEST(OptimizerGpu, DISABLED_Yolo26nMuSGDStepIsOneGraphOfAtMost100Launches) {
+// Its first GPU run (H100, 2026-12-07, cuBLAS's grouped GEMM) captured 616 operations: cublasGemmGroupedBatchedEx runs
+// a kernel per shape (5 × 3 × 40 = 600, + 6 + 10 copies), and the replayed parameters differed from the eager step's
+// — likely cuBLAS staging each call's per-group arguments in one host buffer that a replay reads as the last call left
+// it. The kernel path has neither (its tables are uploaded once). Its second run (kernel path) failed only because the
+// step's staging (now Optimizer::stage_step, a host write that waits for the last copy) was inside the capture: the
+// settings are staged first, and launch_step is what a graph captures.
+TEST(OptimizerGpu, Yolo26nMuSGDStepIsOneGraphOfAtMost100Launches) {
   VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
   const ScopedEnv path(train::kNewtonSchulzGroupedEnv, std::string("kernel"));
   const auto y = yolo26n_states({graph::cuda_backend(), graph::cuda_backend()});
@@ -783,7 +785,8 @@ TEST(OptimizerGpu, DISABLED_Yolo26nMuSGDStepIsOneGraphOfAtMost100Launches) {
   orp.set_group_lr(0, 0.02);
   ASSERT_TRUE(oe.step().applied);
   cudaStream_t stream = graph::stream_of(&replayed.backend());
-  const auto captured = cuda::CapturedGraph::capture(stream, [&] { orp.queue_step(); });
+  orp.stage_step();
+  const auto captured = cuda::CapturedGraph::capture(stream, [&] { orp.launch_step(); });
   captured->replay(stream);
   ASSERT_TRUE(orp.finish_step().applied);
   const size_t launches = captured->launches();
