@@ -149,6 +149,7 @@ int run_predict_video(const PredictOptions& o) {
     }
     progress.update(frames);
     batch.clear();
+    for (data::Image& image : pixels) streams.recycle(std::move(image));
   };
   std::vector<data::StreamFrame> got;
   while (streams.read(got)) {

@@ -78,6 +78,10 @@ class FrameSource {
     prefetch_ = std::make_unique<data::Prefetcher>(frames_, workers, std::max<size_t>(4, workers), data::DecodeOptions{});
   }
   bool video() const { return video_ != nullptr; }
+  // A frame's image, done with: a video's decoder reuses its buffer (VideoStreams::recycle).
+  void recycle(data::Image&& image) {
+    if (video_) video_->recycle(std::move(image));
+  }
   const std::vector<std::string>& sources() const { return sources_; }
   const data::VideoInfo& info(size_t i) const { return video_->info(i); }
   // The videos' warnings (packets that did not decode, reconnections, dropped frames), once they have ended.
@@ -260,6 +264,7 @@ int run_track(const TrackOptions& o) {
       }
     }
     progress.update(static_cast<size_t>(frames));
+    for (data::Image& image : readable) source.recycle(std::move(image));
   }
   for (SourceTracks& s : per)
     if (s.writer) s.writer->close();

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -557,6 +558,42 @@ TEST(VideoStreams, FilesGiveEveryFrameOfEachInOrder) {
   EXPECT_EQ(next[1], 7);
   EXPECT_EQ(streams.dropped(0), 0) << "a file drops nothing";
   EXPECT_FALSE(streams.read(got)) << "ended stays ended";
+}
+
+// Frames' buffers are reused: VideoReader::read decodes into the image it is given when it has room (the same
+// pixels as into a fresh one), and VideoStreams hands recycled images to its decoder — after the first few frames,
+// every frame arrives in a buffer that was recycled (the allocation per frame cost more than decoding a 1080p frame).
+TEST(VideoStreams, RecycledImagesAreReused) {
+  test::TempDir dir;
+  const fs::path a = write_test_video(dir.path() / "a.mp4", 30);
+  VideoReader fresh(a.string()), reused(a.string());
+  VideoFrame f, r;
+  r.image = Image(400, 300, 3);  // larger than a 160-wide frame: its buffer has room
+  const uint8_t* buffer = r.image.pixels.data();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(fresh.read(f));
+    ASSERT_TRUE(reused.read(r));
+    EXPECT_EQ(r.image.pixels.data(), buffer) << i;
+    EXPECT_EQ(r.image.width, f.image.width);
+    EXPECT_EQ(r.image.height, f.image.height);
+    EXPECT_EQ(r.image.pixels, f.image.pixels) << i;
+  }
+
+  VideoStreams streams({a.string()}, {}, /*queue=*/2);
+  std::vector<StreamFrame> got;
+  std::set<const uint8_t*> handed_back;
+  int64_t frames = 0, in_recycled = 0;
+  while (streams.read(got)) {
+    for (StreamFrame& sf : got) {
+      ++frames;
+      in_recycled += handed_back.count(sf.frame.image.pixels.data()) > 0;
+      handed_back.insert(sf.frame.image.pixels.data());
+      streams.recycle(std::move(sf.frame.image));
+    }
+  }
+  EXPECT_EQ(frames, 30);
+  // At most queue + 2 buffers before the first comes back (the queue, the one being decoded, the one read).
+  EXPECT_GE(in_recycled, frames - 4) << "frames decoded into recycled buffers";
 }
 
 // A .streams file: one source per line, blanks and comments skipped; what it cannot be is a clear error naming it.

@@ -71,7 +71,8 @@ class VideoReader {
 
   const VideoInfo& info() const;
   // The next frame, or false at the end of the source. Throws vision::Error (input) naming the source when it ends
-  // without a single decodable frame.
+  // without a single decodable frame. frame.image's buffer is reused when it has room for the frame (pass the last
+  // frame back to save an allocation per frame).
   bool read(VideoFrame& frame);
   // Problems met so far that did not stop decoding (packets that did not decode, reconnections), each naming the
   // source; at most 16 kept.

@@ -58,10 +58,19 @@ struct VideoStreams::Impl {
   mutable std::mutex mutex;
   std::condition_variable changed;
   bool stopping = false;
+  std::vector<Image> spare;  // recycled images whose buffers the decoders reuse
+  size_t spare_limit = 8;
 
   void decode(StreamSlot& s) {
     for (;;) {
       VideoFrame f;
+      {
+        std::lock_guard lock(mutex);
+        if (!spare.empty()) {
+          f.image = std::move(spare.back());
+          spare.pop_back();
+        }
+      }
       bool more = false;
       std::exception_ptr error;
       try {
@@ -92,6 +101,8 @@ VideoStreams::VideoStreams(const std::vector<std::string>& sources, const VideoR
     : impl_(new Impl) {
   VISION_CHECK(!sources.empty() && queue >= 1, "VideoStreams: needs at least one source and a queue of 1 or more");
   impl_->capacity = queue;
+  // Enough spares for every frame in flight: the queues, a batch being used and the ones being decoded.
+  impl_->spare_limit = 2 * queue * sources.size() + 2 * sources.size();
   for (const std::string& source : sources) {
     auto s = std::make_unique<StreamSlot>();
     s->source = source;
@@ -135,6 +146,12 @@ bool VideoStreams::read(std::vector<StreamFrame>& frames) {
     }
   }
   return !frames.empty();
+}
+
+void VideoStreams::recycle(Image&& image) {
+  if (image.pixels.capacity() == 0) return;
+  std::lock_guard lock(impl_->mutex);
+  if (impl_->spare.size() < impl_->spare_limit) impl_->spare.push_back(std::move(image));
 }
 
 std::vector<std::string> VideoStreams::warnings() const {

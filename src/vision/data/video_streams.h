@@ -42,6 +42,9 @@ class VideoStreams {
   // The next frame of every source that has not ended, in source order (one per source), waiting for each. False (and
   // no frames) once every source has ended. A source that failed rethrows its error here, naming it.
   bool read(std::vector<StreamFrame>& frames);
+  // Hands a frame's image back once the caller is done with it: its buffer is reused for a later frame (a bounded
+  // number are kept; an image of another size is fine). Saves a large allocation, zero-filled and faulted in, per frame.
+  void recycle(Image&& image);
   // Every source's warnings (VideoReader::warnings), and a line per live source that dropped frames.
   std::vector<std::string> warnings() const;
   int64_t dropped(size_t i) const;  // frames of a live source dropped because the consumer was behind
