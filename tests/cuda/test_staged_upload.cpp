@@ -38,6 +38,17 @@ std::vector<uint8_t> download(CudaBackendContext& ctx, const void* src, size_t n
   return out;
 }
 
+// Holds a stream: a host function (hold) that waits, up to 10 s, for `released`, and records whether it saw it.
+struct Gate {
+  std::atomic<bool> released{false};
+  std::atomic<bool> saw_release{false};
+  static void hold(void* p) {
+    auto* g = static_cast<Gate*>(p);
+    for (int i = 0; i < 10000 && !g->released.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g->saw_release = g->released.load();
+  }
+};
+
 }  // namespace
 
 // Sizes below, at and above the chunk size; the source is overwritten and freed right after each call.
@@ -88,16 +99,8 @@ TEST(StagedUpload, DoesNotWaitForTheStream) {
   // The stream is held by a host function that waits (up to 10 s) for a flag the test sets only after
   // copy_to_device returned. A copy that waited for the stream would keep the flag unset until the host function
   // gave up, and the host function would then report that it never saw the flag. No clock decides the outcome.
-  struct Gate {
-    std::atomic<bool> released{false};
-    std::atomic<bool> saw_release{false};
-  } gate;
-  auto hold = [](void* p) {
-    auto* g = static_cast<Gate*>(p);
-    for (int i = 0; i < 10000 && !g->released.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    g->saw_release = g->released.load();
-  };
-  VISION_CUDA_CHECK(cudaLaunchHostFunc(ctx.stream(), hold, &gate));
+  Gate gate;
+  VISION_CUDA_CHECK(cudaLaunchHostFunc(ctx.stream(), Gate::hold, &gate));
   const std::vector<uint8_t> expected = pattern(n, 7);
   std::vector<uint8_t> src = expected;
   ctx.copy_to_device(dst.get(), src.data(), n);
@@ -165,16 +168,8 @@ TEST(ReplayableUpload, ReplaysCopyWhatWasStagedLast) {
   EXPECT_EQ(device(), b);
   up.stage(c.data(), 12);
 
-  struct Gate {
-    std::atomic<bool> released{false};
-    std::atomic<bool> saw_release{false};
-  } gate;
-  auto hold = [](void* p) {
-    auto* g = static_cast<Gate*>(p);
-    for (int i = 0; i < 10000 && !g->released.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    g->saw_release = g->released.load();
-  };
-  VISION_CUDA_CHECK(cudaLaunchHostFunc(ctx.stream(), hold, &gate));
+  Gate gate;
+  VISION_CUDA_CHECK(cudaLaunchHostFunc(ctx.stream(), Gate::hold, &gate));
   graph->replay(ctx.stream());  // its copy waits behind the host function
   std::atomic<bool> staged{false};
   std::thread other([&] {
