@@ -62,8 +62,8 @@ void add_synth_command(CLI::App& app) {
       seq->overwrite = opts->overwrite;
       const data::synth::DatasetSummary s = data::synth::write_sequences(*seq);
       fmt::print("vision synth: {} {}{} of {} frames ({}×{} px, {} boxes) written to {} in {:.1f} s\n",
-                 seq->sequences, seq->video ? "video" : "sequence", seq->sequences == 1 ? "" : "s", seq->frames, seq->imgsz, seq->imgsz, s.objects,
-                 seq->out.string(), seconds());
+                 seq->sequences, seq->video ? "video" : "sequence", seq->sequences == 1 ? "" : "s", seq->frames,
+                 seq->imgsz, seq->imgsz, s.objects, seq->out.string(), seconds());
       return;
     }
     VISION_CHECK(train->count() > 0 && val->count() > 0,

@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <array>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <vector>
 
 #include "commands.h"
 #include "vision/core/error.h"
@@ -134,7 +134,7 @@ struct SourceTracks {
   std::unique_ptr<data::VideoWriter> writer;
   std::vector<std::string> id_names;  // "id:N name", indexed by track id (the colour follows the id)
   // --save: each live track's last kTrailFrames box centres (its trail), by track id.
-  std::map<int64_t, std::deque<std::array<float, 2>>> trails;
+  std::map<int64_t, std::vector<std::array<float, 2>>> trails;
   std::string stem;
   double fps = 30;
 };
@@ -240,13 +240,12 @@ int run_track(const TrackOptions& o) {
       if (!o.save.empty() && image) {
         // Trails: the centres of each track in this frame over its last frames (tracks not in the frame dropped),
         // drawn under the boxes in the track's colour.
-        std::map<int64_t, std::deque<std::array<float, 2>>> live;
+        std::map<int64_t, std::vector<std::array<float, 2>>> live;
         for (const data::Detection& t : drawn) {
-          std::deque<std::array<float, 2>>& trail = live[t.cls] = std::move(s.trails[t.cls]);
+          std::vector<std::array<float, 2>>& trail = live[t.cls] = std::move(s.trails[t.cls]);
+          if (trail.size() == kTrailFrames) trail.erase(trail.begin());
           trail.push_back({(t.box[0] + t.box[2]) / 2, (t.box[1] + t.box[3]) / 2});
-          if (trail.size() > kTrailFrames) trail.pop_front();
-          const std::vector<std::array<float, 2>> points(trail.begin(), trail.end());
-          data::draw_polyline(*image, points, data::class_colour(t.cls),
+          data::draw_polyline(*image, trail, data::class_colour(t.cls),
                               std::max<int64_t>(data::default_line_width(image->width, image->height) / 2, 1));
         }
         s.trails = std::move(live);

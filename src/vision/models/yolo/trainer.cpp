@@ -357,9 +357,7 @@ IterationResult Yolo26Trainer::train_batch(const Tensor& images, const Tensor& t
     }
   };
   if (step_now) update_in_step_ = update_in_step;
-  if (update_in_step) {
-    // Only without ranks: begin_step's all-reduce and broadcast would have to come before the update, which ran.
-    VISION_CHECK(!options_.comm, "train: an update inside the step with several ranks");
+  if (update_in_step) {  // no ranks (update_in_step's condition): begin_step has nothing to reduce before the update
     begin_step();
     grads_pending_ = false;
   } else if (queued) {
