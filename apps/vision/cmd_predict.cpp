@@ -109,11 +109,15 @@ int run_predict_video(const PredictOptions& o) {
   size_t frames = 0, detections = 0;
   const auto start = std::chrono::steady_clock::now();
   std::vector<data::StreamFrame> batch;
+  StageTimes times;
   auto flush = [&] {
     if (batch.empty()) return;
     std::vector<data::Image> pixels;
     for (data::StreamFrame& f : batch) pixels.push_back(std::move(f.frame.image));
+    times.next(StageTimes::frames);
     const std::vector<std::vector<data::Detection>> found = detector.detect(pixels);
+    times.detected(detector.last_timing().preprocess, detector.last_timing().inference,
+                   detector.last_timing().postprocess);
     for (size_t i = 0; i < batch.size(); ++i) {
       const size_t src = batch[i].source;
       const std::string& source = sources[src];
@@ -150,6 +154,7 @@ int run_predict_video(const PredictOptions& o) {
     progress.update(frames);
     batch.clear();
     for (data::Image& image : pixels) streams.recycle(std::move(image));
+    times.next(StageTimes::output);
   };
   std::vector<data::StreamFrame> got;
   while (streams.read(got)) {
@@ -159,6 +164,7 @@ int run_predict_video(const PredictOptions& o) {
   flush();
   for (auto& w : writers)
     if (w) w->close();
+  times.next(StageTimes::output);
   for (const std::string& w : streams.warnings()) progress.message(fmt::format("vision predict: warning: {}", w));
   if (o.json) fmt::print("{}\n", json.dump(2));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -168,6 +174,7 @@ int run_predict_video(const PredictOptions& o) {
                o.save.empty() ? "" : fmt::format("; saved to {}", sources.size() == 1
                                                                      ? (fs::path(o.save) / (stems[0] + ".mp4")).string()
                                                                      : o.save));
+  if (!o.quiet) fmt::print(stderr, "vision predict: time: {}\n", times.summary());
   return 0;
 }
 
@@ -290,6 +297,35 @@ void add_hwaccel_option(CLI::App* cmd, std::string& hwaccel) {
                   "a video: decode with NVDEC (cuda) where the driver and FFmpeg have it, else in software (a warning)")
       ->check(CLI::IsMember({"none", "cuda"}))
       ->capture_default_str();
+}
+
+void StageTimes::detected(double preprocess_ms, double model_ms, double postprocess_ms) {
+  const Clock::time_point now = Clock::now();
+  const double total = std::chrono::duration<double>(now - last_).count();
+  const double model_s = model_ms / 1000, post_s = postprocess_ms / 1000;
+  seconds_[model] += model_s;
+  seconds_[postprocess] += post_s;
+  seconds_[preprocess] += std::max(total - model_s - post_s, 0.0);  // preprocess_ms and the call's own work
+  last_ = now;
+}
+
+double StageTimes::total() const {
+  double sum = 0;
+  for (double s : seconds_) sum += s;
+  return sum;
+}
+
+std::string StageTimes::summary() const {
+  static constexpr std::array<const char*, count> kNames = {"waiting for frames", "preprocess", "model", "postprocess",
+                                                           "tracker", "output"};
+  const double all = total();
+  std::string text;
+  for (size_t i = 0; i < count; ++i) {
+    if (seconds_[i] <= 0) continue;
+    text += fmt::format("{}{} {:.2f} s ({:.0f}%)", text.empty() ? "" : ", ", kNames[i], seconds_[i],
+                        100 * seconds_[i] / std::max(all, 1e-12));
+  }
+  return text;
 }
 
 std::vector<std::string> source_stems(const std::vector<std::string>& sources) {

@@ -197,6 +197,7 @@ int run_track(const TrackOptions& o) {
   core::ProgressBar progress("track", source.count(), !o.quiet);
   int64_t frames = 0, boxes = 0;
   std::vector<FrameSource::Item> items, round;
+  StageTimes times;
   for (bool more = true; more;) {
     // Rounds of frames (one per source still going) until --batch frames, through the detector together; then each
     // frame's detections to its source's tracker, in order. A frame that cannot be read is an empty frame: its tracks
@@ -213,8 +214,12 @@ int run_track(const TrackOptions& o) {
       else
         readable.push_back(std::move(it.image));
     }
+    times.next(StageTimes::frames);
     const std::vector<std::vector<data::Detection>> found =
         readable.empty() ? std::vector<std::vector<data::Detection>>{} : detector.detect(readable);
+    if (!readable.empty())
+      times.detected(detector.last_timing().preprocess, detector.last_timing().inference,
+                     detector.last_timing().postprocess);
     size_t k = 0;
     for (FrameSource::Item& it : items) {
       SourceTracks& s = per[it.source];
@@ -222,6 +227,7 @@ int run_track(const TrackOptions& o) {
       const std::vector<data::Detection> none;
       const std::vector<data::Detection>& dets = image ? found[k++] : none;
       const std::vector<track::TrackedObject> tracks = s.tracker->update(dets, image);
+      times.next(StageTimes::tracker);
       const std::string where = n_sources > 1 ? s.stem + " " : std::string();
       std::vector<data::Detection> drawn;
       for (const track::TrackedObject& t : tracks) {
@@ -264,9 +270,11 @@ int run_track(const TrackOptions& o) {
     }
     progress.update(static_cast<size_t>(frames));
     for (data::Image& image : readable) source.recycle(std::move(image));
+    times.next(StageTimes::output);
   }
   for (SourceTracks& s : per)
     if (s.writer) s.writer->close();
+  times.next(StageTimes::output);
   for (const std::string& w : source.warnings()) fmt::print(stderr, "vision track: warning: {}\n", w);
   if (!o.save_txt.empty()) {
     // One source: the file named; several: <stem of the file>_<source stem><extension> beside it, one per source.
@@ -278,9 +286,11 @@ int run_track(const TrackOptions& o) {
                        s.results);
   }
   if (!o.quiet)
-    fmt::print(stderr, "vision track: {} frames{}, {} tracked boxes{}\n", frames,
+    fmt::print(stderr, "vision track: {} frames{}, {} tracked boxes, {:.1f} frames/s end to end{}\n", frames,
                n_sources > 1 ? fmt::format(" of {} sources", n_sources) : "", boxes,
+               static_cast<double>(frames) / std::max(times.total(), 1e-9),
                o.save.empty() ? "" : fmt::format("; frames saved to {}", o.save));
+  if (!o.quiet) fmt::print(stderr, "vision track: time: {}\n", times.summary());
   if (!o.eval.empty()) {
     const track::MotMetrics m = track::evaluate_mot(track::read_mot_file(o.eval, true), per[0].results);
     fmt::print("MOTA {:.4f}  MOTP {:.4f}  IDF1 {:.4f}  HOTA {:.4f} (DetA {:.4f}, AssA {:.4f}, LocA {:.4f})\n"

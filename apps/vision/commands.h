@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <array>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -31,5 +33,29 @@ std::vector<std::string> source_stems(const std::vector<std::string>& sources);
 
 // `--hwaccel none|cuda` (data::VideoReaderOptions::hwaccel) on a command that reads video.
 void add_hwaccel_option(CLI::App* cmd, std::string& hwaccel);
+
+// Where a video pipeline's wall clock went (predict and track print it at the end unless --quiet): time waiting for
+// decoded frames, the detector's three parts (its DetectTiming), the tracker, and the output (printing, drawing,
+// encoding). next() charges the time since the last call to a stage; the detector's parts are added from its timing.
+class StageTimes {
+ public:
+  enum Stage : size_t { frames, preprocess, model, postprocess, tracker, output, count };
+  StageTimes() : last_(Clock::now()) {}
+  void next(Stage stage) {
+    const Clock::time_point now = Clock::now();
+    seconds_[stage] += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+  // detect()'s time, split as its DetectTiming (milliseconds) says; the rest of the call goes to preprocess.
+  void detected(double preprocess_ms, double model_ms, double postprocess_ms);
+  // "waiting for frames 1.20 s (40%), preprocess 0.40 s (13%), …" over the stages that took any time.
+  std::string summary() const;
+  double total() const;  // seconds, all stages
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::array<double, count> seconds_{};
+  Clock::time_point last_;
+};
 
 }  // namespace vision::cli

@@ -49,6 +49,9 @@ timed() {  # label, command…: frames/s over the video's frames, wall clock of 
 {
   echo "end to end through the CLI ($device, batch $batch, decode $hwaccel; wall clock, start-up included):"
   printf "%-34s %8s %10s %10s\n" "pipeline" "frames" "frames/s" "ms/frame"
-  timed "vision predict" "$vision" predict "${common[@]}" --conf 0.25 --json --quiet
-  timed "vision track (ByteTrack, --save)" "$vision" track "${common[@]}" --save "$out/tracked" --quiet
+  timed "vision predict" "$vision" predict "${common[@]}" --conf 0.25 --json
+  timed "vision track (ByteTrack, --save)" "$vision" track "${common[@]}" --save "$out/tracked"
+  echo
+  echo "the CLI's own account (from the first frame read, start-up excluded):"
+  grep -hE "frames/s end to end|: time: " "$out/vision predict.log" "$out/vision track (ByteTrack, --save).log" | sed 's/^/  /'
 } | tee "$out/table.txt"
