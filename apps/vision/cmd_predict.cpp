@@ -85,8 +85,12 @@ int run_predict_video(const PredictOptions& o) {
       data::is_stream_list(o.source) ? data::read_stream_list(o.source) : std::vector<std::string>{o.source};
   Detector detector(o.model, detector_options(o));
   const std::vector<std::string>& names = detector.names();
-  data::VideoStreams streams(sources, {.max_pixels = o.max_pixels, .stride = o.vid_stride, .hwaccel = o.hwaccel},
-                             std::max<size_t>(4, static_cast<size_t>(o.batch)));
+  // On the GPU, and with no annotated copy to draw: frames as decoded (YUV planes; NVDEC's stay on the GPU), converted
+  // to RGB inside the letterbox kernel — no colour conversion on the CPU and half the bytes uploaded.
+  const bool yuv = detector.device() == "cuda" && o.save.empty();
+  data::VideoStreams streams(
+      sources, {.max_pixels = o.max_pixels, .stride = o.vid_stride, .hwaccel = o.hwaccel, .yuv = yuv},
+      std::max<size_t>(4, static_cast<size_t>(o.batch)));
   const std::vector<std::string> stems = source_stems(sources);
   if (!o.save.empty()) {
     std::error_code ec;
@@ -113,9 +117,19 @@ int run_predict_video(const PredictOptions& o) {
   auto flush = [&] {
     if (batch.empty()) return;
     std::vector<data::Image> pixels;
-    for (data::StreamFrame& f : batch) pixels.push_back(std::move(f.frame.image));
+    std::vector<data::Yuv420View> planes;
+    for (data::StreamFrame& f : batch) {
+      if (!f.frame.yuv.empty()) planes.push_back(f.frame.yuv.view());
+      pixels.push_back(std::move(f.frame.image));
+    }
     times.next(StageTimes::frames);
-    const std::vector<std::vector<data::Detection>> found = detector.detect(pixels);
+    // YUV frames (all of the batch, as a stream keeps its format) straight to the detector; else RGB images (a YUV
+    // frame among RGB ones converted on the CPU).
+    if (!planes.empty() && planes.size() < batch.size())
+      for (size_t i = 0; i < batch.size(); ++i)
+        if (!batch[i].frame.yuv.empty()) pixels[i] = data::yuv420_to_rgb(batch[i].frame.yuv.view());
+    const std::vector<std::vector<data::Detection>> found =
+        planes.size() == batch.size() ? detector.detect(planes) : detector.detect(pixels);
     times.detected(detector.last_timing().preprocess, detector.last_timing().inference,
                    detector.last_timing().postprocess);
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -124,10 +138,13 @@ int run_predict_video(const PredictOptions& o) {
       const int64_t frame = batch[i].frame.index;
       const std::vector<data::Detection>& dets = found[i];
       data::Image& image = pixels[i];
+      const data::VideoFrame& decoded = batch[i].frame;
+      const int64_t width = decoded.yuv.empty() ? image.width : decoded.yuv.width;
+      const int64_t height = decoded.yuv.empty() ? image.height : decoded.yuv.height;
       ++frames, detections += dets.size();
       if (o.json) {
         json.push_back({{"source", source}, {"frame", frame}, {"timestamp", batch[i].frame.timestamp},
-                        {"width", image.width}, {"height", image.height},
+                        {"width", width}, {"height", height},
                         {"detections", data::detections_json(dets, names)}});
       } else {
         if (dets.empty()) fmt::print("{} frame {}: no detections\n", source, frame);
@@ -137,7 +154,7 @@ int run_predict_video(const PredictOptions& o) {
       }
       if (!o.save.empty()) {
         if (o.save_txt) {
-          const std::string text = data::yolo_label_lines(dets, image.width, image.height, o.save_conf);
+          const std::string text = data::yolo_label_lines(dets, width, height, o.save_conf);
           data::write_file(fs::path(o.save) / "labels" / fmt::format("{}_{}.txt", stems[src], frame),
                            std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
         }
@@ -152,8 +169,9 @@ int run_predict_video(const PredictOptions& o) {
       }
     }
     progress.update(frames);
-    batch.clear();
     for (data::Image& image : pixels) streams.recycle(std::move(image));
+    for (data::StreamFrame& f : batch) streams.recycle(std::move(f.frame.yuv));
+    batch.clear();
     times.next(StageTimes::output);
   };
   std::vector<data::StreamFrame> got;

@@ -58,15 +58,17 @@ class FrameSource {
   struct Item {
     size_t source = 0;
     data::Image image;
+    data::Yuv420Image yuv;  // instead of image: a video frame's planes (FrameSource's yuv)
     int64_t number = 0;
     std::string name, error;
   };
 
-  explicit FrameSource(const TrackOptions& o) : stride_(o.vid_stride) {
+  // yuv: a video's frames as decoded (YUV planes, for the GPU detector), where nothing needs them as RGB.
+  FrameSource(const TrackOptions& o, bool yuv) : stride_(o.vid_stride) {
     if (data::is_video_source(o.source) || data::is_stream_list(o.source)) {  // decoded ahead of the model
       sources_ = data::is_stream_list(o.source) ? data::read_stream_list(o.source) : std::vector<std::string>{o.source};
       video_ = std::make_unique<data::VideoStreams>(
-          sources_, data::VideoReaderOptions{.stride = o.vid_stride, .hwaccel = o.hwaccel},
+          sources_, data::VideoReaderOptions{.stride = o.vid_stride, .hwaccel = o.hwaccel, .yuv = yuv},
           std::max<size_t>(4, static_cast<size_t>(o.batch)));
       return;
     }
@@ -81,6 +83,9 @@ class FrameSource {
   // A frame's image, done with: a video's decoder reuses its buffer (VideoStreams::recycle).
   void recycle(data::Image&& image) {
     if (video_) video_->recycle(std::move(image));
+  }
+  void recycle(data::Yuv420Image&& frame) {
+    if (video_) video_->recycle(std::move(frame));
   }
   const std::vector<std::string>& sources() const { return sources_; }
   const data::VideoInfo& info(size_t i) const { return video_->info(i); }
@@ -104,7 +109,8 @@ class FrameSource {
       std::vector<data::StreamFrame> got;
       if (!video_->read(got)) return false;
       for (data::StreamFrame& f : got)
-        items.push_back({.source = f.source, .image = std::move(f.frame.image), .number = f.frame.index + 1,
+        items.push_back({.source = f.source, .image = std::move(f.frame.image), .yuv = std::move(f.frame.yuv),
+                         .number = f.frame.index + 1,
                          .name = fmt::format("frame {}", f.frame.index + 1)});
       return true;
     }
@@ -153,10 +159,6 @@ int run_track(const TrackOptions& o) {
                                         : o.tracker == "botsort" ? track::botsort_config()
                                                                  : track::read_tracker_config(o.tracker);
   const bool botsort = config.tracker_type == track::TrackerType::botsort;
-  FrameSource source(o);
-  const size_t n_sources = source.sources().size();
-  VISION_CHECK(o.eval.empty() || n_sources == 1, "--eval scores one source's tracks; {} lists {}", o.source,
-               n_sources);
   DetectorOptions d;
   d.device = o.device, d.conf = o.conf, d.threads = o.threads;
   if (!o.imgsz.empty()) {
@@ -165,6 +167,12 @@ int run_track(const TrackOptions& o) {
   }
   Detector detector(o.model, d);
   const std::vector<std::string>& names = detector.names();
+  // On the GPU, with ByteTrack (BoT-SORT's camera-motion compensation reads the frames) and nothing to draw: frames
+  // as decoded, converted inside the letterbox kernel (see predict).
+  FrameSource source(o, detector.device() == "cuda" && !botsort && o.save.empty());
+  const size_t n_sources = source.sources().size();
+  VISION_CHECK(o.eval.empty() || n_sources == 1, "--eval scores one source's tracks; {} lists {}", o.source,
+               n_sources);
   if (!o.save.empty()) {
     std::error_code ec;
     for (const fs::path& p : source.files())
@@ -207,16 +215,30 @@ int run_track(const TrackOptions& o) {
       for (FrameSource::Item& it : round) items.push_back(std::move(it));
     if (items.empty()) break;
     std::vector<data::Image> readable;
+    std::vector<data::Yuv420View> planes;
     for (FrameSource::Item& it : items) {
       ++frames;
-      if (!it.error.empty())
+      if (!it.error.empty()) {
         progress.message(fmt::format("vision track: frame {} skipped: {}", it.number, it.error));
-      else
-        readable.push_back(std::move(it.image));
+        continue;
+      }
+      if (!it.yuv.empty()) planes.push_back(it.yuv.view());
+      readable.push_back(std::move(it.image));
+    }
+    // YUV frames straight to the detector when the whole batch came so; else RGB (any YUV one converted here).
+    if (!planes.empty() && planes.size() < readable.size()) {
+      size_t r = 0;
+      for (FrameSource::Item& it : items) {
+        if (!it.error.empty()) continue;
+        if (!it.yuv.empty()) readable[r] = data::yuv420_to_rgb(it.yuv.view());
+        ++r;
+      }
     }
     times.next(StageTimes::frames);
     const std::vector<std::vector<data::Detection>> found =
-        readable.empty() ? std::vector<std::vector<data::Detection>>{} : detector.detect(readable);
+        readable.empty()                   ? std::vector<std::vector<data::Detection>>{}
+        : planes.size() == readable.size() ? detector.detect(planes)
+                                           : detector.detect(readable);
     if (!readable.empty())
       times.detected(detector.last_timing().preprocess, detector.last_timing().inference,
                      detector.last_timing().postprocess);
@@ -226,7 +248,8 @@ int run_track(const TrackOptions& o) {
       data::Image* image = it.error.empty() ? &readable[k] : nullptr;
       const std::vector<data::Detection> none;
       const std::vector<data::Detection>& dets = image ? found[k++] : none;
-      const std::vector<track::TrackedObject> tracks = s.tracker->update(dets, image);
+      const std::vector<track::TrackedObject> tracks =
+          s.tracker->update(dets, image && !image->empty() ? image : nullptr);  // empty: the frame came as YUV
       times.next(StageTimes::tracker);
       const std::string where = n_sources > 1 ? s.stem + " " : std::string();
       std::vector<data::Detection> drawn;
@@ -270,6 +293,7 @@ int run_track(const TrackOptions& o) {
     }
     progress.update(static_cast<size_t>(frames));
     for (data::Image& image : readable) source.recycle(std::move(image));
+    for (FrameSource::Item& it : items) source.recycle(std::move(it.yuv));
     times.next(StageTimes::output);
   }
   for (SourceTracks& s : per)

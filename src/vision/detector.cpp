@@ -8,6 +8,7 @@
 #include "vision/cpu/parallel.h"
 #include "vision/data/image_tensor.h"
 #include "vision/data/letterbox.h"
+#include "vision/data/yuv.h"
 #include "vision/graph/backend.h"
 #include "vision/models/yolo/model.h"
 #include "vision/models/yolo/ultralytics_checkpoint.h"
@@ -67,12 +68,8 @@ struct Detector::Impl {
     const core::Shape shape{static_cast<int64_t>(images.size()), 3, t[0].input_h, t[0].input_w};
 #ifdef VISION_HAS_CUDA
     if (on_cuda()) {
-      if (!cuda_input) cuda_input = std::make_unique<CudaInput>();
-      CudaInput& c = *cuda_input;
-      constexpr size_t kAlign = 256;
-      std::vector<size_t> offsets;
       std::vector<const uint8_t*> sources;
-      size_t total = 0;
+      std::vector<size_t> bytes;
       packed.reserve(images.size());
       for (const data::ImageView& im : images) {
         if (im.contiguous_rgb()) {
@@ -81,21 +78,12 @@ struct Detector::Impl {
           packed.push_back(data::to_image(im));
           sources.push_back(packed.back().pixels.data());
         }
-        offsets.push_back(total);
-        total += (static_cast<size_t>(im.width * im.height * 3) + kAlign - 1) / kAlign * kAlign;
+        bytes.push_back(static_cast<size_t>(im.width * im.height * 3));
       }
-      auto* image_bytes = static_cast<std::byte*>(c.images.get(*backend, total));
-      const size_t batch_bytes = static_cast<size_t>(shape.numel()) * core::dtype_size(input_format.dtype);
-      void* batch_data = c.batch.get(*backend, batch_bytes);
-      const core::Tensor tensor =
-          core::Tensor::view(batch_data, shape, input_format.dtype, core::Device::cuda, input_format.layout);
-      const cudaStream_t stream = graph::stream_of(backend.get());
-      for (size_t i = 0; i < images.size(); ++i) {
-        c.uploader.upload(image_bytes + offsets[i], sources[i], static_cast<size_t>(images[i].width * images[i].height * 3),
-                          stream);
-        data::launch_letterbox_normalize(stream, reinterpret_cast<const uint8_t*>(image_bytes + offsets[i]), t[i],
-                                         tensor, static_cast<int64_t>(i));
-      }
+      const std::vector<const uint8_t*> copies = upload(sources, bytes);
+      const core::Tensor tensor = device_batch(shape);
+      for (size_t i = 0; i < images.size(); ++i)
+        data::launch_letterbox_normalize(stream(), copies[i], t[i], tensor, static_cast<int64_t>(i));
       return tensor;
     }
 #endif
@@ -104,6 +92,84 @@ struct Detector::Impl {
       data::write_normalized(data::letterbox(images[i], t[i]), tensor, static_cast<int64_t>(i));
     return tensor;
   }
+
+#ifdef VISION_HAS_CUDA
+  // YUV 4:2:0 frames letterboxed on the GPU (CUDA only): host planes uploaded as they are (half the bytes of RGB),
+  // device planes (NVDEC) read in place; conversion and letterbox in one kernel per frame.
+  core::Tensor preprocess_yuv(std::span<const data::Yuv420View> frames, std::span<const data::LetterboxTransform> t) {
+    std::vector<const uint8_t*> sources;
+    std::vector<size_t> bytes;
+    const auto span_of = [](int64_t pitch, int64_t rows, int64_t row_bytes) {
+      return static_cast<size_t>(pitch * (rows - 1) + row_bytes);
+    };
+    for (const data::Yuv420View& f : frames) {
+      if (f.device) continue;
+      const int64_t cw = f.chroma_width(), ch = f.chroma_height();
+      sources.push_back(f.y);
+      bytes.push_back(span_of(f.y_pitch, f.height, f.width));
+      if (f.nv12()) {
+        sources.push_back(f.u);
+        bytes.push_back(span_of(f.uv_pitch, ch, 2 * cw));
+      } else {
+        for (const uint8_t* plane : {f.u, f.v}) {
+          sources.push_back(plane);
+          bytes.push_back(span_of(f.uv_pitch, ch, f.uv_step * (cw - 1) + 1));
+        }
+      }
+    }
+    const std::vector<const uint8_t*> copies = upload(sources, bytes);
+    const core::Tensor tensor =
+        device_batch(core::Shape{static_cast<int64_t>(frames.size()), 3, t[0].input_h, t[0].input_w});
+    size_t next = 0;
+    for (size_t i = 0; i < frames.size(); ++i) {
+      data::Yuv420View f = frames[i];
+      if (!f.device) {
+        const bool nv12 = f.nv12();
+        f.y = copies[next++];
+        f.u = copies[next++];
+        f.v = nv12 ? f.u + 1 : copies[next++];
+      }
+      data::launch_letterbox_yuv_normalize(stream(), f, t[i], tensor, static_cast<int64_t>(i));
+    }
+    return tensor;
+  }
+
+  cudaStream_t stream() const { return graph::stream_of(backend.get()); }
+
+  // Device copies of host buffers (each on a 256-byte boundary of one growing device buffer), queued on the stream
+  // through pinned staging.
+  std::vector<const uint8_t*> upload(std::span<const uint8_t* const> sources, std::span<const size_t> bytes) {
+    if (!cuda_input) cuda_input = std::make_unique<CudaInput>();
+    CudaInput& c = *cuda_input;
+    constexpr size_t kAlign = 256;
+    std::vector<size_t> offsets;
+    size_t total = 0;
+    for (size_t b : bytes) {
+      offsets.push_back(total);
+      total += (b + kAlign - 1) / kAlign * kAlign;
+    }
+    const auto* base = static_cast<const uint8_t*>(c.images.get(*backend, std::max<size_t>(total, 1)));
+    std::vector<const uint8_t*> copies;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      copies.push_back(base + offsets[i]);
+      c.uploader.upload(const_cast<uint8_t*>(copies.back()), sources[i], bytes[i], stream());
+    }
+    return copies;
+  }
+
+  // The model's input batch in device memory (reused from call to call).
+  core::Tensor device_batch(const core::Shape& shape) {
+    if (!cuda_input) cuda_input = std::make_unique<CudaInput>();
+    const size_t batch_bytes = static_cast<size_t>(shape.numel()) * core::dtype_size(input_format.dtype);
+    void* batch_data = cuda_input->batch.get(*backend, batch_bytes);
+    return core::Tensor::view(batch_data, shape, input_format.dtype, core::Device::cuda, input_format.layout);
+  }
+#endif
+
+  // The rest of a detection after the batch is preprocessed: the model, its output back to the host, and each
+  // image's detections mapped back through its letterbox.
+  std::vector<std::vector<data::Detection>> finish(const core::Tensor& input,
+                                                   std::span<const data::LetterboxTransform> t, Clock::time_point t0);
 };
 
 Detector::Detector(const std::filesystem::path& model, const DetectorOptions& options)
@@ -196,10 +262,9 @@ std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data:
 
 std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data::ImageView> images) {
   Impl& m = impl();
-  std::vector<std::vector<data::Detection>> result(images.size());
-  if (images.empty()) return result;
+  if (images.empty()) return {};
   const cpu::ThreadLimit threads(m.on_cuda() ? 0 : m.options.threads);
-  auto t0 = Clock::now();
+  const auto t0 = Clock::now();
   std::vector<std::pair<int64_t, int64_t>> sizes;
   for (size_t i = 0; i < images.size(); ++i) {
     data::check_image_view(images[i], fmt::format("detect: image {} of the batch", i));
@@ -209,20 +274,48 @@ std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data:
       data::letterbox_batch(sizes, m.imgsz[0], m.imgsz[1], models::yolo::kSizeMultiple);
   std::vector<data::Image> packed;
   const core::Tensor input = m.preprocess(images, t, packed);
-  m.backend->synchronize();
-  m.timing.preprocess = ms_since(t0);
+  return m.finish(input, t, t0);
+}
+
+std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data::Yuv420View> frames) {
+  Impl& m = impl();
+  if (frames.empty()) return {};
+  for (size_t i = 0; i < frames.size(); ++i) data::check_yuv_view(frames[i], fmt::format("detect: frame {} of the batch", i));
+#ifdef VISION_HAS_CUDA
+  if (m.on_cuda()) {
+    const auto t0 = Clock::now();
+    std::vector<std::pair<int64_t, int64_t>> sizes;
+    for (const data::Yuv420View& f : frames) sizes.emplace_back(f.height, f.width);
+    const std::vector<data::LetterboxTransform> t =
+        data::letterbox_batch(sizes, m.imgsz[0], m.imgsz[1], models::yolo::kSizeMultiple);
+    const core::Tensor input = m.preprocess_yuv(frames, t);
+    return m.finish(input, t, t0);
+  }
+#endif
+  // The CPU: each frame converted to RGB (the GPU kernel's twin), then as images.
+  std::vector<data::Image> images;
+  for (const data::Yuv420View& f : frames) images.push_back(data::yuv420_to_rgb(f));
+  return detect(std::span<const data::Image>(images));
+}
+
+std::vector<std::vector<data::Detection>> Detector::Impl::finish(const core::Tensor& input,
+                                                                 std::span<const data::LetterboxTransform> t,
+                                                                 Clock::time_point t0) {
+  backend->synchronize();
+  timing.preprocess = ms_since(t0);
 
   t0 = Clock::now();
-  const std::vector<core::Tensor> out = m.model->forward(input);
-  const core::Tensor detections = m.backend->download(out.at(0));
-  const core::Tensor count = m.backend->download(out.at(1));
-  m.timing.inference = ms_since(t0);
+  const std::vector<core::Tensor> out = model->forward(input);
+  const core::Tensor detections = backend->download(out.at(0));
+  const core::Tensor count = backend->download(out.at(1));
+  timing.inference = ms_since(t0);
 
   t0 = Clock::now();
+  std::vector<std::vector<data::Detection>> result(t.size());
   const int64_t rows = detections.dim(1);
   const auto* d = detections.data<float>();
   const auto* n = count.data<int32_t>();
-  for (size_t i = 0; i < images.size(); ++i) {
+  for (size_t i = 0; i < t.size(); ++i) {
     const int64_t valid = std::min<int64_t>(n[i], rows);
     result[i].reserve(static_cast<size_t>(valid));
     for (int64_t r = 0; r < valid; ++r) {
@@ -234,7 +327,7 @@ std::vector<std::vector<data::Detection>> Detector::detect(std::span<const data:
       result[i].push_back(det);
     }
   }
-  m.timing.postprocess = ms_since(t0);
+  timing.postprocess = ms_since(t0);
   return result;
 }
 

@@ -26,6 +26,7 @@
 #include "vision/core/dtype.h"
 #include "vision/data/detection.h"
 #include "vision/data/image.h"
+#include "vision/data/yuv.h"
 
 namespace vision {
 
@@ -86,6 +87,11 @@ class Detector {
   // letterbox reads them directly; on CUDA contiguous RGB is uploaded as it is, anything else packed to RGB first.
   std::vector<std::vector<data::Detection>> detect(std::span<const data::ImageView> images);
   std::vector<data::Detection> detect(const data::ImageView& image);
+  // The same from video frames as decoded: YUV 4:2:0 planes (data/yuv.h), in host or (NVDEC) device memory. On CUDA
+  // the planes are uploaded as they are (half the bytes of RGB; device planes are read in place) and converted in the
+  // letterbox kernel; on the CPU each frame is converted first (data::yuv420_to_rgb, the kernel's twin). Either way the
+  // model sees letterbox(yuv420_to_rgb(frame)).
+  std::vector<std::vector<data::Detection>> detect(std::span<const data::Yuv420View> frames);
 
   const DetectTiming& last_timing() const;
 

@@ -131,6 +131,43 @@ TEST(Video, HwaccelCudaDecodesOnTheGpuOrFallsBackWithAWarning) {
             std::string::npos);
 }
 
+// yuv: frames come as the decoder's 4:2:0 planes (image empty) with the same indices and times; their RGB
+// (yuv420_to_rgb, the GPU letterbox's twin) is swscale's within its rounding; --hwaccel cuda where NVDEC is absent
+// gives the software planes bit for bit (and on a GPU, tests/data/cuda/test_video_gpu.cpp: device planes, the same).
+TEST(Video, YuvFramesAreTheDecodersPlanes) {
+  test::TempDir dir;
+  const fs::path path = write_test_video(dir.path() / "y.mp4", 10);
+  VideoReader rgb(path.string(), {.stride = 3});
+  VideoReader yuv(path.string(), {.stride = 3, .yuv = true});
+  VideoFrame a, b;
+  int64_t n = 0;
+  while (rgb.read(a)) {
+    ASSERT_TRUE(yuv.read(b)) << "frame " << n;
+    EXPECT_EQ(a.index, b.index);
+    EXPECT_EQ(a.timestamp, b.timestamp);
+    EXPECT_TRUE(b.image.empty());
+    ASSERT_FALSE(b.yuv.empty());
+    EXPECT_FALSE(b.yuv.on_device);
+    EXPECT_EQ(b.yuv.width, 160);
+    EXPECT_EQ(b.yuv.height, 96);
+    EXPECT_EQ(b.yuv.bytes.size(), Yuv420Image::packed_bytes(160, 96));
+    const Image converted = yuv420_to_rgb(b.yuv.view());
+    EXPECT_LT(mean_abs_diff(converted, a.image), 1.5) << "frame " << n;
+    EXPECT_LT(mean_abs_diff(converted, test_frame(a.index)), 6.0) << "frame " << n;
+    ++n;
+  }
+  EXPECT_FALSE(yuv.read(b));
+  EXPECT_EQ(n, 4);
+  // NVDEC, or its software fallback: the same planes.
+  VideoReader soft(path.string(), {.yuv = true});
+  VideoReader hard(path.string(), {.hwaccel = "cuda", .yuv = true});
+  while (soft.read(a)) {
+    ASSERT_TRUE(hard.read(b));
+    if (b.yuv.on_device) continue;  // compared on the GPU host (VideoGpu)
+    EXPECT_EQ(yuv420_to_rgb(a.yuv.view()), yuv420_to_rgb(b.yuv.view())) << "frame " << a.index;
+  }
+}
+
 TEST(Video, AWriterDestroyedUnclosedFinishesTheFile) {
   test::TempDir dir;
   const fs::path path = dir.path() / "b.mp4";

@@ -25,6 +25,15 @@ extern "C" {
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 }
+#ifdef VISION_HAS_CUDA
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+extern "C" {
+#include <libavutil/hwcontext_cuda.h>
+}
+
+#include "vision/cuda/check.h"
+#endif
 #endif
 
 namespace vision::data {
@@ -137,6 +146,10 @@ struct VideoReader::Impl {
   AVFrame* host_frame = nullptr;  // a hardware frame copied to the host
   SwsContext* scaler = nullptr;
   AVBufferRef* hw_device = nullptr;  // the CUDA device context, while hardware decoding is on
+#ifdef VISION_HAS_CUDA
+  // NVDEC's post-processing and our copies out of its surfaces run on this stream, in the process's primary context.
+  cudaStream_t nvdec_stream = nullptr;
+#endif
   std::string hwaccel = "none";      // in use
   bool hw_refused = false;           // tried and not available: software from then on (reconnections too)
   int stream = -1;
@@ -158,6 +171,9 @@ struct VideoReader::Impl {
   ~Impl() {
     close_input();
     av_buffer_unref(&hw_device);
+#ifdef VISION_HAS_CUDA
+    if (nvdec_stream) cudaStreamDestroy(nvdec_stream);  // NOLINT: a destructor's release; nothing to report to
+#endif
   }
 
   void close_input() {
@@ -259,11 +275,8 @@ struct VideoReader::Impl {
     }
     if (!supported) return refuse(fmt::format("this FFmpeg has no NVDEC decoder for {}", codec->name));
     if (!hw_device) {
-      const int ret = av_hwdevice_ctx_create(&hw_device, AV_HWDEVICE_TYPE_CUDA, nullptr, nullptr, 0);
-      if (ret < 0) {
-        hw_device = nullptr;
-        return refuse(fmt::format("no CUDA device for NVDEC ({})", av_error(ret)));
-      }
+      const std::string why = make_cuda_device();
+      if (!why.empty()) return refuse(why);
     }
     decoder->hw_device_ctx = av_buffer_ref(hw_device);
     VISION_CHECK(decoder->hw_device_ctx, "video {}: out of memory for the hardware decoder", source);
@@ -277,6 +290,109 @@ struct VideoReader::Impl {
       return AV_PIX_FMT_NONE;
     };
     hwaccel = "cuda";
+  }
+
+#ifdef VISION_HAS_CUDA
+  // FFmpeg's CUDA device context on the process's own (primary) context and a stream of ours, so that decoded frames
+  // are device memory the engine's kernels and copies can use (FFmpeg's own primary-context mode refuses a context the
+  // CUDA runtime already made, whose flags differ). "" when made, else why not.
+  std::string make_cuda_device() {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+      cudaGetLastError();  // NOLINT: cleared, reported as the reason
+      return "no usable CUDA device for NVDEC";
+    }
+    CUresult (*get_current)(CUcontext*) = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    VISION_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", reinterpret_cast<void**>(&get_current),
+                                                       12000, cudaEnableDefault, &found));
+    CUcontext context = nullptr;
+    if (found != cudaDriverEntryPointSuccess || !get_current || get_current(&context) != CUDA_SUCCESS || !context)
+      return "the CUDA driver's current context cannot be read";
+    if (!nvdec_stream) VISION_CUDA_CHECK(cudaStreamCreateWithFlags(&nvdec_stream, cudaStreamNonBlocking));
+    hw_device = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
+    VISION_CHECK(hw_device, "video {}: out of memory for the CUDA device context", source);
+    auto* device_context = reinterpret_cast<AVHWDeviceContext*>(hw_device->data);
+    auto* cuda = static_cast<AVCUDADeviceContext*>(device_context->hwctx);
+    cuda->cuda_ctx = context;
+    cuda->stream = reinterpret_cast<CUstream>(nvdec_stream);
+    const int ret = av_hwdevice_ctx_init(hw_device);
+    if (ret < 0) {
+      av_buffer_unref(&hw_device);
+      return fmt::format("FFmpeg's CUDA device context does not start ({})", av_error_logged(ret));
+    }
+    return "";
+  }
+#else
+  std::string make_cuda_device() {
+    const int ret = av_hwdevice_ctx_create(&hw_device, AV_HWDEVICE_TYPE_CUDA, nullptr, nullptr, 0);
+    if (ret >= 0) return "";
+    hw_device = nullptr;
+    return fmt::format("no CUDA device for NVDEC ({})", av_error(ret));
+  }
+#endif
+
+  // The frame's planes into out.yuv, as they are, when the reader gives YUV and the frame is 8-bit 4:2:0 (an NVDEC
+  // frame copied into device memory of out.yuv's own); false when it is another format (then converted to RGB).
+  bool to_yuv(VideoFrame& out) {
+    const auto format = static_cast<AVPixelFormat>(frame->format);
+    AVPixelFormat planes = format;
+    if (format == AV_PIX_FMT_CUDA) {
+      if (!frame->hw_frames_ctx) return false;
+      planes = reinterpret_cast<const AVHWFramesContext*>(frame->hw_frames_ctx->data)->sw_format;
+    }
+    const bool nv12 = planes == AV_PIX_FMT_NV12;
+    if (!nv12 && planes != AV_PIX_FMT_YUV420P && planes != AV_PIX_FMT_YUVJ420P) return false;
+    const int64_t w = frame->width, h = frame->height;
+    VISION_CHECK_INPUT(w > 0 && h > 0 && w * h <= options.max_pixels,
+                       "video {}: a frame of {}×{} is larger than the limit of {} pixels", source, w, h,
+                       options.max_pixels);
+    Yuv420Image& y = out.yuv;
+    y.width = w, y.height = h, y.nv12 = nv12;
+    y.matrix = frame->colorspace == AVCOL_SPC_BT709 ? YuvMatrix::bt709 : YuvMatrix::bt601;
+    y.full_range = frame->color_range == AVCOL_RANGE_JPEG || planes == AV_PIX_FMT_YUVJ420P;
+    const size_t bytes = Yuv420Image::packed_bytes(w, h);
+    const int64_t cw = (w + 1) / 2, ch = (h + 1) / 2;
+    if (format == AV_PIX_FMT_CUDA) {
+#ifdef VISION_HAS_CUDA
+      if (y.device_capacity < bytes) {
+        y.device_memory.reset();
+        void* memory = nullptr;
+        VISION_CUDA_CHECK(cudaMalloc(&memory, bytes));
+        y.device_memory = std::shared_ptr<void>(memory, [](void* p) { cudaFree(p); });  // NOLINT: a release
+        y.device_capacity = bytes;
+      }
+      y.on_device = true;
+      const Yuv420View v = y.view();
+      // Queued on the stream NVDEC post-processed the frame on, so after it; done before the surface is released.
+      VISION_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<uint8_t*>(v.y), static_cast<size_t>(w), frame->data[0],
+                                          static_cast<size_t>(frame->linesize[0]), static_cast<size_t>(w),
+                                          static_cast<size_t>(h), cudaMemcpyDeviceToDevice, nvdec_stream));
+      VISION_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<uint8_t*>(v.u), static_cast<size_t>(2 * cw), frame->data[1],
+                                          static_cast<size_t>(frame->linesize[1]), static_cast<size_t>(2 * cw),
+                                          static_cast<size_t>(ch), cudaMemcpyDeviceToDevice, nvdec_stream));
+      VISION_CUDA_CHECK(cudaStreamSynchronize(nvdec_stream));
+      return true;
+#else
+      return false;
+#endif
+    }
+    y.on_device = false;
+    if (y.bytes.capacity() < bytes) y.bytes = std::vector<uint8_t>();  // no copy of the old bytes when growing
+    y.bytes.resize(bytes);
+    const Yuv420View v = y.view();
+    const auto copy_plane = [](uint8_t* dst, int64_t dst_pitch, const uint8_t* src, int64_t src_pitch, int64_t row,
+                               int64_t rows) {
+      for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * src_pitch, row, dst + r * dst_pitch);
+    };
+    copy_plane(const_cast<uint8_t*>(v.y), w, frame->data[0], frame->linesize[0], w, h);
+    if (nv12) {
+      copy_plane(const_cast<uint8_t*>(v.u), 2 * cw, frame->data[1], frame->linesize[1], 2 * cw, ch);
+    } else {
+      copy_plane(const_cast<uint8_t*>(v.u), cw, frame->data[1], frame->linesize[1], cw, ch);
+      copy_plane(const_cast<uint8_t*>(v.v), cw, frame->data[2], frame->linesize[2], cw, ch);
+    }
+    return true;
   }
 
   // A live source dropped (why): closed and opened again after 1, 2, 4, … × options.reconnect_delay seconds (at most
@@ -303,6 +419,12 @@ struct VideoReader::Impl {
 
   void to_image(VideoFrame& out) {
     const int64_t pts = frame->best_effort_timestamp;
+    if (options.yuv && to_yuv(out)) {
+      out.image.width = out.image.height = 0;
+      out.image.pixels.clear();  // keeps its capacity for a later RGB frame
+      return stamp(out, pts);
+    }
+    out.yuv.width = out.yuv.height = 0;
     const AVFrame* pixels = frame;
     if (frame->format == AV_PIX_FMT_CUDA) {  // NVDEC: the frame is on the GPU; copied back in its software format
       if (!host_frame) host_frame = av_frame_alloc();
@@ -335,6 +457,11 @@ struct VideoReader::Impl {
     int dst_stride[4] = {static_cast<int>(3 * w), 0, 0, 0};
     const int rows = sws_scale(scaler, pixels->data, pixels->linesize, 0, static_cast<int>(h), dst, dst_stride);
     VISION_CHECK(rows == h, "video {}: converting a frame to RGB gave {} of {} rows", source, rows, h);
+    stamp(out, pts);
+  }
+
+  // The frame's index and time.
+  void stamp(VideoFrame& out, int64_t pts) {
     out.timestamp = pts != AV_NOPTS_VALUE && time_base.num > 0
                         ? time_offset + static_cast<double>(pts - start_pts) * av_q2d(time_base)
                         : (info.fps > 0 ? static_cast<double>(decoded - 1) / info.fps : 0.0);

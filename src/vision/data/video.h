@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "vision/data/image.h"
+#include "vision/data/yuv.h"
 
 namespace vision::data {
 
@@ -54,10 +55,16 @@ struct VideoReaderOptions {
   // FFmpeg have it and the codec has an NVDEC decoder; frames are copied back to the host and converted to RGB as
   // software-decoded ones are). When it is not available the source is decoded in software, with a warning saying why.
   std::string hwaccel = "none";
+  // Frames as decoded, not converted to RGB: an 8-bit 4:2:0 frame (yuv420p, yuvj420p or nv12: most H.264, HEVC, VP9
+  // and MPEG-4 video) comes as VideoFrame::yuv, `image` left empty — the detector converts it on the GPU, fused into
+  // its letterbox (Detector::detect of Yuv420View). An NVDEC frame then stays on the GPU: copied out of the decoder's
+  // surface into device memory of its own (CUDA builds). Frames of other formats still come as RGB.
+  bool yuv = false;
 };
 
 struct VideoFrame {
-  Image image;             // RGB
+  Image image;             // RGB (empty when the frame came as yuv)
+  Yuv420Image yuv;         // the decoder's planes, with VideoReaderOptions::yuv (empty otherwise)
   int64_t index = 0;       // 0-based, in the source (counting the skipped ones)
   double timestamp = 0;    // seconds from the start
 };
@@ -71,8 +78,8 @@ class VideoReader {
 
   const VideoInfo& info() const;
   // The next frame, or false at the end of the source. Throws vision::Error (input) naming the source when it ends
-  // without a single decodable frame. frame.image's buffer is reused when it has room for the frame (pass the last
-  // frame back to save an allocation per frame).
+  // without a single decodable frame. frame.image's (and frame.yuv's) buffers are reused when they have room for the
+  // frame (pass the last frame back to save an allocation per frame).
   bool read(VideoFrame& frame);
   // Problems met so far that did not stop decoding (packets that did not decode, reconnections), each naming the
   // source; at most 16 kept.

@@ -59,6 +59,7 @@ struct VideoStreams::Impl {
   std::condition_variable changed;
   bool stopping = false;
   std::vector<Image> spare;  // recycled images whose buffers the decoders reuse
+  std::vector<Yuv420Image> spare_yuv;  // and recycled YUV frames (host or device planes)
   size_t spare_limit = 8;
 
   void decode(StreamSlot& s) {
@@ -69,6 +70,10 @@ struct VideoStreams::Impl {
         if (!spare.empty()) {
           f.image = std::move(spare.back());
           spare.pop_back();
+        }
+        if (!spare_yuv.empty()) {
+          f.yuv = std::move(spare_yuv.back());
+          spare_yuv.pop_back();
         }
       }
       bool more = false;
@@ -152,6 +157,12 @@ void VideoStreams::recycle(Image&& image) {
   if (image.pixels.capacity() == 0) return;
   std::lock_guard lock(impl_->mutex);
   if (impl_->spare.size() < impl_->spare_limit) impl_->spare.push_back(std::move(image));
+}
+
+void VideoStreams::recycle(Yuv420Image&& frame) {
+  if (frame.bytes.capacity() == 0 && frame.device_capacity == 0) return;
+  std::lock_guard lock(impl_->mutex);
+  if (impl_->spare_yuv.size() < impl_->spare_limit) impl_->spare_yuv.push_back(std::move(frame));
 }
 
 std::vector<std::string> VideoStreams::warnings() const {

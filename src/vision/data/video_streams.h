@@ -45,6 +45,7 @@ class VideoStreams {
   // Hands a frame's image back once the caller is done with it: its buffer is reused for a later frame (a bounded
   // number are kept; an image of another size is fine). Saves a large allocation, zero-filled and faulted in, per frame.
   void recycle(Image&& image);
+  void recycle(Yuv420Image&& frame);  // the same for a frame that came as YUV planes (VideoReaderOptions::yuv)
   // Every source's warnings (VideoReader::warnings), and a line per live source that dropped frames.
   std::vector<std::string> warnings() const;
   int64_t dropped(size_t i) const;  // frames of a live source dropped because the consumer was behind

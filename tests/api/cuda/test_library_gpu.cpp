@@ -10,11 +10,15 @@
 
 #include "api/image_buffers.h"
 #include "test_util.h"
+#include "vision/cuda/check.h"
 #include "vision/cuda/device.h"
 #include "vision/data/image.h"
 #include "vision/data/synth/shapes.h"
 #include "vision/detector.h"
 #include "vision/trainer.h"
+#include "vision/data/yuv.h"
+
+#include <cuda_runtime_api.h>
 
 namespace vision {
 namespace {
@@ -42,6 +46,68 @@ TEST(LibraryGpu, ImageViewsGiveTheImagesDetectionsOnCuda) {
         EXPECT_EQ(found[i].cls, expected[i].cls) << "pad " << pad << " detection " << i;
       }
     }
+}
+
+// An RGB image as I420 planes (BT.601 limited range, chroma of each 2 × 2 block's mean), packed.
+data::Yuv420Image yuv_of(const data::Image& im) {
+  data::Yuv420Image f;
+  f.width = im.width, f.height = im.height;
+  f.bytes.resize(data::Yuv420Image::packed_bytes(im.width, im.height));
+  const int64_t cw = (im.width + 1) / 2, ch = (im.height + 1) / 2;
+  uint8_t* y = f.bytes.data();
+  uint8_t* u = y + im.width * im.height;
+  uint8_t* v = u + cw * ch;
+  const auto clip = [](double x) { return static_cast<uint8_t>(std::clamp(std::lround(x), 0L, 255L)); };
+  for (int64_t r = 0; r < im.height; ++r)
+    for (int64_t c = 0; c < im.width; ++c) {
+      const uint8_t* p = im.at(c, r);
+      y[r * im.width + c] = clip(16 + 0.256788 * p[0] + 0.504129 * p[1] + 0.097906 * p[2]);
+    }
+  for (int64_t r = 0; r < ch; ++r)
+    for (int64_t c = 0; c < cw; ++c) {
+      double cb = 0, cr = 0;
+      int n = 0;
+      for (int64_t dy = 0; dy < 2; ++dy)
+        for (int64_t dx = 0; dx < 2; ++dx) {
+          const int64_t x = std::min(2 * c + dx, im.width - 1), yy = std::min(2 * r + dy, im.height - 1);
+          const uint8_t* p = im.at(x, yy);
+          cb += 128 - 0.148223 * p[0] - 0.290993 * p[1] + 0.439216 * p[2];
+          cr += 128 + 0.439216 * p[0] - 0.367788 * p[1] - 0.071427 * p[2];
+          ++n;
+        }
+      u[r * cw + c] = clip(cb / n), v[r * cw + c] = clip(cr / n);
+    }
+  return f;
+}
+
+// Video frames as YUV planes (host, and device as NVDEC's are) give exactly the detections of their RGB conversion
+// (yuv420_to_rgb, the fused kernel's twin) given as an image: the model sees the same input.
+TEST(LibraryGpu, YuvFramesGiveTheDetectionsOfTheirRgb) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  Detector detector(kBundled, {.device = "cuda", .imgsz = std::array<int64_t, 2>{320, 320}});
+  const data::Yuv420Image frame = yuv_of(test::first_sample_image());
+  const std::vector<data::Detection> expected = detector.detect(data::yuv420_to_rgb(frame.view()));
+  ASSERT_FALSE(expected.empty());
+  void* device = nullptr;
+  VISION_CUDA_CHECK(cudaMalloc(&device, frame.bytes.size()));
+  const std::shared_ptr<void> owner(device, [](void* p) { cudaFree(p); });
+  VISION_CUDA_CHECK(cudaMemcpy(device, frame.bytes.data(), frame.bytes.size(), cudaMemcpyHostToDevice));
+  data::Yuv420Image on_device = frame;
+  on_device.bytes.clear();
+  on_device.device_memory = owner, on_device.device_capacity = frame.bytes.size(), on_device.on_device = true;
+  for (const data::Yuv420View& view : {frame.view(), on_device.view()}) {
+    const std::vector<data::Yuv420View> batch = {view};  // a batch of one, as `expected` (one plan, one algorithm)
+    const std::vector<std::vector<data::Detection>> found = detector.detect(batch);
+    ASSERT_EQ(found.size(), 1u);
+    for (const std::vector<data::Detection>& f : found) {
+      ASSERT_EQ(f.size(), expected.size()) << (view.device ? "device" : "host");
+      for (size_t i = 0; i < f.size(); ++i) {
+        EXPECT_EQ(f[i].box, expected[i].box) << i;
+        EXPECT_EQ(f[i].score, expected[i].score) << i;
+        EXPECT_EQ(f[i].cls, expected[i].cls) << i;
+      }
+    }
+  }
 }
 
 class LibraryTrainingGpu : public ::testing::Test {

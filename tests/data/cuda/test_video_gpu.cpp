@@ -1,0 +1,63 @@
+// NVDEC frames kept on the GPU (VideoReaderOptions::yuv with --hwaccel cuda): each frame's NV12 planes copied out of
+// the decoder's surface into device memory of the frame's own, equal bit for bit to the software decoder's planes
+// (H.264 decoding is exact), and the recycled device buffers reused; skipped with the reason where this FFmpeg or the
+// driver has no NVDEC.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "vision/cuda/device.h"
+#include "vision/data/video.h"
+#include "vision/data/video_streams.h"
+#include "vision/data/yuv.h"
+
+namespace vision::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Frame i: a gradient with a square moving right (a size of no particular alignment).
+Image moving_square(int64_t i, int64_t w, int64_t h) {
+  Image im(w, h, 3);
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x) {
+      uint8_t* p = im.at(x, y);
+      const bool square = x >= 10 + 6 * i && x < 50 + 6 * i && y >= 20 && y < 60;
+      p[0] = square ? 240 : static_cast<uint8_t>(x), p[1] = square ? 30 : static_cast<uint8_t>(2 * y), p[2] = 90;
+    }
+  return im;
+}
+
+TEST(VideoGpu, NvdecYuvFramesStayOnTheGpuAndEqualSoftwareOnes) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  test::TempDir dir;
+  const fs::path path = dir.path() / "n.mp4";
+  {
+    VideoWriter w(path, 322, 180, 30);
+    for (int64_t i = 0; i < 20; ++i) w.write(moving_square(i, 322, 180));
+    w.close();
+  }
+  VideoReader hard(path.string(), {.hwaccel = "cuda", .yuv = true});
+  if (hard.hwaccel() != "cuda")
+    GTEST_SKIP() << "no NVDEC here: " << (hard.warnings().empty() ? "" : hard.warnings()[0]);
+  VideoReader soft(path.string(), {.yuv = true});
+  VideoFrame a, b;
+  int64_t n = 0;
+  const void* first_buffer = nullptr;
+  while (soft.read(a)) {
+    ASSERT_TRUE(hard.read(b)) << "frame " << n;
+    ASSERT_TRUE(b.yuv.on_device) << "frame " << n;
+    EXPECT_TRUE(b.yuv.nv12);
+    EXPECT_EQ(b.yuv.width, 322);
+    EXPECT_EQ(b.yuv.height, 180);
+    if (!first_buffer) first_buffer = b.yuv.device_memory.get();
+    EXPECT_EQ(b.yuv.device_memory.get(), first_buffer) << "the frame's device buffer is reused";
+    EXPECT_EQ(a.index, b.index);
+    EXPECT_EQ(yuv420_to_rgb(a.yuv.view()), yuv420_to_rgb(b.yuv.view())) << "frame " << n;
+    ++n;
+  }
+  EXPECT_FALSE(hard.read(b));
+  EXPECT_EQ(n, 20);
+}
+
+}  // namespace
+}  // namespace vision::data
