@@ -85,11 +85,13 @@ int run_predict_video(const PredictOptions& o) {
       data::is_stream_list(o.source) ? data::read_stream_list(o.source) : std::vector<std::string>{o.source};
   Detector detector(o.model, detector_options(o));
   const std::vector<std::string>& names = detector.names();
-  // On the GPU, and with no annotated copy to draw: frames as decoded (YUV planes; NVDEC's stay on the GPU), converted
-  // to RGB inside the letterbox kernel — no colour conversion on the CPU and half the bytes uploaded.
+  // On the GPU, and with no annotated copy to draw: frames as decoded (YUV planes), put on the GPU by the decoding
+  // thread (NVDEC's never leave it) and converted to RGB inside the letterbox kernel — no colour conversion on the
+  // CPU, half the bytes of RGB uploaded, and the upload off the thread that runs the model.
   const bool yuv = detector.device() == "cuda" && o.save.empty();
   data::VideoStreams streams(
-      sources, {.max_pixels = o.max_pixels, .stride = o.vid_stride, .hwaccel = o.hwaccel, .yuv = yuv},
+      sources,
+      {.max_pixels = o.max_pixels, .stride = o.vid_stride, .hwaccel = o.hwaccel, .yuv = yuv, .yuv_on_gpu = yuv},
       std::max<size_t>(4, static_cast<size_t>(o.batch)));
   const std::vector<std::string> stems = source_stems(sources);
   if (!o.save.empty()) {

@@ -68,7 +68,8 @@ class FrameSource {
     if (data::is_video_source(o.source) || data::is_stream_list(o.source)) {  // decoded ahead of the model
       sources_ = data::is_stream_list(o.source) ? data::read_stream_list(o.source) : std::vector<std::string>{o.source};
       video_ = std::make_unique<data::VideoStreams>(
-          sources_, data::VideoReaderOptions{.stride = o.vid_stride, .hwaccel = o.hwaccel, .yuv = yuv},
+          sources_,
+          data::VideoReaderOptions{.stride = o.vid_stride, .hwaccel = o.hwaccel, .yuv = yuv, .yuv_on_gpu = yuv},
           std::max<size_t>(4, static_cast<size_t>(o.batch)));
       return;
     }

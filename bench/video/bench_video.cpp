@@ -2,10 +2,15 @@
 // `vision synth`'s moving, occluding shapes (make_sequence at the frame's height) centred on a --width × --height
 // canvas (1920 × 1080 by default) and written as H.264 (libx264) at 30 frames/s. Stages, each timed alone in frames/s:
 //   encode            the frames written (VideoWriter: RGB → yuv420p, H.264);
-//   decode <hwaccel>  the video read back (VideoReader: demux, decode, → RGB), per --hwaccel value (none, cuda: NVDEC,
-//                     reported as software when it falls back);
+//   decode <hwaccel> RGB | YUV | YUV→GPU
+//                     the video read back (VideoReader: demux, decode, then → RGB by swscale, or the decoder's YUV
+//                     planes copied to the host, or put on the GPU: uploaded by the reader, NVDEC's copied out of its
+//                     surface, as `vision predict` on CUDA reads), per --hwaccel value (none, cuda: NVDEC, reported as
+//                     software when it falls back);
 //   model             Detector::detect over --batch frames at a time (letterbox, inference, postprocess: the Detector's
 //                     own split is printed too), on the first --keep frames, repeated for --seconds;
+//   model (YUV)       the same from the kept frames' YUV planes in host memory (uploaded as they are, converted to RGB
+//                     in the letterbox kernel);
 //   tracker           ByteTracker::update on those frames' detections in order (a fresh tracker per pass);
 //   annotate+encode   the tracks drawn on each frame and the frame encoded.
 // One table; there is no peer in this run (ultralytics' pipeline needs PyTorch and OpenCV's Python): see NOTES.md.
@@ -108,15 +113,32 @@ int main(int argc, char** argv) {
       while (r.read(f))
         if (static_cast<int64_t>(kept.size()) < keep) kept.push_back(std::move(f.image));
     }
+    // Each decoding three ways: to RGB (swscale), to YUV planes on the host (the decoder's, copied), and — on CUDA —
+    // to YUV planes on the GPU (uploaded by the reader; NVDEC's copied out of its surface), as `vision predict` reads.
+    std::vector<data::Yuv420Image> kept_yuv;
     for (const std::string& h : hwaccels) {
-      data::VideoReader r(video.string(), {.hwaccel = h});
-      data::VideoFrame f;
-      int64_t n = 0;
-      const auto t0 = Clock::now();
-      while (r.read(f)) ++n;
-      const double s = seconds_since(t0);
-      rows.push_back({fmt::format("decode {}", h), r.hwaccel() == "cuda" ? "NVDEC" : "software", n, s});
-      for (const std::string& w : r.warnings()) fmt::print(stderr, "bench_video: {}\n", w);
+      struct Mode {
+        const char* name;
+        bool yuv, gpu;
+      };
+      for (const Mode m : {Mode{"RGB", false, false}, Mode{"YUV", true, false}, Mode{"YUV→GPU", true, true}}) {
+        if (m.gpu && device != "cuda") continue;
+        if (h == "cuda" && m.yuv && !m.gpu) continue;  // NVDEC YUV frames are on the GPU either way
+        data::VideoReader r(video.string(), {.hwaccel = h, .yuv = m.yuv, .yuv_on_gpu = m.gpu});
+        data::VideoFrame f;
+        int64_t n = 0;
+        const auto t0 = Clock::now();
+        while (r.read(f)) {
+          ++n;
+          if (h == "none" && m.yuv && !m.gpu && static_cast<int64_t>(kept_yuv.size()) < keep) {
+            kept_yuv.push_back(std::move(f.yuv));
+            f.yuv = {};
+          }
+        }
+        const double s = seconds_since(t0);
+        rows.push_back({fmt::format("decode {} {}", h, m.name), r.hwaccel() == "cuda" ? "NVDEC" : "software", n, s});
+        for (const std::string& w : r.warnings()) fmt::print(stderr, "bench_video: {}\n", w);
+      }
     }
 
     // The model, --batch frames a call, over the kept frames again and again.
@@ -151,6 +173,30 @@ int main(int argc, char** argv) {
                                          "ms/frame", detector.device(), core::dtype_name(detector.dtype()), batch, imgsz,
                                          pre * per, inf * per, post * per),
                     detected, model_s});
+
+    // The same from the kept frames' YUV planes (host memory: uploaded as they are, converted in the letterbox kernel).
+    if (!kept_yuv.empty()) {
+      std::vector<data::Yuv420View> views;
+      for (const data::Yuv420Image& y : kept_yuv) views.push_back(y.view());
+      const auto detect_yuv = [&](double* pre_ms) {
+        for (size_t i = 0; i < views.size(); i += static_cast<size_t>(batch)) {
+          const size_t n = std::min(views.size() - i, static_cast<size_t>(batch));
+          detector.detect(std::span<const data::Yuv420View>(views.data() + i, n));
+          if (pre_ms) *pre_ms += detector.last_timing().preprocess;
+        }
+      };
+      detect_yuv(nullptr);
+      double yuv_pre = 0;
+      int64_t yuv_detected = 0;
+      const auto t3 = Clock::now();
+      while (yuv_detected == 0 || seconds_since(t3) < min_seconds) {
+        detect_yuv(&yuv_pre);
+        yuv_detected += static_cast<int64_t>(views.size());
+      }
+      rows.push_back({"model (YUV)", fmt::format("from host YUV planes: letterbox {:.2f} ms/frame",
+                                                 yuv_pre / static_cast<double>(yuv_detected)),
+                      yuv_detected, seconds_since(t3)});
+    }
 
     // The tracker over the kept frames' detections in order.
     int64_t tracked = 0, boxes = 0;

@@ -147,8 +147,9 @@ struct VideoReader::Impl {
   SwsContext* scaler = nullptr;
   AVBufferRef* hw_device = nullptr;  // the CUDA device context, while hardware decoding is on
 #ifdef VISION_HAS_CUDA
-  // NVDEC's post-processing and our copies out of its surfaces run on this stream, in the process's primary context.
-  cudaStream_t nvdec_stream = nullptr;
+  // NVDEC's post-processing and the copies of frames into device memory of their own (out of NVDEC's surfaces, or up
+  // from the host with yuv_on_gpu) run on this stream, in the process's primary context.
+  cudaStream_t cuda_stream = nullptr;
 #endif
   std::string hwaccel = "none";      // in use
   bool hw_refused = false;           // tried and not available: software from then on (reconnections too)
@@ -172,7 +173,7 @@ struct VideoReader::Impl {
     close_input();
     av_buffer_unref(&hw_device);
 #ifdef VISION_HAS_CUDA
-    if (nvdec_stream) cudaStreamDestroy(nvdec_stream);  // NOLINT: a destructor's release; nothing to report to
+    if (cuda_stream) cudaStreamDestroy(cuda_stream);  // NOLINT: a destructor's release; nothing to report to
 #endif
   }
 
@@ -309,13 +310,13 @@ struct VideoReader::Impl {
     CUcontext context = nullptr;
     if (found != cudaDriverEntryPointSuccess || !get_current || get_current(&context) != CUDA_SUCCESS || !context)
       return "the CUDA driver's current context cannot be read";
-    if (!nvdec_stream) VISION_CUDA_CHECK(cudaStreamCreateWithFlags(&nvdec_stream, cudaStreamNonBlocking));
+    if (!cuda_stream) VISION_CUDA_CHECK(cudaStreamCreateWithFlags(&cuda_stream, cudaStreamNonBlocking));
     hw_device = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
     VISION_CHECK(hw_device, "video {}: out of memory for the CUDA device context", source);
     auto* device_context = reinterpret_cast<AVHWDeviceContext*>(hw_device->data);
     auto* cuda = static_cast<AVCUDADeviceContext*>(device_context->hwctx);
     cuda->cuda_ctx = context;
-    cuda->stream = reinterpret_cast<CUstream>(nvdec_stream);
+    cuda->stream = reinterpret_cast<CUstream>(cuda_stream);
     const int ret = av_hwdevice_ctx_init(hw_device);
     if (ret < 0) {
       av_buffer_unref(&hw_device);
@@ -353,8 +354,11 @@ struct VideoReader::Impl {
     y.full_range = frame->color_range == AVCOL_RANGE_JPEG || planes == AV_PIX_FMT_YUVJ420P;
     const size_t bytes = Yuv420Image::packed_bytes(w, h);
     const int64_t cw = (w + 1) / 2, ch = (h + 1) / 2;
-    if (format == AV_PIX_FMT_CUDA) {
+    if (format == AV_PIX_FMT_CUDA || options.yuv_on_gpu) {
 #ifdef VISION_HAS_CUDA
+      // Device planes of the frame's own: NVDEC's copied out of the decoder's surface (queued on the stream NVDEC
+      // post-processed it on, so after it, and done before the surface is released), a software frame's uploaded.
+      if (!cuda_stream) VISION_CUDA_CHECK(cudaStreamCreateWithFlags(&cuda_stream, cudaStreamNonBlocking));
       if (y.device_capacity < bytes) {
         y.device_memory.reset();
         void* memory = nullptr;
@@ -364,17 +368,24 @@ struct VideoReader::Impl {
       }
       y.on_device = true;
       const Yuv420View v = y.view();
-      // Queued on the stream NVDEC post-processed the frame on, so after it; done before the surface is released.
-      VISION_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<uint8_t*>(v.y), static_cast<size_t>(w), frame->data[0],
-                                          static_cast<size_t>(frame->linesize[0]), static_cast<size_t>(w),
-                                          static_cast<size_t>(h), cudaMemcpyDeviceToDevice, nvdec_stream));
-      VISION_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<uint8_t*>(v.u), static_cast<size_t>(2 * cw), frame->data[1],
-                                          static_cast<size_t>(frame->linesize[1]), static_cast<size_t>(2 * cw),
-                                          static_cast<size_t>(ch), cudaMemcpyDeviceToDevice, nvdec_stream));
-      VISION_CUDA_CHECK(cudaStreamSynchronize(nvdec_stream));
+      const cudaMemcpyKind kind = format == AV_PIX_FMT_CUDA ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+      const auto copy = [&](const uint8_t* dst, int64_t dst_pitch, int plane, int64_t row, int64_t rows) {
+        VISION_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<uint8_t*>(dst), static_cast<size_t>(dst_pitch),
+                                            frame->data[plane], static_cast<size_t>(frame->linesize[plane]),
+                                            static_cast<size_t>(row), static_cast<size_t>(rows), kind, cuda_stream));
+      };
+      copy(v.y, w, 0, w, h);
+      if (nv12) {
+        copy(v.u, 2 * cw, 1, 2 * cw, ch);
+      } else {
+        copy(v.u, cw, 1, cw, ch);
+        copy(v.v, cw, 2, cw, ch);
+      }
+      VISION_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
       return true;
 #else
-      return false;
+      if (format == AV_PIX_FMT_CUDA) return false;
+      fail("video {}: frames in GPU memory (yuv_on_gpu) need a CUDA build", source);
 #endif
     }
     y.on_device = false;
@@ -482,6 +493,10 @@ VideoReader::VideoReader(const std::string& source, const VideoReaderOptions& op
   VISION_CHECK(options.stride >= 1, "video: the frame stride must be at least 1, got {}", options.stride);
   VISION_CHECK(options.hwaccel == "none" || options.hwaccel == "cuda",
                "video: hwaccel must be none or cuda, got '{}'", options.hwaccel);
+  VISION_CHECK(!options.yuv_on_gpu || options.yuv, "video: yuv_on_gpu puts YUV frames on the GPU: set yuv too");
+#ifndef VISION_HAS_CUDA
+  VISION_CHECK(!options.yuv_on_gpu, "video: frames on the GPU (yuv_on_gpu) need a CUDA build of vision-cpp");
+#endif
   VISION_CHECK(options.reconnect >= 0 && options.reconnect_delay >= 0 && options.reconnect_delay <= 60,
                "video: reconnect needs at least 0 attempts and a delay of 0–60 s, got {} and {}", options.reconnect,
                options.reconnect_delay);

@@ -60,6 +60,9 @@ struct VideoReaderOptions {
   // its letterbox (Detector::detect of Yuv420View). An NVDEC frame then stays on the GPU: copied out of the decoder's
   // surface into device memory of its own (CUDA builds). Frames of other formats still come as RGB.
   bool yuv = false;
+  // With yuv: every frame's planes in device memory, whatever decoded them — a software-decoded frame is uploaded by
+  // the reader (on its own thread and CUDA stream, so the upload overlaps the consumer's work). CUDA builds only.
+  bool yuv_on_gpu = false;
 };
 
 struct VideoFrame {

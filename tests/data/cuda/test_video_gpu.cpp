@@ -59,5 +59,35 @@ TEST(VideoGpu, NvdecYuvFramesStayOnTheGpuAndEqualSoftwareOnes) {
   EXPECT_EQ(n, 20);
 }
 
+// yuv_on_gpu: software-decoded frames uploaded by the reader, the same planes in device memory (VideoStreams too).
+TEST(VideoGpu, SoftwareYuvFramesUploadedByTheReaderEqualHostOnes) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  test::TempDir dir;
+  const fs::path video = dir.path() / "t.mp4";
+  {
+    VideoWriter w(video, 200, 120, 30);
+    for (int64_t i = 0; i < 12; ++i) w.write(moving_square(i, 200, 120));
+    w.close();
+  }
+  VideoReader host(video.string(), {.yuv = true});
+  VideoStreams streams({video.string()}, {.yuv = true, .yuv_on_gpu = true}, 4);
+  VideoFrame a;
+  std::vector<StreamFrame> got;
+  int64_t n = 0;
+  while (host.read(a)) {
+    ASSERT_TRUE(streams.read(got)) << "frame " << n;
+    ASSERT_EQ(got.size(), 1u);
+    const Yuv420Image& b = got[0].frame.yuv;
+    ASSERT_TRUE(b.on_device) << "frame " << n;
+    EXPECT_FALSE(b.nv12);
+    EXPECT_EQ(got[0].frame.index, a.index);
+    EXPECT_EQ(yuv420_to_rgb(a.yuv.view()), yuv420_to_rgb(b.view())) << "frame " << n;
+    streams.recycle(std::move(got[0].frame.yuv));
+    ++n;
+  }
+  EXPECT_FALSE(streams.read(got));
+  EXPECT_EQ(n, 12);
+}
+
 }  // namespace
 }  // namespace vision::data
