@@ -150,6 +150,7 @@ struct VideoReader::Impl {
   // NVDEC's post-processing and the copies of frames into device memory of their own (out of NVDEC's surfaces, or up
   // from the host with yuv_on_gpu) run on this stream, in the process's primary context.
   cudaStream_t cuda_stream = nullptr;
+  int cuda_device = 0;  // the device current where the reader was made: the stream's, set on the decoding thread
 #endif
   std::string hwaccel = "none";      // in use
   bool hw_refused = false;           // tried and not available: software from then on (reconnections too)
@@ -297,6 +298,12 @@ struct VideoReader::Impl {
   // FFmpeg's CUDA device context on the process's own (primary) context and a stream of ours, so that decoded frames
   // are device memory the engine's kernels and copies can use (FFmpeg's own primary-context mode refuses a context the
   // CUDA runtime already made, whose flags differ). "" when made, else why not.
+  void make_cuda_stream() {
+    if (cuda_stream) return;
+    VISION_CUDA_CHECK(cudaGetDevice(&cuda_device));
+    VISION_CUDA_CHECK(cudaStreamCreateWithFlags(&cuda_stream, cudaStreamNonBlocking));
+  }
+
   std::string make_cuda_device() {
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
@@ -310,7 +317,7 @@ struct VideoReader::Impl {
     CUcontext context = nullptr;
     if (found != cudaDriverEntryPointSuccess || !get_current || get_current(&context) != CUDA_SUCCESS || !context)
       return "the CUDA driver's current context cannot be read";
-    if (!cuda_stream) VISION_CUDA_CHECK(cudaStreamCreateWithFlags(&cuda_stream, cudaStreamNonBlocking));
+    make_cuda_stream();
     hw_device = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
     VISION_CHECK(hw_device, "video {}: out of memory for the CUDA device context", source);
     auto* device_context = reinterpret_cast<AVHWDeviceContext*>(hw_device->data);
@@ -358,7 +365,8 @@ struct VideoReader::Impl {
 #ifdef VISION_HAS_CUDA
       // Device planes of the frame's own: NVDEC's copied out of the decoder's surface (queued on the stream NVDEC
       // post-processed it on, so after it, and done before the surface is released), a software frame's uploaded.
-      if (!cuda_stream) VISION_CUDA_CHECK(cudaStreamCreateWithFlags(&cuda_stream, cudaStreamNonBlocking));
+      make_cuda_stream();
+      VISION_CUDA_CHECK(cudaSetDevice(cuda_device));  // this thread may be the reader's own (VideoStreams)
       if (y.device_capacity < bytes) {
         y.device_memory.reset();
         void* memory = nullptr;
@@ -494,7 +502,9 @@ VideoReader::VideoReader(const std::string& source, const VideoReaderOptions& op
   VISION_CHECK(options.hwaccel == "none" || options.hwaccel == "cuda",
                "video: hwaccel must be none or cuda, got '{}'", options.hwaccel);
   VISION_CHECK(!options.yuv_on_gpu || options.yuv, "video: yuv_on_gpu puts YUV frames on the GPU: set yuv too");
-#ifndef VISION_HAS_CUDA
+#ifdef VISION_HAS_CUDA
+  if (options.yuv_on_gpu) d.make_cuda_stream();  // on this thread: its current device is the frames' device
+#else
   VISION_CHECK(!options.yuv_on_gpu, "video: frames on the GPU (yuv_on_gpu) need a CUDA build of vision-cpp");
 #endif
   VISION_CHECK(options.reconnect >= 0 && options.reconnect_delay >= 0 && options.reconnect_delay <= 60,
