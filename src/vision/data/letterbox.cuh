@@ -21,6 +21,27 @@ __device__ __forceinline__ void letterbox_tap(int64_t src, int64_t dst, int64_t 
   w = static_cast<int>(llround(__dmul_rn(frac, 2048.0)));
 }
 
+// One channel's four taps blended in 1/2048 steps and rounded (resize_bilinear's integer arithmetic).
+__device__ __forceinline__ int letterbox_blend(int p00, int p01, int p10, int p11, int wx, int wy) {
+  const int upper = p00 * (2048 - wx) + p01 * wx;
+  const int lower = p10 * (2048 - wx) + p11 * wx;
+  return (upper * (2048 - wy) + lower * wy + (1 << 21)) >> 22;
+}
+
+// Canvas pixel i's three samples / 255 (rounded to nearest) in T, into the batch item: [3, H, W] planes (nhwc = 0)
+// or [H, W, 3] interleaved (nhwc = 1).
+template <typename T>
+__device__ __forceinline__ void letterbox_store(T* __restrict__ dst, int64_t i, int64_t plane, int32_t nhwc,
+                                                const int v[3]) {
+  for (int c = 0; c < 3; ++c) {
+    const T value = vk::from_float<T>(__fdiv_rn(static_cast<float>(v[c]), 255.0f));
+    if (nhwc)
+      dst[i * 3 + c] = value;
+    else
+      dst[c * plane + i] = value;
+  }
+}
+
 // One thread per pixel of the input_w × input_h canvas: three channels of `image` (src_w × src_h, RGB interleaved)
 // resized to resized_w × resized_h at (pad_x, pad_y), grey 114 elsewhere, each sample / 255 (rounded to nearest) in
 // T; dst is the batch item, [3, H, W] planes (nhwc = 0) or [H, W, 3] interleaved (nhwc = 1).
@@ -40,19 +61,10 @@ __global__ void letterbox_normalize(const uint8_t* __restrict__ image, int64_t s
       letterbox_tap(src_h, resized_h, ry, y0, y1, wy);
       const uint8_t* r0 = image + y0 * src_w * 3;
       const uint8_t* r1 = image + y1 * src_w * 3;
-      for (int c = 0; c < 3; ++c) {
-        const int upper = r0[x0 * 3 + c] * (2048 - wx) + r0[x1 * 3 + c] * wx;
-        const int lower = r1[x0 * 3 + c] * (2048 - wx) + r1[x1 * 3 + c] * wx;
-        v[c] = (upper * (2048 - wy) + lower * wy + (1 << 21)) >> 22;
-      }
+      for (int c = 0; c < 3; ++c)
+        v[c] = letterbox_blend(r0[x0 * 3 + c], r0[x1 * 3 + c], r1[x0 * 3 + c], r1[x1 * 3 + c], wx, wy);
     }
-    for (int c = 0; c < 3; ++c) {
-      const T value = vk::from_float<T>(__fdiv_rn(static_cast<float>(v[c]), 255.0f));
-      if (nhwc)
-        dst[i * 3 + c] = value;
-      else
-        dst[c * plane + i] = value;
-    }
+    letterbox_store(dst, i, plane, nhwc, v);
   }
 }
 

@@ -53,19 +53,9 @@ __global__ void letterbox_yuv_normalize(const uint8_t* __restrict__ y_plane, int
       yuv_pixel(y_plane, y_pitch, u_plane, v_plane, uv_pitch, uv_step, x1, y0, k, p01);
       yuv_pixel(y_plane, y_pitch, u_plane, v_plane, uv_pitch, uv_step, x0, y1, k, p10);
       yuv_pixel(y_plane, y_pitch, u_plane, v_plane, uv_pitch, uv_step, x1, y1, k, p11);
-      for (int c = 0; c < 3; ++c) {
-        const int upper = p00[c] * (2048 - wx) + p01[c] * wx;
-        const int lower = p10[c] * (2048 - wx) + p11[c] * wx;
-        v[c] = (upper * (2048 - wy) + lower * wy + (1 << 21)) >> 22;
-      }
+      for (int c = 0; c < 3; ++c) v[c] = letterbox_blend(p00[c], p01[c], p10[c], p11[c], wx, wy);
     }
-    for (int c = 0; c < 3; ++c) {
-      const T value = vk::from_float<T>(__fdiv_rn(static_cast<float>(v[c]), 255.0f));
-      if (nhwc)
-        dst[i * 3 + c] = value;
-      else
-        dst[c * plane + i] = value;
-    }
+    letterbox_store(dst, i, plane, nhwc, v);
   }
 }
 
