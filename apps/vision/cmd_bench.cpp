@@ -25,6 +25,7 @@
 #include "vision/models/yolo/weights.h"
 #ifdef VISION_HAS_CUDA
 #include "vision/cuda/device.h"
+#include "vision/ops/cuda/cudnn_conv.h"
 #endif
 
 namespace vision::cli {
@@ -202,6 +203,17 @@ void run_bench(const BenchOptions& o) {
     }
     const Stats s = stats_of(ms);
     graph::Plan& plan = model.executor().plan(graph::Mode::inference, {images.shape()});
+    // What the plan cost to make (the warm-up calls): a first call's latency, which a benchmark's median hides.
+    const graph::Plan::BuildTimes& built = plan.build_times();
+    std::string choice;
+#ifdef VISION_HAS_CUDA
+    if (!on_cpu) {
+      const ops::cuda_impl::AlgorithmChoiceTime c = ops::cuda_impl::algorithm_choice_time();
+      choice = fmt::format("; cuDNN algorithm choice so far {:.1f} ms for {} geometries", c.ms, c.geometries);
+    }
+#endif
+    fmt::print(stderr, "bench: batch {}: plan made in {:.1f} ms, first run {:.1f} ms, graph captured in {:.1f} ms{}\n",
+               batch, built.construct_ms, built.first_run_ms, built.capture_ms, choice);
     const bool replayed = plan.graph_replayed();
     const double img_s = static_cast<double>(batch) * 1000.0 / s.median;
     fmt::print("{:>6} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.1f} {:>7}\n", batch, s.median, s.p90, s.min, img_s,
@@ -230,6 +242,9 @@ void run_bench(const BenchOptions& o) {
           {"iters", ms.size()},
           {"warmup", std::max(o.warmup, 2)},
           {"graph_replayed", replayed},
+          {"plan_ms", built.construct_ms},
+          {"first_run_ms", built.first_run_ms},
+          {"capture_ms", built.capture_ms},
       };
       json << row.dump() << '\n';
       json.flush();

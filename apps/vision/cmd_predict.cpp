@@ -131,7 +131,7 @@ int run_predict_video(const PredictOptions& o) {
       for (size_t i = 0; i < batch.size(); ++i)
         if (!batch[i].frame.yuv.empty()) pixels[i] = data::yuv420_to_rgb(batch[i].frame.yuv.view());
     const std::vector<std::vector<data::Detection>> found =
-        planes.size() == batch.size() ? detector.detect(planes) : detector.detect(pixels);
+        planes.size() == batch.size() ? detect_frames(detector, planes, o.batch) : detect_frames(detector, pixels, o.batch);
     times.detected(detector.last_timing().preprocess, detector.last_timing().inference,
                    detector.last_timing().postprocess);
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -317,6 +317,33 @@ void add_hwaccel_option(CLI::App* cmd, std::string& hwaccel) {
                   "a video: decode with NVDEC (cuda) where the driver and FFmpeg have it, else in software (a warning)")
       ->check(CLI::IsMember({"none", "cuda"}))
       ->capture_default_str();
+}
+
+namespace {
+
+template <typename View>
+std::vector<std::vector<data::Detection>> detect_padded(Detector& detector, std::span<const View> frames,
+                                                        int64_t batch) {
+  if (frames.empty() || detector.device() != "cuda" || static_cast<int64_t>(frames.size()) >= batch)
+    return detector.detect(frames);
+  std::vector<View> padded(frames.begin(), frames.end());
+  padded.resize(static_cast<size_t>(batch), frames.back());
+  std::vector<std::vector<data::Detection>> found = detector.detect(std::span<const View>(padded));
+  found.resize(frames.size());
+  return found;
+}
+
+}  // namespace
+
+std::vector<std::vector<data::Detection>> detect_frames(Detector& detector, std::span<const data::Yuv420View> frames,
+                                                       int64_t batch) {
+  return detect_padded(detector, frames, batch);
+}
+
+std::vector<std::vector<data::Detection>> detect_frames(Detector& detector, std::span<const data::Image> frames,
+                                                       int64_t batch) {
+  std::vector<data::ImageView> views(frames.begin(), frames.end());
+  return detect_padded(detector, std::span<const data::ImageView>(views), batch);
 }
 
 void StageTimes::detected(double preprocess_ms, double model_ms, double postprocess_ms) {

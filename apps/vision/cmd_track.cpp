@@ -238,8 +238,8 @@ int run_track(const TrackOptions& o) {
     times.next(StageTimes::frames);
     const std::vector<std::vector<data::Detection>> found =
         readable.empty()                   ? std::vector<std::vector<data::Detection>>{}
-        : planes.size() == readable.size() ? detector.detect(planes)
-                                           : detector.detect(readable);
+        : planes.size() == readable.size() ? detect_frames(detector, planes, o.batch)
+                                           : detect_frames(detector, readable, o.batch);
     if (!readable.empty())
       times.detected(detector.last_timing().preprocess, detector.last_timing().inference,
                      detector.last_timing().postprocess);
@@ -291,6 +291,7 @@ int run_track(const TrackOptions& o) {
           data::write_image(*image, fs::path(o.save) / it.name);
         }
       }
+      times.next(StageTimes::output);
     }
     progress.update(static_cast<size_t>(frames));
     for (data::Image& image : readable) source.recycle(std::move(image));

@@ -5,8 +5,13 @@
 
 #include <array>
 #include <chrono>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "vision/data/detection.h"
+#include "vision/data/image.h"
+#include "vision/data/yuv.h"
 
 namespace vision::cli {
 
@@ -33,6 +38,20 @@ std::vector<std::string> source_stems(const std::vector<std::string>& sources);
 
 // `--hwaccel none|cuda` (data::VideoReaderOptions::hwaccel) on a command that reads video.
 void add_hwaccel_option(CLI::App* cmd, std::string& hwaccel);
+
+}  // namespace vision::cli
+namespace vision {
+class Detector;
+}
+namespace vision::cli {
+
+// Detections of a batch of video frames. On CUDA a batch short of `batch` frames — a video's last, or one of sources
+// that ended — is padded with repeats of its last frame (their detections dropped): it then runs in the plan the full
+// batches made, where a batch size of its own would build a plan (seconds) for a few milliseconds of frames.
+std::vector<std::vector<data::Detection>> detect_frames(Detector& detector, std::span<const data::Yuv420View> frames,
+                                                       int64_t batch);
+std::vector<std::vector<data::Detection>> detect_frames(Detector& detector, std::span<const data::Image> frames,
+                                                       int64_t batch);
 
 // Where a video pipeline's wall clock went (predict and track print it at the end unless --quiet): time waiting for
 // decoded frames, the detector's three parts (its DetectTiming), the tracker, and the output (printing, drawing,

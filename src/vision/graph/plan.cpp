@@ -1,6 +1,7 @@
 #include "vision/graph/plan.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <fmt/format.h>
@@ -8,6 +9,10 @@
 namespace vision::graph {
 
 namespace {
+
+double plan_ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::vector<std::string> split_dots(const std::string& s) {
   std::vector<std::string> parts;
@@ -108,6 +113,7 @@ std::vector<Shape> bind_shapes(const Graph& graph, const std::vector<Shape>& inp
 Plan::Plan(const Graph& graph, std::shared_ptr<BackendContext> backend, Mode mode,
            const std::vector<Shape>& input_shapes, StateStore& state, PlanOptions options)
     : backend_(std::move(backend)), state_(&state), mode_(mode), options_(options), input_shapes_(input_shapes) {
+  const auto constructed = std::chrono::steady_clock::now();
   VISION_CHECK(core::is_floating(options_.compute_dtype), "a plan computes in f32, f16 or bf16, not {}",
                core::dtype_name(options_.compute_dtype));
   graph_inputs_ = graph.inputs(mode);
@@ -130,6 +136,7 @@ Plan::Plan(const Graph& graph, std::shared_ptr<BackendContext> backend, Mode mod
   mark_gradients(graph);
   place_views();
   layout_memory();
+  build_times_.construct_ms = plan_ms_since(constructed);
 }
 
 std::vector<Shape> Plan::input_shapes_of(const PlanStep& s) const {
@@ -664,14 +671,19 @@ void Plan::forward(const std::vector<Tensor>& inputs) {
   state_->refresh_compute_copies();
   refresh_derived();
   const bool replayable = mode_ == Mode::inference && graph_replay_ && backend_->supports_graph_capture();
+  const auto started = std::chrono::steady_clock::now();
   if (!replayable) {
     run_steps();
   } else if (runs_ == 0) {
     run_steps();  // warm-up: kernels compiled and loaded, library algorithms chosen, before capture
   } else {
-    if (!captured_) captured_ = backend_->capture([this] { run_steps(); });
+    if (!captured_) {
+      captured_ = backend_->capture([this] { run_steps(); });
+      build_times_.capture_ms = plan_ms_since(started);
+    }
     backend_->replay(captured_.get());
   }
+  if (runs_ == 0) build_times_.first_run_ms = plan_ms_since(started);
   // A training forward updates buffers (BatchNorm running statistics): what plans derive from them is stale.
   if (mode_ == Mode::train) state_->mark_updated();
   ++runs_;

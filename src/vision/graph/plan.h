@@ -84,6 +84,15 @@ class Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 
+  // What making this plan cost, in milliseconds of wall clock on the calling thread: its construction (shapes,
+  // formats, memory layout), its first run (eager: every op's lazy preparation — kernels loaded, library algorithms
+  // chosen, workspaces — plus queuing the work, not waiting for it) and, for a replayable plan, the CUDA-graph capture
+  // and instantiation of its second run. Zero for what has not happened.
+  struct BuildTimes {
+    double construct_ms = 0, first_run_ms = 0, capture_ms = 0;
+  };
+  const BuildTimes& build_times() const { return build_times_; }
+
   Mode mode() const { return mode_; }
   const PlanOptions& options() const { return options_; }
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
@@ -217,6 +226,7 @@ class Plan {
   bool has_derived_ = false;
   std::optional<uint64_t> refreshed_version_;  // the state version the derived tensors were computed from
   int64_t runs_ = 0;
+  BuildTimes build_times_;
   std::shared_ptr<void> captured_;
   // Training steps (train_step): the captured graph per value of accumulate; the seed of the scalar outputs' gradient
   // on the backend (one f32), from which backward copies it.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -70,9 +71,12 @@ std::optional<Algorithms> cached_algorithms(const std::string& key) {
   if (it == algorithm_cache().end()) return std::nullopt;
   return it->second;
 }
-void remember_algorithms(const std::string& key, const Algorithms& a) {
+AlgorithmChoiceTime choice_time;  // guarded by algorithms_mutex
+void remember_algorithms(const std::string& key, const Algorithms& a, double ms) {
   std::lock_guard lock(algorithms_mutex);
   algorithm_cache()[key] = a;
+  choice_time.ms += ms;
+  ++choice_time.geometries;
 }
 
 const char* math_name(cudnnMathType_t m) {
@@ -86,6 +90,11 @@ const char* math_name(cudnnMathType_t m) {
 }
 
 }  // namespace
+
+AlgorithmChoiceTime algorithm_choice_time() {
+  std::lock_guard lock(algorithms_mutex);
+  return choice_time;
+}
 
 std::vector<std::string> chosen_algorithms() {
   std::lock_guard lock(algorithms_mutex);
@@ -232,12 +241,14 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
     bwd_data_math_ = cached->bwd_data_math;
     bwd_filter_math_ = cached->bwd_filter_math;
   } else {
+    const auto t0 = std::chrono::steady_clock::now();
     if (search_mode() == ConvSearch::benchmark)
       benchmark_algorithms(dtype, max_workspace);
     else
       heuristic_algorithms(max_workspace);
     remember_algorithms(key, {fwd_algo_, bwd_data_algo_, bwd_filter_algo_, fwd_math_, bwd_data_math_,
-                              bwd_filter_math_});
+                              bwd_filter_math_},
+                        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   // The heuristics' memory estimates can be short of what the call asks for: ask for the exact sizes, each with the
   // math type its call will use.

@@ -25,6 +25,14 @@ ConvSearch search_mode();
 // numbers (cudnnConvolutionFwdAlgo_t, …) and math types (default, tensor-op, tensor-op-conversion, fma).
 std::vector<std::string> chosen_algorithms();
 
+// Wall-clock milliseconds this process spent choosing convolution algorithms (heuristic queries or searches, and the
+// descriptors around them), and for how many geometries (each is chosen once: chosen_algorithms()).
+struct AlgorithmChoiceTime {
+  double ms = 0;
+  int64_t geometries = 0;
+};
+AlgorithmChoiceTime algorithm_choice_time();
+
 // Activations in NCHW or NHWC (the filter then in KCRS or KRSC), f32 with IEEE f32 math (no TF32; with `tf32`,
 // cuDNN's default math, which lets it pick TF32 tensor-core algorithms as PyTorch's allow_tf32 does) or
 // f16/bf16 on tensor cores with f32 accumulation. For each of forward, backward-data and backward-filter: the
