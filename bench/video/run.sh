@@ -2,8 +2,8 @@
 # Video detection and tracking end to end (issue #32) on a synthetic 1080p H.264 video (bench_video makes it and times
 # each stage alone: encode, decode, model, tracker, annotate + encode), then the whole pipeline through the CLI on it:
 # `vision predict --source bench.mp4 --batch B` (decode on its own thread, letterbox, model, postprocess) and
-# `vision track --source bench.mp4 --batch B --save DIR` (the same, plus ByteTrack, the tracks drawn and the video
-# encoded). One table of frames/s. Required on the H200 (YOLO26n, batch 32, from a file): ≥ 1,000 frames/s detecting
+# `vision track --source bench.mp4 --batch B` (the same, plus ByteTrack) and with `--save DIR` (the tracks drawn and
+# the video encoded). One table of frames/s. Required on the H200 (YOLO26n, batch 32, from a file): ≥ 1,000 frames/s detecting
 # and ≥ 500 tracking. Build first: cmake --build build --target vision_cli bench_video (VISION_BENCH=ON).
 # Usage: bench/video/run.sh [BUILD_DIR] [--device cpu|cuda] [--batch 32] [--frames 300] [--hwaccel none|cuda]
 #                           [--model FILE] [--threads N]
@@ -50,8 +50,11 @@ timed() {  # label, command…: frames/s over the video's frames, wall clock of 
   echo "end to end through the CLI ($device, batch $batch, decode $hwaccel; wall clock, start-up included):"
   printf "%-34s %8s %10s %10s\n" "pipeline" "frames" "frames/s" "ms/frame"
   timed "vision predict" "$vision" predict "${common[@]}" --conf 0.25 --json
+  timed "vision track (ByteTrack)" "$vision" track "${common[@]}"
   timed "vision track (ByteTrack, --save)" "$vision" track "${common[@]}" --save "$out/tracked"
   echo
   echo "the CLI's own account (from the first frame read, start-up excluded):"
-  grep -hE "frames/s end to end|: time: " "$out/vision predict.log" "$out/vision track (ByteTrack, --save).log" | sed 's/^/  /'
+  for label in "vision predict" "vision track (ByteTrack)" "vision track (ByteTrack, --save)"; do
+    grep -hE "frames/s end to end|: time: " "$out/$label.log" | sed -E "s/^.*(vision (predict|track): )/  \1/"
+  done
 } | tee "$out/table.txt"
