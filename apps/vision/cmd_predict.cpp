@@ -55,6 +55,7 @@ struct PredictOptions {
   int64_t workers = 0;
   int64_t max_pixels = data::kDefaultMaxPixels;
   int64_t vid_stride = 1;
+  int decode_threads = 0;
   std::string hwaccel = "none";
   bool quiet = false;
 };
@@ -91,7 +92,12 @@ int run_predict_video(const PredictOptions& o) {
   const bool yuv = detector.device() == "cuda" && o.save.empty();
   data::VideoStreams streams(
       sources,
-      {.max_pixels = o.max_pixels, .stride = o.vid_stride, .hwaccel = o.hwaccel, .yuv = yuv, .yuv_on_gpu = yuv},
+      {.max_pixels = o.max_pixels,
+       .stride = o.vid_stride,
+       .threads = o.decode_threads,
+       .hwaccel = o.hwaccel,
+       .yuv = yuv,
+       .yuv_on_gpu = yuv},
       std::max<size_t>(4, static_cast<size_t>(o.batch)));
   const std::vector<std::string> stems = source_stems(sources);
   if (!o.save.empty()) {
@@ -353,6 +359,7 @@ void StageTimes::detected(double preprocess_ms, double model_ms, double postproc
   seconds_[model] += model_s;
   seconds_[postprocess] += post_s;
   seconds_[preprocess] += std::max(total - model_s - post_s, 0.0);  // preprocess_ms and the call's own work
+  model_ms_.push_back(model_ms);
   last_ = now;
 }
 
@@ -372,7 +379,19 @@ std::string StageTimes::summary() const {
     text += fmt::format("{}{} {:.2f} s ({:.0f}%)", text.empty() ? "" : ", ", kNames[i], seconds_[i],
                         100 * seconds_[i] / std::max(all, 1e-12));
   }
+  if (!model_ms_.empty()) {
+    std::vector<double> ms = model_ms_;
+    std::sort(ms.begin(), ms.end());
+    text += fmt::format("; the model per call: min {:.1f}, median {:.1f}, max {:.1f} ms over {} calls", ms.front(),
+                        ms[ms.size() / 2], ms.back(), ms.size());
+  }
   return text;
+}
+
+void add_decode_threads_option(CLI::App* cmd, int& threads) {
+  cmd->add_option("--decode-threads", threads, "a video: the decoder's threads (0: FFmpeg's choice, cores + 1 up to 16)")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
 }
 
 std::vector<std::string> source_stems(const std::vector<std::string>& sources) {
@@ -403,6 +422,7 @@ void add_predict_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();
   add_hwaccel_option(cmd, opts->hwaccel);
+  add_decode_threads_option(cmd, opts->decode_threads);
   cmd->add_option("--imgsz", opts->imgsz, "input size: one side or height,width (multiples of 32; default: the model's)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);

@@ -41,6 +41,7 @@ struct TrackOptions {
   int threads = 0;  // the CPU: threads for the model; 0: every core
   double fps = 0;  // 0: the video's rate, else 30
   int64_t vid_stride = 1;
+  int decode_threads = 0;
   int64_t batch = 1;  // frames through the model together (consecutive frames of each source)
   std::string hwaccel = "none";
   std::string save;
@@ -69,7 +70,8 @@ class FrameSource {
       sources_ = data::is_stream_list(o.source) ? data::read_stream_list(o.source) : std::vector<std::string>{o.source};
       video_ = std::make_unique<data::VideoStreams>(
           sources_,
-          data::VideoReaderOptions{.stride = o.vid_stride, .hwaccel = o.hwaccel, .yuv = yuv, .yuv_on_gpu = yuv},
+          data::VideoReaderOptions{
+              .stride = o.vid_stride, .threads = o.decode_threads, .hwaccel = o.hwaccel, .yuv = yuv, .yuv_on_gpu = yuv},
           std::max<size_t>(4, static_cast<size_t>(o.batch)));
       return;
     }
@@ -362,6 +364,7 @@ void add_track_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{256}))
       ->capture_default_str();
   add_hwaccel_option(cmd, opts->hwaccel);
+  add_decode_threads_option(cmd, opts->decode_threads);
   cmd->add_option("--save", opts->save,
                   "write the frames annotated with track ids into this folder (for a video: <stem>.mp4 there)");
   cmd->add_option("--save-txt", opts->save_txt,

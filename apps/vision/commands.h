@@ -38,6 +38,8 @@ std::vector<std::string> source_stems(const std::vector<std::string>& sources);
 
 // `--hwaccel none|cuda` (data::VideoReaderOptions::hwaccel) on a command that reads video.
 void add_hwaccel_option(CLI::App* cmd, std::string& hwaccel);
+// `--decode-threads N` (data::VideoReaderOptions::threads) on a command that reads video.
+void add_decode_threads_option(CLI::App* cmd, int& threads);
 
 }  // namespace vision::cli
 namespace vision {
@@ -67,13 +69,15 @@ class StageTimes {
   }
   // detect()'s time, split as its DetectTiming (milliseconds) says; the rest of the call goes to preprocess.
   void detected(double preprocess_ms, double model_ms, double postprocess_ms);
-  // "waiting for frames 1.20 s (40%), preprocess 0.40 s (13%), …" over the stages that took any time.
+  // "waiting for frames 1.20 s (40%), preprocess 0.40 s (13%), …" over the stages that took any time, then the model's
+  // time per call (min, median, max over the calls: a first call builds the plan).
   std::string summary() const;
   double total() const;  // seconds, all stages
 
  private:
   using Clock = std::chrono::steady_clock;
   std::array<double, count> seconds_{};
+  std::vector<double> model_ms_;  // each detect() call's model time
   Clock::time_point last_;
 };
 

@@ -168,6 +168,26 @@ TEST(Video, YuvFramesAreTheDecodersPlanes) {
   }
 }
 
+// --decode-threads: any number of decoder threads gives the same frames; out of range is an error naming it.
+TEST(Video, DecoderThreadsChangeNothingButSpeed) {
+  test::TempDir dir;
+  const fs::path path = write_test_video(dir.path() / "t.mp4", 6);
+  VideoReader automatic(path.string());
+  VideoReader one(path.string(), {.threads = 1});
+  VideoReader three(path.string(), {.threads = 3});
+  VideoFrame a, b, c;
+  int64_t n = 0;
+  while (automatic.read(a)) {
+    ASSERT_TRUE(one.read(b) && three.read(c));
+    EXPECT_EQ(a.image, b.image) << n;
+    EXPECT_EQ(a.image, c.image) << n;
+    ++n;
+  }
+  EXPECT_EQ(n, 6);
+  EXPECT_NE(test::error_of([&] { VideoReader r(path.string(), {.threads = -1}); }).find("decoder threads"),
+            std::string::npos);
+}
+
 TEST(Video, AWriterDestroyedUnclosedFinishesTheFile) {
   test::TempDir dir;
   const fs::path path = dir.path() / "b.mp4";

@@ -244,7 +244,7 @@ struct VideoReader::Impl {
     VISION_CHECK(decoder, "video {}: out of memory for the decoder", source);
     ret = avcodec_parameters_to_context(decoder, par);
     VISION_CHECK_INPUT(ret >= 0, "video {}: bad codec parameters: {}", source, av_error(ret));
-    decoder->thread_count = 0;  // as many as libavcodec picks
+    decoder->thread_count = options.threads;  // 0: as many as libavcodec picks
     decoder->max_pixels = options.max_pixels;  // frames the stream grows to mid-way are refused by the decoder too
     if (options.hwaccel == "cuda" && !hw_refused) use_nvdec(codec);
     ret = avcodec_open2(decoder, codec, nullptr);
@@ -501,6 +501,8 @@ VideoReader::VideoReader(const std::string& source, const VideoReaderOptions& op
   VISION_CHECK(options.stride >= 1, "video: the frame stride must be at least 1, got {}", options.stride);
   VISION_CHECK(options.hwaccel == "none" || options.hwaccel == "cuda",
                "video: hwaccel must be none or cuda, got '{}'", options.hwaccel);
+  VISION_CHECK(options.threads >= 0 && options.threads <= 256, "video: decoder threads must be 0 (automatic) to 256, got {}",
+               options.threads);
   VISION_CHECK(!options.yuv_on_gpu || options.yuv, "video: yuv_on_gpu puts YUV frames on the GPU: set yuv too");
 #ifdef VISION_HAS_CUDA
   if (options.yuv_on_gpu) d.make_cuda_stream();  // on this thread: its current device is the frames' device

@@ -46,6 +46,7 @@ struct VideoInfo {
 struct VideoReaderOptions {
   int64_t max_pixels = kDefaultMaxPixels;
   int64_t stride = 1;  // keep every stride-th frame (--vid-stride)
+  int threads = 0;     // the decoder's threads (--decode-threads); 0: libavcodec's choice (cores + 1, at most 16)
   // A live source (a stream URL or a camera) that fails or stalls (no data for 15 s) mid-stream is opened again, up to
   // `reconnect` times in a row, after reconnect_delay seconds, doubled at each attempt (at most 30 s); each attempt is
   // a warning. Frame indices go on counting; timestamps go on from the last frame's. A file is never reopened.
