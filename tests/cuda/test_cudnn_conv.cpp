@@ -216,6 +216,45 @@ TEST(CudnnConvDeterministic, RepeatedRunsAreBitIdentical) {
   }
 }
 
+// A forward-only convolution (an inference plan's: no backward algorithms chosen) computes the same forward, within
+// the same bounds as the full one, in deterministic mode the same bytes; asking it for a backward is an error.
+TEST(CudnnConvForwardOnly, SameForwardAndNoBackward) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  auto backend = graph::cuda_backend();
+  auto& cb = graph::CudaBackendContext::of(backend.get());
+  for (const auto [dtype, layout] : {Case{DType::f32, Layout::nchw}, Case{DType::f16, Layout::nhwc}}) {
+    ops::Conv2dAttrs a;
+    a.in_channels = 16;
+    a.out_channels = 24;
+    a.kernel = 3;
+    const Shape xs{4, 16, 18, 18};
+    const Shape ws = a.weight_shape();
+    ops::cuda_impl::CudnnConv full(cb.cudnn(), a, xs, dtype, layout, /*deterministic=*/true);
+    ops::cuda_impl::CudnnConv fwd(cb.cudnn(), a, xs, dtype, layout, /*deterministic=*/true, size_t(256) << 20,
+                                  /*tf32=*/false, /*forward_only=*/true);
+    const Shape ys = fwd.output_shape();
+    const auto x = test::rounded(test::random_values(static_cast<size_t>(xs.numel())), dtype);
+    const auto w = test::rounded(test::random_values(static_cast<size_t>(ws.numel())), dtype);
+    const auto dy = test::rounded(test::random_values(static_cast<size_t>(ys.numel())), dtype);
+    const Reference ref = reference(a, xs, x, w, dy, dtype);
+    const Tensor x_dev = to_device(*backend, x, xs, dtype, layout);
+    const Tensor w_dev = to_device(*backend, w, ws, dtype, layout);
+    auto ws_mem = backend->allocate(std::max<size_t>({full.workspace_bytes(), fwd.workspace_bytes(), 1}));
+    Tensor y_full = to_device(*backend, std::vector<float>(dy.size(), test::kPoison), ys, dtype, layout);
+    Tensor y_fwd = to_device(*backend, std::vector<float>(dy.size(), test::kPoison), ys, dtype, layout);
+    full.forward(x_dev.raw(), w_dev.raw(), y_full.raw(), ws_mem.get());
+    fwd.forward(x_dev.raw(), w_dev.raw(), y_fwd.raw(), ws_mem.get());
+    const std::string what = fmt::format("{} {}", core::dtype_name(dtype), core::layout_name(layout));
+    EXPECT_TRUE(test::within_rounding(to_host(*backend, y_fwd), ref.y, ref.y_terms, dtype, 16 * 9)) << what;
+    const Tensor a_host = backend->download(y_full), b_host = backend->download(y_fwd);
+    EXPECT_EQ(std::memcmp(a_host.raw(), b_host.raw(), a_host.nbytes()), 0) << what << ": the same algorithm";
+    Tensor dx = to_device(*backend, std::vector<float>(x.size(), 0.0f), xs, dtype, layout);
+    EXPECT_NE(test::error_of([&] { fwd.backward_data(w_dev.raw(), y_fwd.raw(), dx.raw(), ws_mem.get()); })
+                  .find("forward passes only"),
+              std::string::npos);
+  }
+}
+
 // cuDNN writes every element of each output it is given: the three directions run into fresh device memory (never
 // written by anyone) give exactly the bytes of a run into poisoned memory, and no poison is left there. This is also
 // the reproduction for compute-sanitizer's initcheck, which does not see the stores of cuDNN's Hopper kernels: with

@@ -123,6 +123,7 @@ void CudnnConv::heuristic_algorithms(size_t max_workspace) {
   VISION_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle_, x_desc_, w_desc_, conv_desc_, y_desc_,
                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd));
   fwd_algo_ = pick(fwd, n, max_workspace, deterministic_, "forward").algo;
+  if (forward_only_) return;
   cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, w_desc_, y_desc_, conv_desc_, x_desc_,
                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
@@ -172,6 +173,7 @@ void CudnnConv::benchmark_algorithms(core::DType dtype, size_t max_workspace) {
   const auto& f = pick(fwd, n, max_workspace, deterministic_, "forward");
   fwd_algo_ = f.algo;
   if (!f32) fwd_math_ = f.mathType;
+  if (forward_only_) return;
   cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   VISION_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(handle_, w_desc_, w.get(), y_desc_, y.get(),
                                                                  conv_desc_, x_desc_, dx.get(),
@@ -192,9 +194,9 @@ void CudnnConv::benchmark_algorithms(core::DType dtype, size_t max_workspace) {
 }
 
 CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Shape& x, core::DType dtype,
-                     core::Layout layout, bool deterministic, size_t max_workspace, bool tf32)
+                     core::Layout layout, bool deterministic, size_t max_workspace, bool tf32, bool forward_only)
     : handle_(handle), y_shape_(a.output_shape(x)), deterministic_(deterministic),
-      tf32_(tf32 && dtype == core::DType::f32) {
+      tf32_(tf32 && dtype == core::DType::f32), forward_only_(forward_only) {
   VISION_CHECK(x.is_concrete(), "CudnnConv needs a concrete input shape, got {}", x.str());
   const size_t elem = core::dtype_size(dtype);
   x_bytes_ = static_cast<size_t>(x.numel()) * elem;
@@ -231,7 +233,8 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
   const std::string key = fmt::format("{} {} k{} s{} p{} d{} g{} c{}->{} {} {} det{} ws{}{}", device_index(),
                                       x.str(), a.kernel, a.stride, a.pad(), a.dilation, a.groups, a.in_channels,
                                       a.out_channels, core::dtype_name(dtype), core::layout_name(layout),
-                                      deterministic, max_workspace, tf32_ ? " tf32" : "");
+                                      deterministic, max_workspace, tf32_ ? " tf32" : "") +
+                          (forward_only ? " forward-only" : "");
   fwd_math_ = bwd_data_math_ = bwd_filter_math_ = math_;
   if (const auto cached = cached_algorithms(key)) {
     fwd_algo_ = cached->fwd;
@@ -257,6 +260,7 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
   VISION_CUDNN_CHECK(
       cudnnGetConvolutionForwardWorkspaceSize(handle_, x_desc_, w_desc_, conv_desc_, y_desc_, fwd_algo_, &s));
   workspace_ = std::max(workspace_, s);
+  if (forward_only_) return;
   use_math(bwd_data_math_);
   VISION_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle_, w_desc_, y_desc_, conv_desc_, x_desc_,
                                                                   bwd_data_algo_, &s));
@@ -298,6 +302,7 @@ void CudnnConv::add_bias(const void* bias, void* y) const {
 }
 
 void CudnnConv::backward_data(const void* w, const void* dy, void* dx, void* workspace) const {
+  VISION_CHECK(!forward_only_, "cuDNN convolution: this one was made for forward passes only (an inference plan's)");
   const float alpha = 1.0f, beta = 0.0f;
   use_math(bwd_data_math_);
   mark_written(workspace, workspace_);  // cuDNN's scratch: see sanitizer.h
@@ -307,6 +312,7 @@ void CudnnConv::backward_data(const void* w, const void* dy, void* dx, void* wor
 }
 
 void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, void* workspace) const {
+  VISION_CHECK(!forward_only_, "cuDNN convolution: this one was made for forward passes only (an inference plan's)");
   const float alpha = 1.0f, beta = 0.0f;
   use_math(bwd_filter_math_);
   mark_written(workspace, workspace_);  // cuDNN's scratch: see sanitizer.h
@@ -316,6 +322,7 @@ void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, void* w
 }
 
 void CudnnConv::backward_bias(const void* dy, void* db) const {
+  VISION_CHECK(!forward_only_, "cuDNN convolution: this one was made for forward passes only (an inference plan's)");
   const float alpha = 1.0f, beta = 0.0f;
   VISION_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle_, &alpha, y_desc_, dy, &beta, bias_desc_, db));
   mark_written(db, bias_bytes_);

@@ -44,7 +44,7 @@ class CudnnConv {
  public:
   CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& attrs, const core::Shape& x, core::DType dtype,
             core::Layout layout, bool deterministic = false, size_t max_workspace = size_t(256) << 20,
-            bool tf32 = false);
+            bool tf32 = false, bool forward_only = false);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
@@ -73,6 +73,7 @@ class CudnnConv {
   core::Shape y_shape_;
   bool deterministic_;
   bool tf32_;  // f32 with TF32 allowed
+  bool forward_only_;  // no backward algorithms chosen (an inference plan's): the backward calls are errors
   cudnnTensorDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr, bias_desc_ = nullptr;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
   cudnnConvolutionDescriptor_t conv_desc_ = nullptr;

@@ -106,20 +106,24 @@ void set_conv_compute_formats(std::vector<ParamSpec>& specs, size_t weight, bool
 class ConvCache {
  public:
   explicit ConvCache(const Conv2dAttrs& a) : a_(a) {}
-  const CudnnConv& get(cudnnHandle_t cudnn, const Shape& x, bool deterministic, bool tf32, const Format& f) const {
-    auto key = std::tuple{cudnn, x.dims(), deterministic, tf32};
+  // forward_only: for a plan that runs no backward (an inference plan's): no backward algorithms are chosen, which
+  // is two thirds of the choice's cost.
+  const CudnnConv& get(cudnnHandle_t cudnn, const Shape& x, bool deterministic, bool tf32, const Format& f,
+                       bool forward_only) const {
+    auto key = std::tuple{cudnn, x.dims(), deterministic, tf32, forward_only};
     auto it = convs_.find(key);
     if (it == convs_.end())
       it = convs_
                .emplace(std::move(key), std::make_unique<CudnnConv>(cudnn, a_, x, f.dtype, f.layout, deterministic,
-                                                                    size_t(256) << 20, tf32))
+                                                                    size_t(256) << 20, tf32, forward_only))
                .first;
     return *it->second;
   }
 
  private:
   Conv2dAttrs a_;
-  mutable std::map<std::tuple<cudnnHandle_t, std::vector<int64_t>, bool, bool>, std::unique_ptr<CudnnConv>> convs_;
+  mutable std::map<std::tuple<cudnnHandle_t, std::vector<int64_t>, bool, bool, bool>, std::unique_ptr<CudnnConv>>
+      convs_;
 };
 
 // The workspace pointer for a convolution, checked against what its algorithms need.
@@ -181,7 +185,9 @@ class Conv2dCuda final : public CudaRuntimeOp {
   }
   size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in,
                          const Shape& out) const override {
-    const size_t conv = convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic, plan.tf32, format()).workspace_bytes();
+    const size_t conv = convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic, plan.tf32, format(),
+                                   plan.mode != Mode::train)
+                            .workspace_bytes();
     if (!bias_by_kernels() || plan.mode != Mode::train) return conv;
     return round_up(conv, 256) + kernels::channel_sum_workspace_bytes(out, layout());
   }
@@ -194,13 +200,15 @@ class Conv2dCuda final : public CudaRuntimeOp {
   }
   void forward(ForwardCtx& ctx) override {
     expect_format(ctx.inputs[0], "input");
-    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, ctx.tf32, format());
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, ctx.tf32,
+                                    format(), !ctx.training);
     c.forward(ctx.inputs[0].raw(), ctx.params[0].raw(), ctx.output.raw(), conv_workspace(c, ctx.workspace));
     conv_epilogue(stream_of(ctx.backend), &c, format(), ctx.output, a_.bias ? ctx.params[1].raw() : nullptr, false);
   }
   void backward(BackwardCtx& ctx) override {
     expect_format(ctx.grad_output, "output gradient");
-    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, ctx.tf32, format());
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, ctx.tf32,
+                                    format(), false);
     void* ws = conv_workspace(c, ctx.workspace);
     if (ctx.grad_inputs[0].defined()) c.backward_data(ctx.params[0].raw(), ctx.grad_output.raw(), ctx.grad_inputs[0].raw(), ws);
     if (ctx.grad_params[0].defined()) c.backward_filter(ctx.inputs[0].raw(), ctx.grad_output.raw(), ctx.grad_params[0].raw(), ws);
@@ -239,7 +247,7 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
   }
   size_t workspace_bytes(const graph::PlanContext& plan, const std::vector<Shape>& in, const Shape&) const override {
     if (depthwise() || pointwise_gemm()) return 0;
-    return convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic, plan.tf32, format()).workspace_bytes();
+    return convs_.get(cudnn_of(plan.backend), in[0], plan.deterministic, plan.tf32, format(), true).workspace_bytes();
   }
   std::vector<KernelInfo> kernels() const override {
     std::vector<const cuda::Kernel*> launched;
@@ -307,7 +315,8 @@ class FusedConv2dCuda final : public CudaRuntimeOp {
       pointwise_conv_gemm(CudaBackendContext::of(ctx.backend).cublas(), dtype(), ctx.inputs[0], w, ctx.output);
       return conv_epilogue(stream_of(ctx.backend), nullptr, format(), ctx.output, b, f_.silu);
     }
-    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, ctx.tf32, format());
+    const CudnnConv& c = convs_.get(cudnn_of(ctx.backend), ctx.inputs[0].shape(), ctx.deterministic, ctx.tf32,
+                                    format(), true);
     c.forward(ctx.inputs[0].raw(), w, ctx.output.raw(), conv_workspace(c, ctx.workspace));
     conv_epilogue(stream_of(ctx.backend), &c, format(), ctx.output, b, f_.silu);
   }
