@@ -138,8 +138,7 @@ int run_predict_video(const PredictOptions& o) {
         if (!batch[i].frame.yuv.empty()) pixels[i] = data::yuv420_to_rgb(batch[i].frame.yuv.view());
     const std::vector<std::vector<data::Detection>> found =
         planes.size() == batch.size() ? detect_frames(detector, planes, o.batch) : detect_frames(detector, pixels, o.batch);
-    times.detected(detector.last_timing().preprocess, detector.last_timing().inference,
-                   detector.last_timing().postprocess);
+    times.detected(detector.last_timing());
     for (size_t i = 0; i < batch.size(); ++i) {
       const size_t src = batch[i].source;
       const std::string& source = sources[src];
@@ -352,14 +351,14 @@ std::vector<std::vector<data::Detection>> detect_frames(Detector& detector, std:
   return detect_padded(detector, std::span<const data::ImageView>(views), batch);
 }
 
-void StageTimes::detected(double preprocess_ms, double model_ms, double postprocess_ms) {
+void StageTimes::detected(const DetectTiming& timing) {
   const Clock::time_point now = Clock::now();
   const double total = std::chrono::duration<double>(now - last_).count();
-  const double model_s = model_ms / 1000, post_s = postprocess_ms / 1000;
+  const double model_s = timing.inference / 1000, post_s = timing.postprocess / 1000;
   seconds_[model] += model_s;
   seconds_[postprocess] += post_s;
-  seconds_[preprocess] += std::max(total - model_s - post_s, 0.0);  // preprocess_ms and the call's own work
-  model_ms_.push_back(model_ms);
+  seconds_[preprocess] += std::max(total - model_s - post_s, 0.0);
+  model_ms_.push_back(timing.inference);
   last_ = now;
 }
 

@@ -242,9 +242,7 @@ int run_track(const TrackOptions& o) {
         readable.empty()                   ? std::vector<std::vector<data::Detection>>{}
         : planes.size() == readable.size() ? detect_frames(detector, planes, o.batch)
                                            : detect_frames(detector, readable, o.batch);
-    if (!readable.empty())
-      times.detected(detector.last_timing().preprocess, detector.last_timing().inference,
-                     detector.last_timing().postprocess);
+    if (!readable.empty()) times.detected(detector.last_timing());
     size_t k = 0;
     for (FrameSource::Item& it : items) {
       SourceTracks& s = per[it.source];

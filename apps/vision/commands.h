@@ -44,6 +44,7 @@ void add_decode_threads_option(CLI::App* cmd, int& threads);
 }  // namespace vision::cli
 namespace vision {
 class Detector;
+struct DetectTiming;
 }
 namespace vision::cli {
 
@@ -67,8 +68,9 @@ class StageTimes {
     seconds_[stage] += std::chrono::duration<double>(now - last_).count();
     last_ = now;
   }
-  // detect()'s time, split as its DetectTiming (milliseconds) says; the rest of the call goes to preprocess.
-  void detected(double preprocess_ms, double model_ms, double postprocess_ms);
+  // detect()'s time, split as its DetectTiming says: its model and postprocess parts; the rest of the call (the
+  // letterbox, and the call's own work) goes to preprocess.
+  void detected(const DetectTiming& timing);
   // "waiting for frames 1.20 s (40%), preprocess 0.40 s (13%), …" over the stages that took any time, then the model's
   // time per call (min, median, max over the calls: a first call builds the plan).
   std::string summary() const;
