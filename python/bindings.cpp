@@ -355,10 +355,13 @@ PYBIND11_MODULE(_vision, m) {
         return py::make_tuple(f.index, f.timestamp, image_array(std::move(f.image)));
       });
   py::class_<data::VideoWriter>(m, "VideoWriter")
-      .def(py::init([](const std::filesystem::path& path, int64_t width, int64_t height, double fps) {
-             return std::make_unique<data::VideoWriter>(path, width, height, fps);
+      .def(py::init([](const std::filesystem::path& path, int64_t width, int64_t height, double fps,
+                       const std::string& preset, int crf) {
+             return std::make_unique<data::VideoWriter>(path, width, height, fps,
+                                                        data::VideoWriterOptions{.preset = preset, .crf = crf});
            }),
-           py::arg("path"), py::arg("width"), py::arg("height"), py::arg("fps"))
+           py::arg("path"), py::arg("width"), py::arg("height"), py::arg("fps"), py::arg("preset") = "veryfast",
+           py::arg("crf") = 23)
       .def("write",
            [](data::VideoWriter& w, const py::array& image) {
              const data::Image im = data::to_image(view_of(image, false, 0));

@@ -97,6 +97,58 @@ TEST(Video, WrittenFramesReadBack) {
   EXPECT_EQ(kept, (std::vector<int64_t>{0, 5, 10}));
 }
 
+// The encoding thread (VideoWriterOptions::queue) changes nothing but who encodes: the frames decoded from its file
+// are the synchronous writer's, byte for byte, even when the caller overwrites its one image after every write().
+TEST(Video, EncodingThreadWritesWhatTheCallerWroteAtTheTime) {
+  test::TempDir dir;
+  auto decoded = [](const fs::path& path) {
+    std::vector<Image> frames;
+    VideoReader r(path.string());
+    VideoFrame f;
+    while (r.read(f)) frames.push_back(f.image);
+    return frames;
+  };
+  std::vector<std::vector<Image>> runs;
+  for (int queue : {0, 1, 4}) {
+    const fs::path path = dir.path() / fmt::format("q{}.mp4", queue);
+    VideoWriter w(path, 160, 96, 25, {.queue = queue});
+    Image reused;
+    for (int64_t i = 0; i < 20; ++i) {
+      reused = test_frame(i);
+      w.write(reused);
+      std::fill(reused.pixels.begin(), reused.pixels.end(), uint8_t{7});  // the writer copied it
+    }
+    EXPECT_EQ(w.frames(), 20);
+    w.close();
+    runs.push_back(decoded(path));
+    ASSERT_EQ(runs.back().size(), 20u) << "queue " << queue;
+    EXPECT_LT(mean_abs_diff(runs.back()[19], test_frame(19)), 6.0) << "queue " << queue;
+  }
+  for (size_t q = 1; q < runs.size(); ++q)
+    for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_EQ(runs[q][i], runs[0][i]) << "run " << q << ", frame " << i;
+}
+
+TEST(Video, WriterOptionsAreChecked) {
+  test::TempDir dir;
+  EXPECT_NE(test::error_of([&] { VideoWriter w(dir.path() / "p.mp4", 160, 96, 25, {.preset = "warp"}); })
+                .find("unknown encoder preset 'warp'"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { VideoWriter w(dir.path() / "c.mp4", 160, 96, 25, {.crf = 52}); }).find("crf must be"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { VideoWriter w(dir.path() / "q.mp4", 160, 96, 25, {.queue = -1}); }).find("frame queue"),
+            std::string::npos);
+  // A faster preset writes a file that reads back as the frames written.
+  {
+    VideoWriter w(dir.path() / "u.mp4", 160, 96, 25, {.preset = "ultrafast", .crf = 18});
+    for (int64_t i = 0; i < 5; ++i) w.write(test_frame(i));
+  }  // closed by the destructor
+  VideoReader r((dir.path() / "u.mp4").string());
+  VideoFrame f;
+  int64_t n = 0;
+  for (; r.read(f); ++n) EXPECT_LT(mean_abs_diff(f.image, test_frame(n)), 6.0) << "frame " << n;
+  EXPECT_EQ(n, 5);
+}
+
 // --hwaccel cuda: NVDEC where the driver and FFmpeg have it (the frames then the software decoder's within the
 // NV12/yuv420p conversion's rounding), else software decoding with one warning naming the source and why — the same
 // frames bit for bit; an unknown value is refused.

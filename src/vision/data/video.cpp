@@ -7,6 +7,9 @@
 #include <cctype>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <cstdarg>
 #include <mutex>
 #include <thread>
@@ -579,6 +582,16 @@ bool VideoReader::read(VideoFrame& out) {
 
 struct VideoWriter::Impl {
   std::filesystem::path path, temporary;
+  // The encoding thread (VideoWriterOptions::queue > 0): frames wait in `queued`, their buffers come back to `spare`.
+  std::thread worker;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<Image> queued;
+  std::vector<Image> spare;
+  size_t queue_limit = 0;
+  bool finishing = false;
+  std::exception_ptr error;  // the encoding thread's, thrown by the next write() or close()
+  int64_t accepted = 0;
   AVFormatContext* format = nullptr;
   AVCodecContext* encoder = nullptr;
   AVStream* stream = nullptr;
@@ -590,6 +603,7 @@ struct VideoWriter::Impl {
   std::string codec;
 
   ~Impl() {
+    stop_worker();
     sws_freeContext(scaler);
     av_frame_free(&frame);
     av_packet_free(&packet);
@@ -602,6 +616,57 @@ struct VideoWriter::Impl {
       std::error_code ec;
       std::filesystem::remove(temporary, ec);
     }
+  }
+
+  // RGB to the encoder's YUV frame, then encoded (on the encoding thread when there is one).
+  void encode_rgb(const Image& image) {
+    int ret = av_frame_make_writable(frame);
+    VISION_CHECK(ret >= 0, "video {}: {}", path.string(), av_error(ret));
+    const uint8_t* src[4] = {image.pixels.data(), nullptr, nullptr, nullptr};
+    const int src_stride[4] = {static_cast<int>(3 * width), 0, 0, 0};
+    sws_scale(scaler, src, src_stride, 0, static_cast<int>(height), frame->data, frame->linesize);
+    frame->pts = next_pts++;
+    encode(frame);
+  }
+
+  void run_worker() {
+    for (;;) {
+      Image image;
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return !queued.empty() || finishing; });
+        if (queued.empty()) return;  // finishing, and everything encoded
+        image = std::move(queued.front());
+        queued.pop_front();
+      }
+      try {
+        if (!error) encode_rgb(image);
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mutex);
+        spare.push_back(std::move(image));
+      }
+      changed.notify_all();
+    }
+  }
+
+  // Lets the encoding thread finish what is queued and joins it.
+  void stop_worker() {
+    if (!worker.joinable()) return;
+    {
+      std::lock_guard lock(mutex);
+      finishing = true;
+    }
+    changed.notify_all();
+    worker.join();
+  }
+
+  void rethrow_error() {
+    std::lock_guard lock(mutex);
+    if (error) std::rethrow_exception(error);
   }
 
   void encode(AVFrame* f) {
@@ -620,10 +685,21 @@ struct VideoWriter::Impl {
   }
 };
 
-VideoWriter::VideoWriter(const std::filesystem::path& path, int64_t width, int64_t height, double fps)
+VideoWriter::VideoWriter(const std::filesystem::path& path, int64_t width, int64_t height, double fps,
+                         const VideoWriterOptions& options)
     : impl_(new Impl) {
   quiet_libav_logs();
   Impl& d = *impl_;
+  static constexpr std::array<std::string_view, 9> kPresets = {"ultrafast", "superfast", "veryfast", "faster", "fast",
+                                                               "medium",    "slow",      "slower",   "veryslow"};
+  VISION_CHECK(std::find(kPresets.begin(), kPresets.end(), options.preset) != kPresets.end(),
+               "video {}: unknown encoder preset '{}' (one of ultrafast, superfast, veryfast, faster, fast, medium, slow, "
+               "slower, veryslow)",
+               path.string(), options.preset);
+  VISION_CHECK(options.crf >= 0 && options.crf <= 51, "video {}: crf must be 0 to 51, got {}", path.string(),
+               options.crf);
+  VISION_CHECK(options.queue >= 0 && options.queue <= 64, "video {}: the frame queue must be 0 to 64 frames, got {}",
+               path.string(), options.queue);
   VISION_CHECK(width > 0 && height > 0 && width % 2 == 0 && height % 2 == 0 && width <= 8192 && height <= 8192,
                "video {}: frames must be even-sized and at most 8192 a side, got {}×{}", path.string(), width, height);
   VISION_CHECK(fps > 0 && fps <= 1000, "video {}: the frame rate must be in (0, 1000], got {}", path.string(), fps);
@@ -653,15 +729,15 @@ VideoWriter::VideoWriter(const std::filesystem::path& path, int64_t width, int64
   d.encoder->framerate = rate;
   d.encoder->gop_size = 30;
   if (d.format->oformat->flags & AVFMT_GLOBALHEADER) d.encoder->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-  AVDictionary* options = nullptr;
+  AVDictionary* settings = nullptr;
   if (std::string(codec->name) == "libx264") {
-    av_dict_set(&options, "preset", "veryfast", 0);
-    av_dict_set(&options, "crf", "23", 0);
+    av_dict_set(&settings, "preset", options.preset.c_str(), 0);
+    av_dict_set(&settings, "crf", std::to_string(options.crf).c_str(), 0);
   } else {
     d.encoder->bit_rate = std::max<int64_t>(1'000'000, width * height * 4);
   }
-  ret = avcodec_open2(d.encoder, codec, &options);
-  av_dict_free(&options);
+  ret = avcodec_open2(d.encoder, codec, &settings);
+  av_dict_free(&settings);
   VISION_CHECK(ret >= 0, "video {}: the {} encoder does not open: {}", path.string(), codec->name, av_error(ret));
   ret = avcodec_parameters_from_context(d.stream->codecpar, d.encoder);
   VISION_CHECK(ret >= 0, "video {}: {}", path.string(), av_error(ret));
@@ -681,6 +757,8 @@ VideoWriter::VideoWriter(const std::filesystem::path& path, int64_t width, int64
   d.scaler = sws_getContext(static_cast<int>(width), static_cast<int>(height), AV_PIX_FMT_RGB24, static_cast<int>(width),
                             static_cast<int>(height), AV_PIX_FMT_YUV420P, SWS_BILINEAR, nullptr, nullptr, nullptr);
   VISION_CHECK(d.scaler, "video {}: no RGB to YUV conversion", path.string());
+  d.queue_limit = static_cast<size_t>(options.queue);
+  if (d.queue_limit > 0) d.worker = std::thread([&d] { d.run_worker(); });
 }
 
 VideoWriter::~VideoWriter() {
@@ -696,13 +774,29 @@ void VideoWriter::write(const Image& image) {
   VISION_CHECK(image.width == d.width && image.height == d.height && image.channels == 3,
                "video {}: a frame of {}×{}×{} for a {}×{} RGB video", d.path.string(), image.width, image.height,
                image.channels, d.width, d.height);
-  int ret = av_frame_make_writable(d.frame);
-  VISION_CHECK(ret >= 0, "video {}: {}", d.path.string(), av_error(ret));
-  const uint8_t* src[4] = {image.pixels.data(), nullptr, nullptr, nullptr};
-  const int src_stride[4] = {static_cast<int>(3 * d.width), 0, 0, 0};
-  sws_scale(d.scaler, src, src_stride, 0, static_cast<int>(d.height), d.frame->data, d.frame->linesize);
-  d.frame->pts = d.next_pts++;
-  d.encode(d.frame);
+  if (!d.worker.joinable()) {
+    d.encode_rgb(image);
+    ++d.accepted;
+    return;
+  }
+  Image copy;
+  {
+    std::unique_lock lock(d.mutex);
+    d.changed.wait(lock, [&] { return d.queued.size() < d.queue_limit || d.error; });
+    if (d.error) std::rethrow_exception(d.error);
+    if (!d.spare.empty()) {
+      copy = std::move(d.spare.back());
+      d.spare.pop_back();
+    }
+  }
+  if (copy.pixels.size() != image.pixels.size()) copy = Image(image.width, image.height, 3);
+  std::copy(image.pixels.begin(), image.pixels.end(), copy.pixels.begin());
+  {
+    std::lock_guard lock(d.mutex);
+    d.queued.push_back(std::move(copy));
+  }
+  d.changed.notify_all();
+  ++d.accepted;
 }
 
 void VideoWriter::close() {
@@ -710,6 +804,8 @@ void VideoWriter::close() {
   if (d.closed) return;
   d.closed = true;  // whatever happens below, close() is not tried again (the destructor calls it)
   try {
+    d.stop_worker();
+    d.rethrow_error();
     d.encode(nullptr);
     const int ret = av_write_trailer(d.format);
     VISION_CHECK(ret >= 0, "video {}: writing the trailer: {}", d.path.string(), av_error(ret));
@@ -723,7 +819,7 @@ void VideoWriter::close() {
 }
 
 const std::string& VideoWriter::codec() const { return impl_->codec; }
-int64_t VideoWriter::frames() const { return impl_->next_pts; }
+int64_t VideoWriter::frames() const { return impl_->accepted; }
 
 #else  // a build without FFmpeg (-DVISION_VIDEO=OFF)
 
@@ -738,7 +834,7 @@ const VideoInfo& VideoReader::info() const { fail("video: no video support in th
 const std::vector<std::string>& VideoReader::warnings() const { fail("video: no video support in this build"); }
 int64_t VideoReader::reconnects() const { return 0; }
 bool VideoReader::read(VideoFrame&) { fail("video: no video support in this build"); }
-VideoWriter::VideoWriter(const std::filesystem::path& path, int64_t, int64_t, double) {
+VideoWriter::VideoWriter(const std::filesystem::path& path, int64_t, int64_t, double, const VideoWriterOptions&) {
   fail("video {}: this build of vision-cpp writes no video (configured with -DVISION_VIDEO=OFF)", path.string());
 }
 VideoWriter::~VideoWriter() = default;

@@ -98,17 +98,29 @@ class VideoReader {
   std::unique_ptr<Impl> impl_;
 };
 
+struct VideoWriterOptions {
+  // libx264's speed against size: ultrafast, superfast, veryfast, faster, fast, medium, slow, slower, veryslow
+  // (ignored by the MPEG-4 fallback).
+  std::string preset = "veryfast";
+  int crf = 23;  // libx264's constant quality, 0 (lossless) to 51
+  // Frames handed to the writer's own encoding thread, which converts them to YUV and encodes them while the caller
+  // goes on; write() waits only when this many are still queued. 0: each frame is encoded inside write().
+  int queue = 4;
+};
+
 class VideoWriter {
  public:
   // width and height: even, at most 8192; fps in (0, 1000].
-  VideoWriter(const std::filesystem::path& path, int64_t width, int64_t height, double fps);
+  VideoWriter(const std::filesystem::path& path, int64_t width, int64_t height, double fps,
+              const VideoWriterOptions& options = {});
   ~VideoWriter();
   VideoWriter(const VideoWriter&) = delete;
   VideoWriter& operator=(const VideoWriter&) = delete;
 
-  // An RGB frame of the writer's size.
+  // An RGB frame of the writer's size (copied: the caller may reuse it at once). An error of the encoding thread
+  // (a full disk, say) is thrown by the next write() or by close().
   void write(const Image& frame);
-  // Flushes the encoder, writes the trailer and renames the file into place. Idempotent.
+  // Encodes what is queued, flushes the encoder, writes the trailer and renames the file into place. Idempotent.
   void close();
   const std::string& codec() const;  // "h264" or "mpeg4"
   int64_t frames() const;
