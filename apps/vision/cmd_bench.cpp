@@ -209,7 +209,8 @@ void run_bench(const BenchOptions& o) {
 #ifdef VISION_HAS_CUDA
     if (!on_cpu) {
       const ops::cuda_impl::AlgorithmChoiceTime c = ops::cuda_impl::algorithm_choice_time();
-      choice = fmt::format("; cuDNN algorithm choice so far {:.1f} ms for {} geometries", c.ms, c.geometries);
+      choice = fmt::format("; cuDNN algorithm choice so far {:.1f} ms for {} geometries ({} read from the cache)", c.ms,
+                           c.geometries, c.from_disk);
     }
 #endif
     fmt::print(stderr, "bench: batch {}: plan made in {:.1f} ms, first run {:.1f} ms, graph captured in {:.1f} ms{}\n",

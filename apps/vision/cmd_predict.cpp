@@ -99,6 +99,7 @@ int run_predict_video(const PredictOptions& o) {
        .yuv = yuv,
        .yuv_on_gpu = yuv},
       std::max<size_t>(4, static_cast<size_t>(o.batch)));
+  if (yuv) streams.set_ahead(kFirstBatchAhead);  // until the first batch has made the model's plan
   const std::vector<std::string> stems = source_stems(sources);
   if (!o.save.empty()) {
     std::error_code ec;
@@ -139,6 +140,7 @@ int run_predict_video(const PredictOptions& o) {
     const std::vector<std::vector<data::Detection>> found =
         planes.size() == batch.size() ? detect_frames(detector, planes, o.batch) : detect_frames(detector, pixels, o.batch);
     times.detected(detector.last_timing());
+    streams.set_ahead(0);
     for (size_t i = 0; i < batch.size(); ++i) {
       const size_t src = batch[i].source;
       const std::string& source = sources[src];

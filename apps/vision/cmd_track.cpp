@@ -73,6 +73,7 @@ class FrameSource {
           data::VideoReaderOptions{
               .stride = o.vid_stride, .threads = o.decode_threads, .hwaccel = o.hwaccel, .yuv = yuv, .yuv_on_gpu = yuv},
           std::max<size_t>(4, static_cast<size_t>(o.batch)));
+      if (yuv) video_->set_ahead(kFirstBatchAhead);  // until the first batch has made the model's plan
       return;
     }
     VISION_CHECK(o.vid_stride == 1, "--vid-stride applies to a video source");
@@ -83,6 +84,10 @@ class FrameSource {
     prefetch_ = std::make_unique<data::Prefetcher>(frames_, workers, std::max<size_t>(4, workers), data::DecodeOptions{});
   }
   bool video() const { return video_ != nullptr; }
+  // The model has made its plan: the decoders go back to their queue (VideoStreams::set_ahead).
+  void planned() {
+    if (video_) video_->set_ahead(0);
+  }
   // A frame's image, done with: a video's decoder reuses its buffer (VideoStreams::recycle).
   void recycle(data::Image&& image) {
     if (video_) video_->recycle(std::move(image));
@@ -242,7 +247,10 @@ int run_track(const TrackOptions& o) {
         readable.empty()                   ? std::vector<std::vector<data::Detection>>{}
         : planes.size() == readable.size() ? detect_frames(detector, planes, o.batch)
                                            : detect_frames(detector, readable, o.batch);
-    if (!readable.empty()) times.detected(detector.last_timing());
+    if (!readable.empty()) {
+      times.detected(detector.last_timing());
+      source.planned();
+    }
     size_t k = 0;
     for (FrameSource::Item& it : items) {
       SourceTracks& s = per[it.source];

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,6 +48,11 @@ class Detector;
 struct DetectTiming;
 }
 namespace vision::cli {
+
+// How far ahead (bytes of decoded frames) the video decoders may run while the model's first batch makes its plan
+// (VideoStreams::set_ahead): on CUDA that takes 0.3–0.6 s, in which the H100/H200 hosts' 16 cores decode 400–800
+// frames of 1080p. 1 GiB holds 340 of them (YUV 4:2:0) — on the GPU, as the decoders put them there.
+inline constexpr size_t kFirstBatchAhead = size_t(1) << 30;
 
 // Detections of a batch of video frames. On CUDA a batch short of `batch` frames — a video's last, or one of sources
 // that ended — is padded with repeats of its last frame (their detections dropped): it then runs in the plan the full

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "error_bounds.h"
@@ -253,6 +255,66 @@ TEST(CudnnConvForwardOnly, SameForwardAndNoBackward) {
                   .find("forward passes only"),
               std::string::npos);
   }
+}
+
+// A geometry's algorithms are kept on disk (the kernel cache's folder): a later process — here, this one after
+// forgetting its choices — reads them instead of asking cuDNN, and gets the same algorithms; an entry that is
+// damaged on disk is chosen again (and written again).
+TEST(CudnnConvAlgorithmCache, ALaterProcessReadsTheChoiceFromTheDisk) {
+  VISION_SKIP_WITHOUT_GPU(cuda::gpu_available());
+  auto backend = graph::cuda_backend();
+  auto& cb = graph::CudaBackendContext::of(backend.get());
+  test::TempDir dir;
+  const char* old_dir = std::getenv("VISION_CACHE_DIR");
+  const std::string restore = old_dir ? old_dir : "";
+  ::setenv("VISION_CACHE_DIR", dir.path().c_str(), 1);
+  ops::Conv2dAttrs a;  // a geometry no other test uses
+  a.in_channels = 7;
+  a.out_channels = 13;
+  a.kernel = 3;
+  const Shape xs{3, 7, 37, 29};
+  auto choose = [&](bool forward_only) {
+    ops::cuda_impl::CudnnConv conv(cb.cudnn(), a, xs, DType::f16, Layout::nhwc, false, size_t(256) << 20, false,
+                                   forward_only);
+    std::vector<std::string> lines;
+    for (const std::string& l : ops::cuda_impl::chosen_algorithms())
+      if (l.find("[3, 7, 37, 29]") != std::string::npos) lines.push_back(l);
+    return lines;
+  };
+  auto entries = [&] {
+    std::vector<std::filesystem::path> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+      if (e.path().extension() == ".kernel") out.push_back(e.path());
+    return out;
+  };
+  for (const bool forward_only : {false, true}) {
+    SCOPED_TRACE(forward_only ? "forward only" : "all three directions");
+    for (const auto& e : entries()) std::filesystem::remove(e);
+    ops::cuda_impl::forget_algorithm_choices();
+    const auto before = ops::cuda_impl::algorithm_choice_time();
+    const std::vector<std::string> chosen = choose(forward_only);
+    ASSERT_FALSE(chosen.empty()) << "the geometry is listed among the chosen algorithms";
+    EXPECT_EQ(ops::cuda_impl::algorithm_choice_time().from_disk, before.from_disk) << "chosen by cuDNN, not read";
+    ASSERT_EQ(entries().size(), 1u) << "the choice is on disk";
+
+    ops::cuda_impl::forget_algorithm_choices();
+    EXPECT_EQ(choose(forward_only), chosen) << "read back: the same algorithms";
+    EXPECT_EQ(ops::cuda_impl::algorithm_choice_time().from_disk, before.from_disk + 1) << "read from the disk";
+
+    // Damaged on disk (cut short): chosen again, the same, and stored whole again.
+    const std::filesystem::path entry = entries().at(0);
+    std::filesystem::resize_file(entry, std::filesystem::file_size(entry) / 2);
+    ops::cuda_impl::forget_algorithm_choices();
+    EXPECT_EQ(choose(forward_only), chosen);
+    EXPECT_EQ(ops::cuda_impl::algorithm_choice_time().from_disk, before.from_disk + 1) << "not read from a damaged entry";
+    ops::cuda_impl::forget_algorithm_choices();
+    EXPECT_EQ(choose(forward_only), chosen);
+    EXPECT_EQ(ops::cuda_impl::algorithm_choice_time().from_disk, before.from_disk + 2) << "stored again, read again";
+  }
+  if (old_dir)
+    ::setenv("VISION_CACHE_DIR", restore.c_str(), 1);
+  else
+    ::unsetenv("VISION_CACHE_DIR");
 }
 
 // cuDNN writes every element of each output it is given: the three directions run into fresh device memory (never

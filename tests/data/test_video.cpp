@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <iterator>
 #include <map>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -711,6 +713,33 @@ TEST(VideoStreams, RecycledImagesAreReused) {
 }
 
 // A .streams file: one source per line, blanks and comments skipped; what it cannot be is a clear error naming it.
+// set_ahead lets a file's decoder run past its queue (by bytes of decoded frames) while the consumer is away — the
+// model making its plan — and 0 brings it back; the frames still come every one, in order.
+TEST(VideoStreams, DecodingAheadIsBoundedByBytesAndEnds) {
+  test::TempDir dir;
+  const fs::path a = write_test_video(dir.path() / "a.mp4", 24);
+  VideoStreams streams({a.string()}, {}, /*queue=*/2);
+  const size_t frame_bytes = 160 * 96 * 3;
+  auto settles_at = [&](size_t n) {  // waits (at most 10 s) for the queue to reach n, then checks it stays there
+    for (int i = 0; i < 1000 && streams.queued(0) < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return streams.queued(0);
+  };
+  EXPECT_EQ(settles_at(2), 2u) << "the queue alone";
+  streams.set_ahead(10 * frame_bytes + frame_bytes / 2);
+  EXPECT_EQ(settles_at(10), 10u) << "ahead by 10 frames' bytes";
+  streams.set_ahead(0);
+  std::vector<StreamFrame> got;
+  std::vector<int64_t> order;
+  while (streams.read(got)) {
+    for (StreamFrame& f : got) order.push_back(f.frame.index);
+    if (order.size() == 9) EXPECT_LE(streams.queued(0), 2u) << "back to the queue once it has drained";
+  }
+  std::vector<int64_t> expected(24);
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(order, expected);
+}
+
 TEST(VideoStreams, ListFilesAndTheirErrors) {
   test::TempDir dir;
   const auto write = [&](const std::string& name, const std::string& text) {

@@ -14,6 +14,7 @@ extern "C" {
 const char* cudnnGetErrorString(cudnnStatus_t status) { return CUDNN(cudnnGetErrorString, status); }
 
 // Handles and descriptors.
+size_t cudnnGetVersion() { return CUDNN(cudnnGetVersion); }
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) { return CUDNN(cudnnCreate, handle); }
 cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) { return CUDNN(cudnnDestroy, handle); }
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {

@@ -65,4 +65,4 @@ auto lazy_call(LazyLibrary& (*library)(), const char* name, Args... args) {
 #define VISION_LAZY_STRING_(x) #x
 #define VISION_LAZY_STRING(x) VISION_LAZY_STRING_(x)
 #define VISION_LAZY_CALL(library, fn, ...) \
-  ::vision::cuda::lazy_call<&fn>(&::vision::cuda::library, VISION_LAZY_STRING(fn), __VA_ARGS__)
+  ::vision::cuda::lazy_call<&fn>(&::vision::cuda::library, VISION_LAZY_STRING(fn) __VA_OPT__(, ) __VA_ARGS__)

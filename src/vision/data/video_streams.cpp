@@ -44,6 +44,7 @@ struct StreamSlot {
   std::unique_ptr<VideoReader> reader;
   bool live = false;
   std::deque<VideoFrame> queue;
+  size_t frame_bytes = 0;  // the last decoded frame's (its RGB pixels or YUV planes)
   bool ended = false;
   std::exception_ptr error;
   int64_t dropped = 0;
@@ -60,7 +61,20 @@ struct VideoStreams::Impl {
   bool stopping = false;
   std::vector<Image> spare;  // recycled images whose buffers the decoders reuse
   std::vector<Yuv420Image> spare_yuv;  // and recycled YUV frames (host or device planes)
-  size_t spare_limit = 8;
+  size_t ahead_bytes = 0;  // set_ahead
+
+  // Frames a source's thread may have queued before it waits (under mutex).
+  size_t capacity_of(const StreamSlot& s) const {
+    if (s.live || ahead_bytes == 0 || s.frame_bytes == 0) return capacity;
+    return std::max(capacity, std::min<size_t>(4096, ahead_bytes / s.frame_bytes));
+  }
+  // Recycled buffers kept (under mutex): enough for every frame in flight — the queues, a batch being used and the
+  // ones being decoded.
+  size_t spare_limit() const {
+    size_t n = 0;
+    for (const auto& s : slots) n += capacity_of(*s) + capacity + 2;
+    return n;
+  }
 
   void decode(StreamSlot& s) {
     for (;;) {
@@ -90,10 +104,11 @@ struct VideoStreams::Impl {
         changed.notify_all();
         return;
       }
+      s.frame_bytes = f.yuv.empty() ? f.image.pixels.size() : Yuv420Image::packed_bytes(f.yuv.width, f.yuv.height);
       if (s.live) {
         if (s.queue.size() >= capacity) s.queue.pop_front(), ++s.dropped;
       } else {
-        changed.wait(lock, [&] { return stopping || s.queue.size() < capacity; });
+        changed.wait(lock, [&] { return stopping || s.queue.size() < capacity_of(s); });
       }
       if (stopping) return;
       s.queue.push_back(std::move(f));
@@ -106,8 +121,6 @@ VideoStreams::VideoStreams(const std::vector<std::string>& sources, const VideoR
     : impl_(new Impl) {
   VISION_CHECK(!sources.empty() && queue >= 1, "VideoStreams: needs at least one source and a queue of 1 or more");
   impl_->capacity = queue;
-  // Enough spares for every frame in flight: the queues, a batch being used and the ones being decoded.
-  impl_->spare_limit = 2 * queue * sources.size() + 2 * sources.size();
   for (const std::string& source : sources) {
     auto s = std::make_unique<StreamSlot>();
     s->source = source;
@@ -153,16 +166,29 @@ bool VideoStreams::read(std::vector<StreamFrame>& frames) {
   return !frames.empty();
 }
 
+size_t VideoStreams::queued(size_t i) const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->slots.at(i)->queue.size();
+}
+
+void VideoStreams::set_ahead(size_t bytes) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->ahead_bytes = bytes;
+  }
+  impl_->changed.notify_all();
+}
+
 void VideoStreams::recycle(Image&& image) {
   if (image.pixels.capacity() == 0) return;
   std::lock_guard lock(impl_->mutex);
-  if (impl_->spare.size() < impl_->spare_limit) impl_->spare.push_back(std::move(image));
+  if (impl_->spare.size() < impl_->spare_limit()) impl_->spare.push_back(std::move(image));
 }
 
 void VideoStreams::recycle(Yuv420Image&& frame) {
   if (frame.bytes.capacity() == 0 && frame.device_capacity == 0) return;
   std::lock_guard lock(impl_->mutex);
-  if (impl_->spare_yuv.size() < impl_->spare_limit) impl_->spare_yuv.push_back(std::move(frame));
+  if (impl_->spare_yuv.size() < impl_->spare_limit()) impl_->spare_yuv.push_back(std::move(frame));
 }
 
 std::vector<std::string> VideoStreams::warnings() const {

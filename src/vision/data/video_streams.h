@@ -46,9 +46,15 @@ class VideoStreams {
   // number are kept; an image of another size is fine). Saves a large allocation, zero-filled and faulted in, per frame.
   void recycle(Image&& image);
   void recycle(Yuv420Image&& frame);  // the same for a frame that came as YUV planes (VideoReaderOptions::yuv)
+  // Lets each file source decode further ahead than `queue` frames, while its queued frames take fewer than `bytes`
+  // (at most 4,096 frames); 0, the default, goes back to `queue` frames (those beyond it are read first). For a start
+  // that the consumer spends elsewhere — the model's first batch making its plan — so the decoders do not stand idle
+  // meanwhile. Live sources keep `queue` frames (their newest).
+  void set_ahead(size_t bytes);
   // Every source's warnings (VideoReader::warnings), and a line per live source that dropped frames.
   std::vector<std::string> warnings() const;
   int64_t dropped(size_t i) const;  // frames of a live source dropped because the consumer was behind
+  size_t queued(size_t i) const;    // frames of source i decoded and not yet read
 
  private:
   struct Impl;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <map>
@@ -13,6 +14,8 @@
 #include <string>
 
 #include "vision/cuda/check.h"
+#include "vision/cuda/device.h"
+#include "vision/cuda/kernel_cache.h"
 #include "vision/cuda/libraries.h"
 #include "vision/cuda/memory.h"
 #include "vision/cuda/sanitizer.h"
@@ -72,11 +75,43 @@ std::optional<Algorithms> cached_algorithms(const std::string& key) {
   return it->second;
 }
 AlgorithmChoiceTime choice_time;  // guarded by algorithms_mutex
-void remember_algorithms(const std::string& key, const Algorithms& a, double ms) {
+void remember_algorithms(const std::string& key, const Algorithms& a, double ms, bool from_disk) {
   std::lock_guard lock(algorithms_mutex);
   algorithm_cache()[key] = a;
   choice_time.ms += ms;
   ++choice_time.geometries;
+  if (from_disk) ++choice_time.from_disk;
+}
+
+// The disk's key of a geometry's choice: the geometry (which names the device only by its index) with the GPU's name
+// and architecture, cuDNN's version (the library loaded, not the header's) and the search mode.
+std::string disk_key(const std::string& geometry) {
+  return cuda::kernel_cache_key("cudnn convolution algorithms v1\n" + geometry,
+                                {cuda::current_device_name(),
+                                 search_mode() == ConvSearch::benchmark ? "benchmark" : "heuristic"},
+                                cuda::current_arch(), fmt::format("cudnn {}", cudnnGetVersion()));
+}
+
+std::string serialize(const Algorithms& a) {
+  return fmt::format("{} {} {} {} {} {}\n", static_cast<int>(a.fwd), static_cast<int>(a.bwd_data),
+                     static_cast<int>(a.bwd_filter), static_cast<int>(a.fwd_math), static_cast<int>(a.bwd_data_math),
+                     static_cast<int>(a.bwd_filter_math));
+}
+
+// The choice a payload holds, or nullopt when it is not six algorithm and math numbers in cuDNN's ranges.
+std::optional<Algorithms> deserialize(const std::string& payload) {
+  int v[6];
+  char end = 0;
+  if (std::sscanf(payload.c_str(), "%d %d %d %d %d %d%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &end) != 7 ||
+      end != '\n')
+    return std::nullopt;
+  const auto math_ok = [](int m) { return m >= CUDNN_DEFAULT_MATH && m <= CUDNN_FMA_MATH; };
+  if (v[0] < 0 || v[0] >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT || v[1] < 0 || v[1] >= CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT ||
+      v[2] < 0 || v[2] >= CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT || !math_ok(v[3]) || !math_ok(v[4]) || !math_ok(v[5]))
+    return std::nullopt;
+  return Algorithms{static_cast<cudnnConvolutionFwdAlgo_t>(v[0]), static_cast<cudnnConvolutionBwdDataAlgo_t>(v[1]),
+                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(v[2]), static_cast<cudnnMathType_t>(v[3]),
+                    static_cast<cudnnMathType_t>(v[4]), static_cast<cudnnMathType_t>(v[5])};
 }
 
 const char* math_name(cudnnMathType_t m) {
@@ -90,6 +125,11 @@ const char* math_name(cudnnMathType_t m) {
 }
 
 }  // namespace
+
+void forget_algorithm_choices() {
+  std::lock_guard lock(algorithms_mutex);
+  algorithm_cache().clear();
+}
 
 AlgorithmChoiceTime algorithm_choice_time() {
   std::lock_guard lock(algorithms_mutex);
@@ -245,13 +285,28 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
     bwd_filter_math_ = cached->bwd_filter_math;
   } else {
     const auto t0 = std::chrono::steady_clock::now();
-    if (search_mode() == ConvSearch::benchmark)
-      benchmark_algorithms(dtype, max_workspace);
-    else
-      heuristic_algorithms(max_workspace);
-    remember_algorithms(key, {fwd_algo_, bwd_data_algo_, bwd_filter_algo_, fwd_math_, bwd_data_math_,
-                              bwd_filter_math_},
-                        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    const auto choose = [&] {
+      if (search_mode() == ConvSearch::benchmark)
+        benchmark_algorithms(dtype, max_workspace);
+      else
+        heuristic_algorithms(max_workspace);
+      return Algorithms{fwd_algo_, bwd_data_algo_, bwd_filter_algo_, fwd_math_, bwd_data_math_, bwd_filter_math_};
+    };
+    // Chosen by an earlier process (the disk), else now (and stored for the next).
+    cuda::CacheOutcome outcome = cuda::CacheOutcome::built;
+    const std::string payload = cuda::KernelCache(cuda::default_kernel_cache_dir())
+                                    .get_or_build(disk_key(key), [&] { return serialize(choose()); }, &outcome);
+    std::optional<Algorithms> a = deserialize(payload);
+    const bool from_disk = outcome == cuda::CacheOutcome::hit && a.has_value();
+    if (!a) a = choose();  // an entry that holds no choice (not one this code wrote): ask cuDNN
+    fwd_algo_ = a->fwd;
+    bwd_data_algo_ = a->bwd_data;
+    bwd_filter_algo_ = a->bwd_filter;
+    fwd_math_ = a->fwd_math;
+    bwd_data_math_ = a->bwd_data_math;
+    bwd_filter_math_ = a->bwd_filter_math;
+    remember_algorithms(key, *a, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                        from_disk);
   }
   // The heuristics' memory estimates can be short of what the call asks for: ask for the exact sizes, each with the
   // math type its call will use.

@@ -30,8 +30,18 @@ std::vector<std::string> chosen_algorithms();
 struct AlgorithmChoiceTime {
   double ms = 0;
   int64_t geometries = 0;
+  int64_t from_disk = 0;  // of those, for how many an earlier process's choice was read (below)
 };
 AlgorithmChoiceTime algorithm_choice_time();
+
+// A geometry's choice is also kept on disk, in the kernel cache's folder (cuda::default_kernel_cache_dir(), through
+// cuda::KernelCache: checksummed, written atomically, one writer per key), keyed by the geometry, the GPU's name and
+// architecture, cuDNN's version and the search mode: a later process reads it instead of asking cuDNN again — the
+// heuristic queries take 8–13 ms a geometry on the H100/H200 hosts, most of making an inference plan. The choice read
+// is the one cuDNN gave for the same key, so the algorithms, and the results, are the same.
+// Forgets this process's choices (the disk keeps them): a later CudnnConv of a geometry chooses again, or reads it
+// from the disk. For tests.
+void forget_algorithm_choices();
 
 // Activations in NCHW or NHWC (the filter then in KCRS or KRSC), f32 with IEEE f32 math (no TF32; with `tf32`,
 // cuDNN's default math, which lets it pick TF32 tensor-core algorithms as PyTorch's allow_tf32 does) or
@@ -39,7 +49,7 @@ AlgorithmChoiceTime algorithm_choice_time();
 // first in cuDNN's ranking (measured time, or the heuristics' order; see ConvSearch) whose workspace fits in
 // max_workspace, or with `deterministic` the first of those that cuDNN reports as CUDNN_DETERMINISTIC (bit-for-bit
 // reproducible results; a vision::Error when a direction has none). The choice is cached per geometry for the
-// life of the process.
+// life of the process, and on disk (above).
 class CudnnConv {
  public:
   CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& attrs, const core::Shape& x, core::DType dtype,
