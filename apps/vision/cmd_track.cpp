@@ -13,6 +13,8 @@
 #include <map>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "vision/core/error.h"
 #include "vision/core/progress.h"
@@ -48,6 +50,7 @@ struct TrackOptions {
   std::string save_txt;
   std::string eval;
   int64_t workers = 0;
+  bool json = false;
   bool quiet = false;
 };
 
@@ -61,6 +64,7 @@ class FrameSource {
     data::Image image;
     data::Yuv420Image yuv;  // instead of image: a video frame's planes (FrameSource's yuv)
     int64_t number = 0;
+    double timestamp = -1;  // a video frame's, in seconds (-1: an image of a sequence)
     std::string name, error;
   };
 
@@ -118,7 +122,7 @@ class FrameSource {
       if (!video_->read(got)) return false;
       for (data::StreamFrame& f : got)
         items.push_back({.source = f.source, .image = std::move(f.frame.image), .yuv = std::move(f.frame.yuv),
-                         .number = f.frame.index + 1,
+                         .number = f.frame.index + 1, .timestamp = f.frame.timestamp,
                          .name = fmt::format("frame {}", f.frame.index + 1)});
       return true;
     }
@@ -212,6 +216,7 @@ int run_track(const TrackOptions& o) {
 
   core::ProgressBar progress("track", source.count(), !o.quiet);
   int64_t frames = 0, boxes = 0;
+  nlohmann::json json = nlohmann::json::array();  // --json: an entry per frame
   std::vector<FrameSource::Item> items, round;
   StageTimes times;
   for (bool more = true; more;) {
@@ -262,18 +267,36 @@ int run_track(const TrackOptions& o) {
       times.next(StageTimes::tracker);
       const std::string where = n_sources > 1 ? s.stem + " " : std::string();
       std::vector<data::Detection> drawn;
+      nlohmann::json frame_tracks = nlohmann::json::array();
       for (const track::TrackedObject& t : tracks) {
         ++boxes;
         s.results.push_back({.frame = it.number, .id = t.id, .xyxy = {t.box[0], t.box[1], t.box[2], t.box[3]}});
-        if (o.save.empty() && o.quiet) continue;
+        if (o.json) {
+          const data::Detection as_detection{.box = t.box, .score = t.score, .cls = t.cls};
+          nlohmann::json entry = data::detections_json(std::span(&as_detection, 1), names)[0];
+          entry["id"] = t.id;
+          frame_tracks.push_back(std::move(entry));
+        }
+        if (o.save.empty() && (o.quiet || o.json)) continue;
         const std::string cls = t.cls < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(t.cls)]
                                                                             : std::to_string(t.cls);
-        if (!o.quiet)
+        if (!o.quiet && !o.json)
           fmt::print("{}{} {}: id {} {} {:.3f} {:.1f} {:.1f} {:.1f} {:.1f}\n", where, it.number, it.name, t.id, cls,
                      t.score, t.box[0], t.box[1], t.box[2], t.box[3]);
         if (s.id_names.size() <= static_cast<size_t>(t.id)) s.id_names.resize(static_cast<size_t>(t.id) + 1);
         s.id_names[static_cast<size_t>(t.id)] = fmt::format("id:{} {}", t.id, cls);
         drawn.push_back({.box = t.box, .score = t.score, .cls = t.id});
+      }
+      if (o.json) {
+        nlohmann::json entry = {{"source", source.sources()[it.source]}, {"frame", it.number}, {"name", it.name}};
+        if (it.timestamp >= 0) entry["timestamp"] = it.timestamp;
+        if (image) {
+          entry["width"] = image->empty() ? it.yuv.width : image->width;
+          entry["height"] = image->empty() ? it.yuv.height : image->height;
+        }
+        if (!it.error.empty()) entry["error"] = it.error;
+        entry["tracks"] = std::move(frame_tracks);
+        json.push_back(std::move(entry));
       }
       if (!o.save.empty() && image) {
         // Trails: the centres of each track in this frame over its last frames (tracks not in the frame dropped),
@@ -325,9 +348,11 @@ int run_track(const TrackOptions& o) {
                static_cast<double>(frames) / std::max(times.total(), 1e-9),
                o.save.empty() ? "" : fmt::format("; frames saved to {}", o.save));
   if (!o.quiet) fmt::print(stderr, "vision track: time: {}\n", times.summary());
+  if (o.json) fmt::print("{}\n", json.dump(2));
   if (!o.eval.empty()) {
     const track::MotMetrics m = track::evaluate_mot(track::read_mot_file(o.eval, true), per[0].results);
-    fmt::print("MOTA {:.4f}  MOTP {:.4f}  IDF1 {:.4f}  HOTA {:.4f} (DetA {:.4f}, AssA {:.4f}, LocA {:.4f})\n"
+    fmt::print(o.json ? stderr : stdout,  // --json: stdout holds the JSON alone
+               "MOTA {:.4f}  MOTP {:.4f}  IDF1 {:.4f}  HOTA {:.4f} (DetA {:.4f}, AssA {:.4f}, LocA {:.4f})\n"
                "TP {}  FN {}  FP {}  IDSW {}  IDTP {}  gt {} boxes of {} ids, tracks {} boxes of {} ids\n",
                m.mota, m.motp, m.idf1, m.hota, m.deta, m.assa, m.loca, m.tp, m.fn, m.fp, m.idsw, m.idtp, m.gt_dets,
                m.gt_ids, m.tracker_dets, m.tracker_ids);
@@ -379,6 +404,9 @@ void add_track_command(CLI::App& app) {
   cmd->add_option("--eval", opts->eval, "score the tracks against this MOT ground truth (gt.txt): MOTA, IDF1, HOTA");
   cmd->add_option("--workers", opts->workers, "frame decoding threads (default: the cores, at most 8)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", opts->json,
+                "print the tracks as JSON (an entry per frame: source, 1-based frame number, name, timestamp of a "
+                "video frame, size, tracks with id, class, name, confidence and box) instead of a line per box");
   cmd->add_flag("--quiet", opts->quiet, "no per-box lines, progress or summary");
   cmd->callback([opts] {
     const int status = run_track(*opts);

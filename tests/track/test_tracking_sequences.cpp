@@ -8,6 +8,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "test_util.h"
@@ -155,6 +159,51 @@ TEST(TrackCli, WritesMotTracksAndScoresThem) {
   EXPECT_NE(bot.out.find("BoT-SORT (camera motion: sparseOptFlow)"), std::string::npos) << bot.out;
   EXPECT_NE(bot.out.find("IDF1 "), std::string::npos) << bot.out;
   EXPECT_GE(track::read_mot_file(dir.path() / "bot.txt", false).size(), 15u);
+}
+
+// --json: stdout is one JSON array, an entry per frame, holding the same tracks as the MOT file (ids and boxes), with
+// --eval's scores moved to stderr.
+TEST(TrackCli, JsonHoldsTheTracksOfTheMotFile) {
+  test::TempDir dir;
+  const test::CliRun synth = test::run_cli(fmt::format("'{}' synth --out '{}' --sequences 1 --frames 8 --imgsz 320 "
+                                                       "--seed 4 2>&1", VISION_CLI, dir.path().string()));
+  ASSERT_EQ(synth.code, 0) << synth.out;
+  const fs::path seq = dir.path() / "seq-01";
+  const test::CliRun r = test::run_cli(fmt::format(
+      "'{}' track --model '{}' --source '{}' --device cpu --json --save-txt '{}' --eval '{}' 2>'{}'", VISION_CLI,
+      kBundledModel.string(), (seq / "img1").string(), (dir.path() / "tracks.txt").string(),
+      (seq / "gt" / "gt.txt").string(), (dir.path() / "stderr.txt").string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json json = nlohmann::json::parse(r.out);  // stdout is the JSON alone
+  ASSERT_TRUE(json.is_array());
+  ASSERT_EQ(json.size(), 8u);
+  std::vector<track::MotBox> from_json;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const nlohmann::json& f = json[i];
+    EXPECT_EQ(f.at("frame").get<int64_t>(), static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(f.at("name").get<std::string>(), fmt::format("{:06d}.jpg", i + 1));
+    EXPECT_EQ(f.at("width").get<int64_t>(), 320);
+    EXPECT_FALSE(f.contains("timestamp")) << "images have none";
+    for (const nlohmann::json& t : f.at("tracks")) {
+      EXPECT_GT(t.at("confidence").get<double>(), 0.0);
+      EXPECT_FALSE(t.at("name").get<std::string>().empty());
+      const nlohmann::json& b = t.at("box");
+      from_json.push_back({.frame = f.at("frame").get<int64_t>(), .id = t.at("id").get<int64_t>(),
+                           .xyxy = {b.at("x1").get<float>(), b.at("y1").get<float>(), b.at("x2").get<float>(),
+                                    b.at("y2").get<float>()}});
+    }
+  }
+  const std::vector<track::MotBox> mot = track::read_mot_file(dir.path() / "tracks.txt", false);
+  ASSERT_GE(mot.size(), 8u);
+  ASSERT_EQ(from_json.size(), mot.size());
+  for (size_t i = 0; i < mot.size(); ++i) {
+    EXPECT_EQ(from_json[i].frame, mot[i].frame) << i;
+    EXPECT_EQ(from_json[i].id, mot[i].id) << i;
+    for (int k = 0; k < 4; ++k) EXPECT_NEAR(from_json[i].xyxy[k], mot[i].xyxy[k], 0.02) << i << " " << k;
+  }
+  std::ifstream err(dir.path() / "stderr.txt");
+  const std::string err_text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(err_text.find("IDF1 "), std::string::npos) << err_text;
 }
 
 }  // namespace
