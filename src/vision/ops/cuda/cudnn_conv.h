@@ -36,9 +36,11 @@ AlgorithmChoiceTime algorithm_choice_time();
 
 // A geometry's choice is also kept on disk, in the kernel cache's folder (cuda::default_kernel_cache_dir(), through
 // cuda::KernelCache: checksummed, written atomically, one writer per key), keyed by the geometry, the GPU's name and
-// architecture, cuDNN's version and the search mode: a later process reads it instead of asking cuDNN again — the
-// heuristic queries take 8–13 ms a geometry on the H100/H200 hosts, most of making an inference plan. The choice read
-// is the one cuDNN gave for the same key, so the algorithms, and the results, are the same.
+// architecture, cuDNN's version and the search mode: a later process reads it instead of asking cuDNN again. The
+// choice read is the one cuDNN gave for the same key, so the algorithms, and the results, are the same. Measured on
+// the H200 host (YOLO26n, 27 geometries): the choice 256 ms in a fresh process, 1 ms read back; but the plan's making
+// only 277 → 269 ms, as most of those 256 ms is cuDNN loading its libraries, which then happens in the first
+// workspace query instead (bench/video/NOTES.md). It saves more in training plans (three directions a geometry).
 // Forgets this process's choices (the disk keeps them): a later CudnnConv of a geometry chooses again, or reads it
 // from the disk. For tests.
 void forget_algorithm_choices();
