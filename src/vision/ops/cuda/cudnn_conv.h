@@ -40,7 +40,7 @@ AlgorithmChoiceTime algorithm_choice_time();
 // choice read is the one cuDNN gave for the same key, so the algorithms, and the results, are the same. Measured on
 // the H200 host (YOLO26n, 27 geometries): the choice 256 ms in a fresh process, 1 ms read back; but the plan's making
 // only 277 → 269 ms, as most of those 256 ms is cuDNN loading its libraries, which then happens in the first
-// workspace query instead (bench/video/NOTES.md). It saves more in training plans (three directions a geometry).
+// workspace query instead (bench/video/NOTES.md). Training plans (three directions a geometry): not measured.
 // Forgets this process's choices (the disk keeps them): a later CudnnConv of a geometry chooses again, or reads it
 // from the disk. For tests.
 void forget_algorithm_choices();
