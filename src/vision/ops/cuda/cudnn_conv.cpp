@@ -276,13 +276,16 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
                                       deterministic, max_workspace, tf32_ ? " tf32" : "") +
                           (forward_only ? " forward-only" : "");
   fwd_math_ = bwd_data_math_ = bwd_filter_math_ = math_;
+  const auto use = [&](const Algorithms& a) {
+    fwd_algo_ = a.fwd;
+    bwd_data_algo_ = a.bwd_data;
+    bwd_filter_algo_ = a.bwd_filter;
+    fwd_math_ = a.fwd_math;
+    bwd_data_math_ = a.bwd_data_math;
+    bwd_filter_math_ = a.bwd_filter_math;
+  };
   if (const auto cached = cached_algorithms(key)) {
-    fwd_algo_ = cached->fwd;
-    bwd_data_algo_ = cached->bwd_data;
-    bwd_filter_algo_ = cached->bwd_filter;
-    fwd_math_ = cached->fwd_math;
-    bwd_data_math_ = cached->bwd_data_math;
-    bwd_filter_math_ = cached->bwd_filter_math;
+    use(*cached);
   } else {
     const auto t0 = std::chrono::steady_clock::now();
     const auto choose = [&] {
@@ -299,12 +302,7 @@ CudnnConv::CudnnConv(cudnnHandle_t handle, const Conv2dAttrs& a, const core::Sha
     std::optional<Algorithms> a = deserialize(payload);
     const bool from_disk = outcome == cuda::CacheOutcome::hit && a.has_value();
     if (!a) a = choose();  // an entry that holds no choice (not one this code wrote): ask cuDNN
-    fwd_algo_ = a->fwd;
-    bwd_data_algo_ = a->bwd_data;
-    bwd_filter_algo_ = a->bwd_filter;
-    fwd_math_ = a->fwd_math;
-    bwd_data_math_ = a->bwd_data_math;
-    bwd_filter_math_ = a->bwd_filter_math;
+    use(*a);
     remember_algorithms(key, *a, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
                         from_disk);
   }
