@@ -127,12 +127,18 @@ TEST(TrackingSequences, TheBundledModelAndBotSortFollowTheShapes) {
   }
 }
 
+// One synthetic MOT sequence of `frames` frames at 320 (seed 4) made by `vision synth` in dir: its folder.
+fs::path synth_cli_sequence(const test::TempDir& dir, int frames) {
+  const test::CliRun synth = test::run_cli(fmt::format("'{}' synth --out '{}' --sequences 1 --frames {} --imgsz 320 "
+                                                       "--seed 4 2>&1", VISION_CLI, dir.path().string(), frames));
+  EXPECT_EQ(synth.code, 0) << synth.out;
+  return dir.path() / "seq-01";
+}
+
 TEST(TrackCli, WritesMotTracksAndScoresThem) {
   test::TempDir dir;
-  const test::CliRun synth = test::run_cli(fmt::format("'{}' synth --out '{}' --sequences 1 --frames 15 --imgsz 320 "
-                                                       "--seed 4 2>&1", VISION_CLI, dir.path().string()));
-  ASSERT_EQ(synth.code, 0) << synth.out;
-  const fs::path seq = dir.path() / "seq-01";
+  const fs::path seq = synth_cli_sequence(dir, 15);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   const test::CliRun r = test::run_cli(fmt::format(
       "'{}' track --model '{}' --source '{}' --device cpu --save-txt '{}' --save '{}' --eval '{}' 2>&1", VISION_CLI,
       kBundledModel.string(), (seq / "img1").string(), (dir.path() / "tracks.txt").string(),
@@ -165,10 +171,8 @@ TEST(TrackCli, WritesMotTracksAndScoresThem) {
 // --eval's scores moved to stderr.
 TEST(TrackCli, JsonHoldsTheTracksOfTheMotFile) {
   test::TempDir dir;
-  const test::CliRun synth = test::run_cli(fmt::format("'{}' synth --out '{}' --sequences 1 --frames 8 --imgsz 320 "
-                                                       "--seed 4 2>&1", VISION_CLI, dir.path().string()));
-  ASSERT_EQ(synth.code, 0) << synth.out;
-  const fs::path seq = dir.path() / "seq-01";
+  const fs::path seq = synth_cli_sequence(dir, 8);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   const test::CliRun r = test::run_cli(fmt::format(
       "'{}' track --model '{}' --source '{}' --device cpu --json --save-txt '{}' --eval '{}' 2>'{}'", VISION_CLI,
       kBundledModel.string(), (seq / "img1").string(), (dir.path() / "tracks.txt").string(),

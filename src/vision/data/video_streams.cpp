@@ -174,6 +174,7 @@ size_t VideoStreams::queued(size_t i) const {
 void VideoStreams::set_ahead(size_t bytes) {
   {
     std::lock_guard lock(impl_->mutex);
+    if (impl_->ahead_bytes == bytes) return;  // the CLI says 0 after every batch: nothing to wake
     impl_->ahead_bytes = bytes;
   }
   impl_->changed.notify_all();
