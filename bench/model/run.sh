@@ -4,7 +4,7 @@
 # as one table with the speed-up and the issue's requirement (see NOTES.md). Builds nothing: build the CLI first with
 #   cmake --preset default && cmake --build build --target vision_cli
 # Usage: bench/model/run.sh [BUILD_DIR] [--device cuda|cpu] [--compile] [--quick] [--scales n,s] [--batches 1,32]
-#                           [--imgsz 640] [--seconds S] [--iters N] [--warmup N] [--threads N]
+#                           [--imgsz 640] [--seconds S] [--iters N] [--warmup N] [--threads N] [--profile]
 #   --device cuda (default): scales n and s, batches 1 and 32, f16; PyTorch eager, channels-last, CUDA-graph replay
 #     (NCHW and channels-last). Required: ours not slower than PyTorch's best at each of those four rows.
 #   --device cpu: YOLO26n, batch 1, f32; PyTorch eager NCHW and channels-last, and ONNX Runtime (mode
@@ -12,6 +12,9 @@
 #     ours also in int8 (rows "n i8": the same weights through vision export --int8, calibrated on 16 synth images).
 #   --threads N (--device cpu): every side on N threads (ours: vision bench --threads; PyTorch: set_num_threads; ONNX
 #     Runtime: intra-op threads); default 2 (this project's CI machine), e.g. --threads $(nproc) on a larger host.
+#   --profile: also each side's per-op profile, per scale and batch, into OUT_DIR: ours (`vision bench --profile`, every
+#     step run eagerly and timed apart) in profile_ours_<scale>.txt, ONNX Runtime's (its profiler, summed per op kind by
+#     ort_profile.py) in profile_ort_<scale>_b<batch>.txt (--device cpu). Profiled runs are not the table's.
 #   --compile: also torch.compile (channels-last, captured and replayed), run as its own peer.py command (slow).
 #   --quick: a logic check of everything at 64x64, batches 1 and 2, YOLO26n, 3 calls per row.
 # Environment: PYTHON (a Python with PyTorch: CUDA for --device cuda; default python3), VISION (the CLI binary,
@@ -36,6 +39,7 @@ seconds=
 iters=0
 warmup=10
 threads=2
+profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --device) device=$2; shift 2 ;;
@@ -48,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --profile) profile=1; shift ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -79,6 +84,11 @@ IFS=, read -r -a scale_list <<<"$scales"
 for s in "${scale_list[@]}"; do
   "$bin" bench --scale "$s" --batch "$batches" --imgsz "$imgsz" --device "$device" --dtype "$dtype" "${timing[@]}" \
     "${cpu_threads[@]}" --json "$out/ours_$s.jsonl" >&2
+  if [[ $profile == 1 ]]; then
+    "$bin" bench --scale "$s" --batch "$batches" --imgsz "$imgsz" --device "$device" --dtype "$dtype" --warmup 2 \
+      --iters 3 "${cpu_threads[@]}" --profile > /dev/null 2> "$out/profile_ours_$s.txt"
+    echo "run.sh: our per-op profile in $out/profile_ours_$s.txt" >&2
+  fi
 done
 "$py" "$here/peer.py" --device "$device" --scales "$scales" --batches "$batches" --imgsz "$imgsz" --dtype "$dtype" \
   --modes "$modes" "${timing[@]}" "${cpu_threads[@]}" --json "$out/peer.jsonl" >&2
@@ -102,6 +112,13 @@ if [[ $device == cpu ]]; then
 print(json.dumps({'impl': 'onnxruntime', 'mode': 'ort', 'scale': '$s', 'batch': b, 'median_ms': r['median_ms'],
                   'p90_ms': r['p90_ms'], 'img_s': 1000.0 * b / r['median_ms'], 'version': r['version']}))" \
           >> "$out/peer_ort.jsonl"
+        if [[ $profile == 1 ]]; then
+          rm -f "$out/ort_trace_${s}_b$b"_*.json
+          ORT_PROFILE=$out/ort_trace_${s}_b$b NODE_PATH=$ort_modules node "$root/tests/onnx/ort_run.js" \
+            "$out/yolo26${s}_b$b.onnx" "$out/input_b$b.bin" "$b,3,$imgsz,$imgsz" f32 "$out/ort_out" "$threads" 5 > /dev/null
+          "$py" "$here/ort_profile.py" "$out/ort_trace_${s}_b$b"_*.json > "$out/profile_ort_${s}_b$b.txt"
+          echo "run.sh: ONNX Runtime's per-op profile in $out/profile_ort_${s}_b$b.txt" >&2
+        fi
       done
     done
   else

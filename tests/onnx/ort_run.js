@@ -6,7 +6,9 @@
 // INPUT.bin: the input "images" as raw little-endian f32 (DTYPE f32) or f16 bits (DTYPE f16) of shape DIMS (1,3,640,640).
 // Writes OUT_PREFIX.bin (output0's raw data) and OUT_PREFIX.json ({"dims", "type"}); prints one JSON line: the
 // session's creation time and, with REPEAT > 0, the median, p90 and min of REPEAT timed runs after one warm-up
-// (milliseconds), and ONNX Runtime's version.
+// (milliseconds), and ONNX Runtime's version. With ORT_PROFILE=PREFIX in the environment, ONNX Runtime's profiler is on
+// (enableProfiling) and writes its trace of the timed runs (chrome-trace JSON: each node's kernel time) to
+// PREFIX_<date>.json; the line then names it ("profile"). bench/model/ort_profile.py sums it per op kind.
 'use strict';
 const fs = require('fs');
 const ort = require('onnxruntime-node');
@@ -28,6 +30,7 @@ async function main() {
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
     graphOptimizationLevel: 'all',
+    ...(process.env.ORT_PROFILE ? {enableProfiling: true, profileFilePrefix: process.env.ORT_PROFILE} : {}),
   });
   const createMs = Number(process.hrtime.bigint() - t0) / 1e6;
   const feeds = {images: new ort.Tensor(dtype === 'f32' ? 'float32' : 'float16', data, dims)};
@@ -40,12 +43,13 @@ async function main() {
     times.push(Number(process.hrtime.bigint() - t) / 1e6);
   }
   times.sort((a, b) => a - b);
+  const profile = process.env.ORT_PROFILE ? session.endProfiling() : undefined;
   const raw = out.data;
   fs.writeFileSync(outPrefix + '.bin', Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength));
   fs.writeFileSync(outPrefix + '.json', JSON.stringify({dims: out.dims, type: out.type}));
   const at = (q) => (times.length ? times[Math.min(times.length - 1, Math.floor(q * times.length))] : null);
   console.log(JSON.stringify({create_ms: createMs, median_ms: at(0.5), p90_ms: at(0.9), min_ms: at(0), runs: times.length,
-                              threads, version: require('onnxruntime-node/package.json').version}));
+                              threads, ...(profile ? {profile} : {}), version: require('onnxruntime-node/package.json').version}));
 }
 
 main().catch((e) => {
