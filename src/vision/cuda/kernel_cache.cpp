@@ -87,8 +87,11 @@ class FileLock {
 void warn_uncached(const fs::path& dir, const std::string& why) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    std::fprintf(stderr, "vision: kernel cache %s is not usable (%s); compiling without caching\n", dir.c_str(),
-                 why.c_str());
+    // The cache holds compiled kernels and cuDNN's algorithm choices alike (ops/cuda/cudnn_conv.cpp): name both.
+    std::fprintf(stderr,
+                 "vision: cache %s is not usable (%s); kernels are compiled and cuDNN's convolution algorithms chosen "
+                 "again in each process, without storing them\n",
+                 dir.c_str(), why.c_str());
   });
 }
 
