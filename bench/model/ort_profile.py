@@ -28,8 +28,7 @@ def main() -> int:
               "(ort_run.js with REPEAT >= 1)", file=sys.stderr)
         return 2
     runs = runs[1:]
-    per_run_kind = [dict() for _ in runs]
-    per_run_node = [dict() for _ in runs]
+    per_run_node = [dict() for _ in runs]  # (node, op kind) -> ms, per timed run
     for e in events:
         if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
             continue
@@ -38,9 +37,12 @@ def main() -> int:
             continue
         kind = e.get("args", {}).get("op_name", "?")
         node = e["name"][: -len("_kernel_time")]
-        per_run_kind[r][kind] = per_run_kind[r].get(kind, 0.0) + e["dur"] / 1000.0
         key = (node, kind)
         per_run_node[r][key] = per_run_node[r].get(key, 0.0) + e["dur"] / 1000.0
+    per_run_kind = [dict() for _ in runs]
+    for by_node, by_kind in zip(per_run_node, per_run_kind):
+        for (_, kind), ms in by_node.items():
+            by_kind[kind] = by_kind.get(kind, 0.0) + ms
     total = statistics.median(sum(k.values()) for k in per_run_kind)
     wall = statistics.median((t1 - t0) / 1000.0 for t0, t1 in runs)
     print(f"{len(runs)} timed runs: {wall:.3f} ms a run (median), {total:.3f} ms of it in nodes")
