@@ -13,7 +13,8 @@ phase "checking the packages"
 # code as preset cpu, at -O1 with the sanitizers), so every CPU test also checks for memory errors and undefined
 # behaviour in the host code, and for leaks (LeakSanitizer). Preset cpu-tsan builds the CPU-only engine under
 # ThreadSanitizer with the tests of the threaded host code alone (the training loader, the predict/val decoding pool,
-# the CLI runs, checkpoints, datasets) and runs them with one OpenMP thread.
+# the CLI runs — a whole training run with validation each epoch, stopped and resumed —, datasets, the kernel cache)
+# and runs them with one OpenMP thread.
 presets=(default cpu-sanitize cpu-tsan)
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "test: no CUDA toolkit found: testing the CPU-only build alone"
@@ -53,17 +54,18 @@ for p in "${presets[@]}"; do
   phase "building preset $p"
   # The numerical trajectory of three whole training runs against the reference (Yolo26TrainTrajectory, ~50 s of CPU
   # under ASan) runs in the default preset; under the sanitizers its host code (trainer, optimizer, loader) is the
-  # same the trainer, training-run and CLI suites go through.
+  # same the trainer, training-run and CLI suites go through. The Python tools' tests (tools.*) run Python alone, the
+  # same in every preset: once, in the default one.
   extra=()
-  [ "$p" = cpu-sanitize ] && [[ " ${presets[*]} " == *" default "* ]] && extra=(-E '^Yolo26TrainTrajectory$')
+  [ "$p" = cpu-sanitize ] && [[ " ${presets[*]} " == *" default "* ]] && extra=(-E '^(Yolo26TrainTrajectory|tools\..*)$')
   ctest --preset "$p" -j2 "${extra[@]}" 2>&1 | tee "$log" || status=1
   count
   phase "the tests of preset $p"
 done
-# The parsers of outside input under libFuzzer with ASan and UBSan, each for VISION_FUZZ_SECONDS (default 60) from
-# its seed corpus (tests/fuzz/corpus): a crash or sanitizer report fails the run.
+# The parsers of outside input under libFuzzer with ASan and UBSan, each for VISION_FUZZ_SECONDS (default 45) from
+# its seed corpus (tests/fuzz/corpus): a crash or sanitizer report fails the run. Longer runs: tools/fuzz.sh SECONDS.
 echo "=== fuzz"
-tools/fuzz.sh "${VISION_FUZZ_SECONDS:-60}" 2>&1 | tee "$log" || status=1
+tools/fuzz.sh "${VISION_FUZZ_SECONDS:-45}" 2>&1 | tee "$log" || status=1
 passed=$((passed + $(grep -c "no finding$" "$log" || true)))
 phase "fuzzing (build and runs)"
 failed=$((failed + $(grep -c "FINDING" "$log" || true)))
