@@ -53,7 +53,10 @@ graph::SymTensor c3k2(graph::SymTensor x, const C3k2Args& a, ConvNorm norm, cons
   channels_of(x, "C3k2");
   const int64_t c = scaled(a.c2, a.e);
   auto _ = x.graph()->scope(name);
-  std::vector<graph::SymTensor> parts = ops::split(conv(x, {.c2 = 2 * c}, norm, "cv1"), {c, c}, "chunk");
+  // ultralytics' cv1(x).chunk(2) followed by cat(chunks + m's outputs): the two chunks, in order, are cv1's output
+  // itself, so the concat takes that whole and only the second chunk (m's input) is copied out.
+  const graph::SymTensor y = conv(x, {.c2 = 2 * c}, norm, "cv1");
+  std::vector<graph::SymTensor> parts = {y, ops::channel_slice(y, c, c, "chunk")};
   {
     auto m = x.graph()->scope("m");
     for (int64_t i = 0; i < a.n; ++i) {
@@ -71,6 +74,7 @@ graph::SymTensor c3k2(graph::SymTensor x, const C3k2Args& a, ConvNorm norm, cons
       parts.push_back(y);
     }
   }
+  parts.erase(parts.begin() + 1);  // the second chunk is inside cv1's output
   return conv(ops::concat(parts, "cat"), {.c2 = a.c2}, norm, "cv2");
 }
 
