@@ -14,6 +14,10 @@
 #include "vision/ops/shape_ops.h"
 #include "vision/ops/upsample.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_cuda_ops_cpp {
+
 using namespace vision;
 using namespace vision::test;
 using graph::Mode;
@@ -147,3 +151,5 @@ TEST_F(CudaOps, ScalarReductions) {
   compare_with_cpu_twin(ops::SumSquaresOp(), {random_tensor({3, 5, 11, 13})});
   compare_with_cpu_twin(ops::MeanOp(), {random_tensor({3, 5, 11, 13})});
 }
+
+}  // namespace test_cuda_ops_cpp

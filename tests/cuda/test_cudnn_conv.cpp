@@ -16,6 +16,10 @@
 #include "vision/graph/cuda/cuda_backend.h"
 #include "vision/ops/cuda/cudnn_conv.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_cudnn_conv_cpp {
+
 using namespace vision;
 using core::DType;
 using core::Layout;
@@ -374,3 +378,5 @@ TEST(CudnnConvOutputs, EveryElementIsWrittenIntoFreshMemory) {
     }
   }
 }
+
+}  // namespace test_cudnn_conv_cpp

@@ -19,6 +19,10 @@
 #include "vision/core/error.h"
 #include "vision/cuda/lazy_library.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_lazy_library_cpp {
+
 using namespace vision;
 using cuda::LazyLibrary;
 using test::exit_code;
@@ -134,3 +138,5 @@ TEST(LazyLibrary, CliStartsAndRunsOnTheCpuWithoutThem) {
       libraries_loaded_by_cli("demo --device cpu --batch 1 --size 32 --iters 1 --train-steps 1"),
       "vision demo --device cpu");
 }
+
+}  // namespace test_lazy_library_cpp

@@ -15,7 +15,7 @@
 #include "vision/data/synth/shapes.h"
 #include "vision/eval/metrics.h"
 
-namespace vision::data {
+namespace vision::data::test_dataset_cpp {
 namespace {
 
 namespace fs = std::filesystem;
@@ -524,4 +524,4 @@ TEST(DatasetHostile, OddFilesAreReportedNotFatal) {
 }
 
 }  // namespace
-}  // namespace vision::data
+}  // namespace vision::data::test_dataset_cpp

@@ -18,7 +18,7 @@
 #include "vision/data/image_tensor.h"
 #include "vision/data/random.h"
 
-namespace vision::data {
+namespace vision::data::test_image_cpp {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
@@ -704,4 +704,4 @@ TEST(ImageHostile, ProbeReadsTheHeaderOnly) {
 }
 
 }  // namespace
-}  // namespace vision::data
+}  // namespace vision::data::test_image_cpp

@@ -7,7 +7,7 @@
 #include "test_util.h"
 #include "vision/data/letterbox.h"
 
-namespace vision::data {
+namespace vision::data::test_letterbox_cpp {
 namespace {
 
 using test::error_of;
@@ -117,4 +117,4 @@ TEST(LetterboxImage, BoxesMapBackToTheOriginal) {
 }
 
 }  // namespace
-}  // namespace vision::data
+}  // namespace vision::data::test_letterbox_cpp

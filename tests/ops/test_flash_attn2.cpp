@@ -18,6 +18,10 @@
 #include "vision/graph/executor.h"
 #include "vision/ops/attention/flash_attn2.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_flash_attn2_cpp {
+
 using namespace vision;
 using namespace vision::graph;
 using namespace vision::ops::attention;
@@ -654,3 +658,5 @@ TEST(FlashAttention2Kernels, InstantiationsCompileWithNvrtcForSm90a) {
 }
 
 }  // namespace
+
+}  // namespace test_flash_attn2_cpp

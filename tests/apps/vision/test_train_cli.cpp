@@ -14,7 +14,7 @@
 #include "cli_util.h"
 #include "test_util.h"
 
-namespace vision {
+namespace vision::test_train_cli_cpp {
 namespace {
 
 namespace fs = std::filesystem;
@@ -181,4 +181,4 @@ TEST_F(TrainCli, StaleTemporariesAreRemovedAndBestIsWhole) {
 }
 
 }  // namespace
-}  // namespace vision
+}  // namespace vision::test_train_cli_cpp

@@ -11,7 +11,7 @@
 #include "cli_util.h"
 #include "test_util.h"
 
-namespace vision {
+namespace vision::test_val_cli_cpp {
 namespace {
 
 namespace fs = std::filesystem;
@@ -115,4 +115,4 @@ TEST_F(ValCli, Errors) {
 }
 
 }  // namespace
-}  // namespace vision
+}  // namespace vision::test_val_cli_cpp

@@ -6,6 +6,10 @@
 #include "models/yolo/attention_fixture.h"
 #include "vision/models/yolo/kernels/attention/psa_attention.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_attention_block_cpp {
+
 using namespace vision;
 using namespace vision::test::attention_fixture;
 using models::yolo::kernels::attention::PsaForm;
@@ -86,3 +90,5 @@ TEST(FlashAttn2PsaOp, ShapesAndErrors) {
 }
 
 }  // namespace
+
+}  // namespace test_attention_block_cpp

@@ -13,6 +13,10 @@
 #include "vision/cpu/parallel.h"
 #include "vision/detector.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_detector_cpp {
+
 using namespace vision;
 using namespace vision::test;
 using namespace vision::test::yolo26_fixture;
@@ -169,3 +173,5 @@ TEST(Detector, MovedFromIsAClearErrorAndAssignableAgain) {
 }
 
 }  // namespace
+
+}  // namespace test_detector_cpp

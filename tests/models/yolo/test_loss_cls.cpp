@@ -16,6 +16,10 @@
 #include "vision/models/yolo/kernels/detect_decode.h"
 #include "vision/models/yolo/kernels/loss/cls.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_loss_cls_cpp {
+
 using namespace vision;
 using namespace vision::graph;
 using namespace vision::models::yolo::kernels;
@@ -327,3 +331,5 @@ TEST(ClsLossGraph, BothLossesTrainThroughACpuPlan) {
 }
 
 }  // namespace
+
+}  // namespace test_loss_cls_cpp

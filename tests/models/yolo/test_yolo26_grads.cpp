@@ -7,8 +7,13 @@
 
 #include "models/yolo/yolo26_grads_fixture.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_yolo26_grads_cpp {
+
 using namespace vision;
 using namespace vision::test::yolo26_grads;
+using vision::test::yolo26_grads::fixture;  // before any other test file's fixture() its batch makes visible
 
 namespace {
 
@@ -23,3 +28,5 @@ TEST(Yolo26Grads, EveryGradientMatchesTheReference) {
 }
 
 }  // namespace
+
+}  // namespace test_yolo26_grads_cpp

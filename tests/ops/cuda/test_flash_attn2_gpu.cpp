@@ -32,6 +32,10 @@
 #include "vision/ops/kernels/elementwise_cuda.h"
 #include "vision/ops/reduce.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_flash_attn2_gpu_cpp {
+
 using namespace vision;
 using namespace vision::test;
 using namespace vision::ops::attention;
@@ -573,3 +577,5 @@ TEST(FlashAttention2GraphCuda, InputWithoutGradientUsesScratch) {
 }
 
 }  // namespace
+
+}  // namespace test_flash_attn2_gpu_cpp

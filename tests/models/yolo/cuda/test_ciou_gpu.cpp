@@ -23,6 +23,10 @@
 #include "vision/models/yolo/kernels/loss/ciou.h"
 #include "vision/models/yolo/kernels/loss/ciou_cuda.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_ciou_gpu_cpp {
+
 using namespace vision;
 using namespace vision::test;
 using namespace vision::models::yolo::kernels::loss;
@@ -245,3 +249,5 @@ TEST(CiouOpGpu, RunsInABf16PlanWithF32TargetsAndLoss) {
 }
 
 }  // namespace
+
+}  // namespace test_ciou_gpu_cpp

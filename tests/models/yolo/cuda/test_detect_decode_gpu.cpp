@@ -20,6 +20,10 @@
 #include "vision/models/yolo/kernels/detect_decode.h"
 #include "vision/models/yolo/kernels/detect_decode_cuda.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_detect_decode_gpu_cpp {
+
 using namespace vision;
 using namespace vision::test;
 using namespace vision::models::yolo::kernels;
@@ -184,3 +188,5 @@ TEST(DetectDecodeOpGpu, RunsInALowPrecisionPlanWithoutConvertingTheLevelMaps) {
 }
 
 }  // namespace
+
+}  // namespace test_detect_decode_gpu_cpp

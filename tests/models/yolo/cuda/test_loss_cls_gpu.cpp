@@ -21,6 +21,10 @@
 #include "vision/models/yolo/kernels/loss/cls.h"
 #include "vision/models/yolo/kernels/loss/cls_cuda.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_loss_cls_gpu_cpp {
+
 using namespace vision;
 using namespace vision::test;
 using namespace vision::models::yolo::kernels;
@@ -249,3 +253,5 @@ TEST(ClsLossOps, CudaRuntimeOpsMatchTheCpuTwinInF32) {
 }
 
 }  // namespace
+
+}  // namespace test_loss_cls_gpu_cpp

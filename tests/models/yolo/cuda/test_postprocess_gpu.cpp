@@ -23,9 +23,14 @@
 #include "vision/models/yolo/kernels/postprocess.h"
 #include "vision/models/yolo/kernels/postprocess_cuda.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_postprocess_gpu_cpp {
+
 using namespace vision;
 using namespace vision::models::yolo::kernels;
 using namespace vision::test::postprocess;
+using vision::models::yolo::kernels::DetectionTensors;  // not the detector tests' one, which its batch may make visible
 using core::DType;
 using core::Shape;
 using core::Tensor;
@@ -366,3 +371,5 @@ TEST(PostprocessGpu, RunsInABf16PlanWithF32AndI32Outputs) {
 }
 
 }  // namespace
+
+}  // namespace test_postprocess_gpu_cpp

@@ -10,8 +10,13 @@
 #include "vision/cuda/device.h"
 #include "vision/graph/cuda/cuda_backend.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_yolo26_grads_gpu_cpp {
+
 using namespace vision;
 using namespace vision::test::yolo26_grads;
+using vision::test::yolo26_grads::fixture;  // before any other test file's fixture() its batch makes visible
 
 namespace {
 
@@ -27,3 +32,5 @@ TEST(Yolo26GradsGpu, EveryGradientMatchesTheReferenceInF32) {
 }
 
 }  // namespace
+
+}  // namespace test_yolo26_grads_gpu_cpp

@@ -16,6 +16,10 @@
 #include "vision/models/yolo/kernels/detect_decode.h"
 #include "vision/models/yolo/model.h"
 
+// A namespace of its own: this file's using-directives and helpers stay out of the other test files
+// of its unity batch.
+namespace test_yolo26_reference_gpu_cpp {
+
 using namespace vision;
 using namespace vision::test::yolo26_fixture;
 using core::DType;
@@ -159,3 +163,5 @@ TEST(Yolo26ReferenceGpuModel, DefaultPlanIsF16Nhwc) {
 }
 
 }  // namespace
+
+}  // namespace test_yolo26_reference_gpu_cpp
