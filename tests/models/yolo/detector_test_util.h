@@ -33,11 +33,11 @@ inline data::Image upscale_nearest(const data::Image& im, int64_t factor) {
   return out;
 }
 
-// Detections as [1, rows, 6] (boxes scaled by `scale`) and count [1], for expect_same_detections.
-struct DetectionTensors {
+// Detections found as [1, rows, 6] (boxes scaled by `scale`) and count [1], for expect_same_detections.
+struct FoundTensors {
   core::Tensor dets, count;
 };
-inline DetectionTensors as_tensors(const std::vector<data::Detection>& found, double scale = 1.0) {
+inline FoundTensors as_tensors(const std::vector<data::Detection>& found, double scale = 1.0) {
   std::vector<float> v;
   for (const data::Detection& d : found) {
     for (float b : d.box) v.push_back(static_cast<float>(b * scale));
@@ -45,7 +45,7 @@ inline DetectionTensors as_tensors(const std::vector<data::Detection>& found, do
     v.push_back(static_cast<float>(d.cls));
   }
   const auto rows = static_cast<int64_t>(found.size());
-  DetectionTensors t{core::Tensor::zeros(core::Shape{1, std::max<int64_t>(rows, 1), 6}),
+  FoundTensors t{core::Tensor::zeros(core::Shape{1, std::max<int64_t>(rows, 1), 6}),
                      core::Tensor::zeros(core::Shape{1}, core::DType::i32)};
   std::copy(v.begin(), v.end(), t.dets.data<float>());
   t.count.data<int32_t>()[0] = static_cast<int32_t>(rows);

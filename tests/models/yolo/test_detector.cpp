@@ -37,7 +37,7 @@ TEST(Detector, MatchesTheReferenceDetectionsOnTheCpu) {
   EXPECT_EQ(detector.dtype(), core::DType::f32);
   EXPECT_EQ(detector.names().size(), 80u);
   const std::vector<data::Detection> found = detector.detect(fixture_image("image_320"));
-  const DetectionTensors t = as_tensors(found);
+  const FoundTensors t = as_tensors(found);
   expect_same_detections({t.dets, t.count}, {reference, output("e2e.count")}, score_tolerance(),
                          box_tolerance(), "detector");
   // Scores descend and pass conf; boxes lie in the image.
@@ -55,7 +55,7 @@ TEST(Detector, BoxesComeBackInTheImagesOwnPixels) {
   const core::Tensor reference = clipped_reference_detections();
   Detector detector(weights_path(), cpu_options(conf));
   const std::vector<data::Detection> found = detector.detect(upscale_nearest(fixture_image("image_320"), 2));
-  const DetectionTensors t = as_tensors(found, 0.5);
+  const FoundTensors t = as_tensors(found, 0.5);
   expect_same_detections({t.dets, t.count}, {reference, output("e2e.count")}, score_tolerance(),
                          box_tolerance(), "2x image");
   bool beyond_320 = false;
@@ -73,7 +73,7 @@ TEST(Detector, BatchesOfImagesOfDifferentSizes) {
   const std::vector<std::vector<data::Detection>> found = detector.detect(both);
   ASSERT_EQ(found.size(), 2u);
   ASSERT_FALSE(alone.empty());
-  const DetectionTensors a = as_tensors(alone), b = as_tensors(found[1]);
+  const FoundTensors a = as_tensors(alone), b = as_tensors(found[1]);
   expect_same_detections({b.dets, b.count}, {a.dets, a.count}, 1e-5, 1e-3, "in a batch and alone");
   ASSERT_FALSE(found[0].empty()) << "no detections on the 192×320 image to check";
   for (const data::Detection& d : found[0]) {

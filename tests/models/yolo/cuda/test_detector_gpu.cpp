@@ -33,7 +33,7 @@ TEST(DetectorGpu, F32MatchesTheReferenceDetections) {
                                      .conf = conf});
   EXPECT_EQ(detector.device(), "cuda");
   for (int run = 0; run < 2; ++run) {
-    const DetectionTensors t = as_tensors(detector.detect(upscale_nearest(fixture_image("image_320"), 2)), 0.5);
+    const FoundTensors t = as_tensors(detector.detect(upscale_nearest(fixture_image("image_320"), 2)), 0.5);
     expect_same_detections({t.dets, t.count}, {reference, output("e2e.count")}, score_tolerance(),
                            box_tolerance(), "cuda f32, run " + std::to_string(run));
   }
