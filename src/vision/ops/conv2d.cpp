@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "vision/cpu/conv1x1.h"
 #include "vision/cpu/dnnl_context.h"
 #include "vision/ops/batchnorm.h"
 #include "vision/ops/elementwise.h"
@@ -67,9 +68,19 @@ class ConvPrimitives {
   // Inference in NCHW runs in the layouts oneDNN picks (format_tag::any: nChw8c/nChw16c activations, blocked weights)
   // with reorders from and back to NCHW around it: 1.5-5x faster than its plain-NCHW kernels at YOLO widths
   // (bench/graph/bench_cpu_conv_layouts). Training keeps plain NCHW, which its backward primitives share.
+  // A 1×1 convolution (stride 1, no padding, one group) in f32 NHWC inference runs the engine's own kernel on AVX-512
+  // CPUs (cpu/conv1x1.h: the GEMM with bias and SiLU in registers), its weights packed once per state version.
   void forward(const Tensor& x, const Tensor& y, const float* w, const float* b, core::Layout layout) {
     prepare(x.shape(), y.shape(), layout);
     if (int8_) return forward_int8(x, y, w, b);
+    if (pointwise_) {
+      if (!refreshed_ || packed_from_ != w) {
+        pointwise_weights_ = cpu::conv1x1_pack(w, a_.out_channels, a_.in_channels);
+        packed_from_ = w;
+      }
+      return cpu::conv1x1_nhwc(x.data<float>(), pointwise_weights_.data(), with_bias_ ? b : nullptr, y.data<float>(),
+                               x.numel() / a_.in_channels, a_.in_channels, a_.out_channels, silu_);
+    }
     memory src = cpu::as_memory(src_, x), wei = cpu::as_memory(wei_, const_cast<float*>(w)),
            dst = cpu::as_memory(dst_, y), out = dst;
     if (blocked_) {
@@ -234,7 +245,7 @@ class ConvPrimitives {
   }
 
   void prepare(const Shape& x, const Shape& y, core::Layout layout) {
-    if (x == x_shape_ && layout == layout_ && (fwd_ || int8_)) return;
+    if (x == x_shape_ && layout == layout_ && (fwd_ || int8_ || pointwise_)) return;
     VISION_CHECK(!training_ || layout == core::Layout::nchw, "conv2d trains in NCHW only, asked for {}",
                  core::layout_name(layout));
     fwd_ = {};  // stays empty if creation fails, so the next call tries again
@@ -242,6 +253,7 @@ class ConvPrimitives {
     bwd_data_.reset();
     bwd_weights_.reset();
     int8_.reset();
+    pointwise_ = false;
     packed_from_ = nullptr;
     x_shape_ = x;
     layout_ = layout;
@@ -259,6 +271,9 @@ class ConvPrimitives {
     const dnnl::primitive_attr attr = epilogue();
     blocked_.reset();
     if (!training_ && nhwc && a_.int8_absmax > 0) return prepare_int8();
+    pointwise_ = !training_ && nhwc && a_.kernel == 1 && a_.stride == 1 && a_.pad() == 0 && a_.dilation == 1 &&
+                 g == 1 && cpu::conv1x1_available();
+    if (pointwise_) return;
     if (training_) {
       fwd_ = cpu::dnnl_guard(describe("a convolution forward"), [&] {
         return dnnl::convolution_forward(dnnl::convolution_forward::primitive_desc(
@@ -329,7 +344,9 @@ class ConvPrimitives {
     memory src, wei, dst;
   };
   std::optional<Blocked> blocked_;
-  const float* packed_from_ = nullptr;  // the weights blocked_->wei holds (refreshed_: until weights_changed())
+  bool pointwise_ = false;                // the engine's 1×1 kernel runs this convolution (prepare)
+  std::vector<float> pointwise_weights_;  // its packed weights, from packed_from_
+  const float* packed_from_ = nullptr;    // the weights blocked_->wei holds (refreshed_: until weights_changed())
   bool refreshed_ = false;
 
   Conv2dAttrs a_;
