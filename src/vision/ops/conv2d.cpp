@@ -1,10 +1,12 @@
 #include "vision/ops/conv2d.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <optional>
+#include <string_view>
 
-#include "vision/cpu/conv1x1.h"
+#include "vision/cpu/conv_nhwc.h"
 #include "vision/cpu/dnnl_context.h"
 #include "vision/ops/batchnorm.h"
 #include "vision/ops/elementwise.h"
@@ -68,18 +70,20 @@ class ConvPrimitives {
   // Inference in NCHW runs in the layouts oneDNN picks (format_tag::any: nChw8c/nChw16c activations, blocked weights)
   // with reorders from and back to NCHW around it: 1.5-5x faster than its plain-NCHW kernels at YOLO widths
   // (bench/graph/bench_cpu_conv_layouts). Training keeps plain NCHW, which its backward primitives share.
-  // A 1×1 convolution (stride 1, no padding, one group) in f32 NHWC inference runs the engine's own kernel on AVX-512
-  // CPUs (cpu/conv1x1.h: the GEMM with bias and SiLU in registers), its weights packed once per state version.
+  // In f32 NHWC inference on AVX-512 CPUs, the engine's own kernels run the convolutions they take (cpu/conv_nhwc.h:
+  // odd k with padding k/2, stride 1 or 2, one group; bias and SiLU in registers), the weights packed once per state
+  // version.
   void forward(const Tensor& x, const Tensor& y, const float* w, const float* b, core::Layout layout) {
     prepare(x.shape(), y.shape(), layout);
     if (int8_) return forward_int8(x, y, w, b);
-    if (pointwise_) {
+    if (direct_) {
       if (!refreshed_ || packed_from_ != w) {
-        pointwise_weights_ = cpu::conv1x1_pack(w, a_.out_channels, a_.in_channels);
+        direct_weights_ = cpu::conv_nhwc_pack(w, a_.out_channels, a_.in_channels, a_.kernel);
         packed_from_ = w;
       }
-      return cpu::conv1x1_nhwc(x.data<float>(), pointwise_weights_.data(), with_bias_ ? b : nullptr, y.data<float>(),
-                               x.numel() / a_.in_channels, a_.in_channels, a_.out_channels, silu_);
+      const Shape& s = x.shape();
+      return cpu::conv_nhwc(x.data<float>(), direct_weights_.data(), with_bias_ ? b : nullptr, y.data<float>(),
+                            {s[0], s[2], s[3], a_.in_channels, a_.out_channels, a_.kernel, a_.stride}, silu_);
     }
     memory src = cpu::as_memory(src_, x), wei = cpu::as_memory(wei_, const_cast<float*>(w)),
            dst = cpu::as_memory(dst_, y), out = dst;
@@ -234,6 +238,15 @@ class ConvPrimitives {
                                   padding(), padding());
   }
 
+  // VISION_CPU_CONV=all: the engine's kernels for every convolution they support, not only where they are faster.
+  static bool force_direct() {
+    static const bool all = [] {
+      const char* env = std::getenv("VISION_CPU_CONV");
+      return env && std::string_view(env) == "all";
+    }();
+    return all;
+  }
+
   // The forward primitive descriptor the backward ones are created from.
   const dnnl::convolution_forward::primitive_desc& training_pd() {
     if (!train_pd_)
@@ -245,7 +258,7 @@ class ConvPrimitives {
   }
 
   void prepare(const Shape& x, const Shape& y, core::Layout layout) {
-    if (x == x_shape_ && layout == layout_ && (fwd_ || int8_ || pointwise_)) return;
+    if (x == x_shape_ && layout == layout_ && (fwd_ || int8_ || direct_)) return;
     VISION_CHECK(!training_ || layout == core::Layout::nchw, "conv2d trains in NCHW only, asked for {}",
                  core::layout_name(layout));
     fwd_ = {};  // stays empty if creation fails, so the next call tries again
@@ -253,7 +266,7 @@ class ConvPrimitives {
     bwd_data_.reset();
     bwd_weights_.reset();
     int8_.reset();
-    pointwise_ = false;
+    direct_ = false;
     packed_from_ = nullptr;
     x_shape_ = x;
     layout_ = layout;
@@ -271,9 +284,10 @@ class ConvPrimitives {
     const dnnl::primitive_attr attr = epilogue();
     blocked_.reset();
     if (!training_ && nhwc && a_.int8_absmax > 0) return prepare_int8();
-    pointwise_ = !training_ && nhwc && a_.kernel == 1 && a_.stride == 1 && a_.pad() == 0 && a_.dilation == 1 &&
-                 g == 1 && cpu::conv1x1_available();
-    if (pointwise_) return;
+    direct_ = !training_ && nhwc && a_.pad() == a_.kernel / 2 && cpu::conv_nhwc_available() &&
+              cpu::conv_nhwc_supports(a_.kernel, a_.stride, a_.dilation, g) &&
+              (force_direct() || cpu::conv_nhwc_prefers(a_.kernel, a_.in_channels, a_.out_channels, y[3]));
+    if (direct_) return;
     if (training_) {
       fwd_ = cpu::dnnl_guard(describe("a convolution forward"), [&] {
         return dnnl::convolution_forward(dnnl::convolution_forward::primitive_desc(
@@ -344,8 +358,8 @@ class ConvPrimitives {
     memory src, wei, dst;
   };
   std::optional<Blocked> blocked_;
-  bool pointwise_ = false;                // the engine's 1×1 kernel runs this convolution (prepare)
-  std::vector<float> pointwise_weights_;  // its packed weights, from packed_from_
+  bool direct_ = false;                // the engine's own kernel runs this convolution (prepare)
+  std::vector<float> direct_weights_;  // its packed weights, from packed_from_
   const float* packed_from_ = nullptr;    // the weights blocked_->wei holds (refreshed_: until weights_changed())
   bool refreshed_ = false;
 
