@@ -132,8 +132,8 @@ bool conv_nhwc_supports(int64_t kernel, int64_t stride, int64_t dilation, int64_
   return kernel % 2 == 1 && kernel <= 7 && stride >= 1 && stride <= 2 && dilation == 1 && groups == 1;
 }
 
-bool conv_nhwc_prefers(int64_t kernel, int64_t cin, int64_t cout, int64_t out_width) {
-  return kernel == 1 || (cin <= 64 && cout >= 32 && out_width >= 80);
+bool conv_nhwc_prefers(int64_t kernel, int64_t cin, int64_t cout, int64_t out_height, int64_t out_width) {
+  return out_height * out_width >= 80 * 80 && (kernel == 1 || (cin <= 64 && cout >= 32 && out_width >= 80));
 }
 
 std::vector<float> conv_nhwc_pack(const float* w, int64_t cout, int64_t cin, int64_t k) {

@@ -20,10 +20,12 @@ bool conv_nhwc_supports(int64_t kernel, int64_t stride, int64_t dilation, int64_
 
 // Whether the engine's kernel is the faster one for this convolution, as measured against oneDNN 2.6's (with its swish
 // post-op) on the 2-core AMD EPYC Zen 5 CI machine at YOLO26n's batch-8 shapes (bench/model/NOTES.md, seventh
-// session): every 1×1 (1.0–1.3×); k×k only with at most 64 input channels, at least 32 output channels and output rows
-// of at least 80 pixels (1.03–1.24×: model.1 and model.3); narrower outputs (16 channels: 0.55–0.8×), wider inputs
-// (128 channels: 0.86–0.9×) and short rows (20–40 pixels: 0.87–0.92×) stay with oneDNN.
-bool conv_nhwc_prefers(int64_t kernel, int64_t cin, int64_t cout, int64_t out_width);
+// session): on output maps of at least 80 × 80 pixels, every 1×1 (1.0–1.3×) and the k×k with at most 64 input and at
+// least 32 output channels (1.03–1.24×: model.1 and model.3); narrower outputs (16 channels: 0.55–0.8×), wider inputs
+// (128 channels: 0.86–0.9×) and smaller maps (20–40 pixels a side: 0.87–0.92× for k×k; at batch 1 and 320², the whole
+// model 3% slower with every 1×1 on these) stay with oneDNN. The choice depends on one image's map, never on the
+// batch, so that an image gives the same detections alone and in a batch (Detector.BatchesOfImagesOfDifferentSizes).
+bool conv_nhwc_prefers(int64_t kernel, int64_t cin, int64_t cout, int64_t out_height, int64_t out_width);
 
 // The weights [Cout, Cin, k, k] (row-major) packed for the kernels: panels of 64 output channels, each
 // [k][k][Cin][64] with the channels past Cout zero.

@@ -286,7 +286,7 @@ class ConvPrimitives {
     if (!training_ && nhwc && a_.int8_absmax > 0) return prepare_int8();
     direct_ = !training_ && nhwc && a_.pad() == a_.kernel / 2 && cpu::conv_nhwc_available() &&
               cpu::conv_nhwc_supports(a_.kernel, a_.stride, a_.dilation, g) &&
-              (force_direct() || cpu::conv_nhwc_prefers(a_.kernel, a_.in_channels, a_.out_channels, y[3]));
+              (force_direct() || cpu::conv_nhwc_prefers(a_.kernel, a_.in_channels, a_.out_channels, y[2], y[3]));
     if (direct_) return;
     if (training_) {
       fwd_ = cpu::dnnl_guard(describe("a convolution forward"), [&] {
