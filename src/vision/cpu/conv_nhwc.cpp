@@ -118,13 +118,19 @@ bool cpu_has_avx512() {
   return __builtin_cpu_supports("avx512f");
 }
 
+// VISION_CPU_CONV, read once: "0" (oneDNN only), "all" (these kernels wherever they apply) or anything else.
+const char* conv_mode() {
+  static const char* mode = [] {
+    const char* env = std::getenv("VISION_CPU_CONV");
+    return env ? env : "";
+  }();
+  return mode;
+}
+
 }  // namespace
 
 bool conv_nhwc_available() {
-  static const bool available = [] {
-    const char* env = std::getenv("VISION_CPU_CONV");
-    return cpu_has_avx512() && !(env && std::strcmp(env, "0") == 0);
-  }();
+  static const bool available = cpu_has_avx512() && std::strcmp(conv_mode(), "0") != 0;
   return available;
 }
 
@@ -133,6 +139,7 @@ bool conv_nhwc_supports(int64_t kernel, int64_t stride, int64_t dilation, int64_
 }
 
 bool conv_nhwc_prefers(int64_t kernel, int64_t cin, int64_t cout, int64_t out_height, int64_t out_width) {
+  if (std::strcmp(conv_mode(), "all") == 0) return true;
   return out_height * out_width >= 80 * 80 && (kernel == 1 || (cin <= 64 && cout >= 32 && out_width >= 80));
 }
 

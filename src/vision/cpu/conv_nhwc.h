@@ -25,6 +25,7 @@ bool conv_nhwc_supports(int64_t kernel, int64_t stride, int64_t dilation, int64_
 // (128 channels: 0.86–0.9×) and smaller maps (20–40 pixels a side: 0.87–0.92× for k×k; at batch 1 and 320², the whole
 // model 3% slower with every 1×1 on these) stay with oneDNN. The choice depends on one image's map, never on the
 // batch, so that an image gives the same detections alone and in a batch (Detector.BatchesOfImagesOfDifferentSizes).
+// VISION_CPU_CONV=all: always.
 bool conv_nhwc_prefers(int64_t kernel, int64_t cin, int64_t cout, int64_t out_height, int64_t out_width);
 
 // The weights [Cout, Cin, k, k] (row-major) packed for the kernels: panels of 64 output channels, each

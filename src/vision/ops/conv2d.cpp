@@ -1,10 +1,8 @@
 #include "vision/ops/conv2d.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
 #include <optional>
-#include <string_view>
 
 #include "vision/cpu/conv_nhwc.h"
 #include "vision/cpu/dnnl_context.h"
@@ -238,15 +236,6 @@ class ConvPrimitives {
                                   padding(), padding());
   }
 
-  // VISION_CPU_CONV=all: the engine's kernels for every convolution they support, not only where they are faster.
-  static bool force_direct() {
-    static const bool all = [] {
-      const char* env = std::getenv("VISION_CPU_CONV");
-      return env && std::string_view(env) == "all";
-    }();
-    return all;
-  }
-
   // The forward primitive descriptor the backward ones are created from.
   const dnnl::convolution_forward::primitive_desc& training_pd() {
     if (!train_pd_)
@@ -286,7 +275,7 @@ class ConvPrimitives {
     if (!training_ && nhwc && a_.int8_absmax > 0) return prepare_int8();
     direct_ = !training_ && nhwc && a_.pad() == a_.kernel / 2 && cpu::conv_nhwc_available() &&
               cpu::conv_nhwc_supports(a_.kernel, a_.stride, a_.dilation, g) &&
-              (force_direct() || cpu::conv_nhwc_prefers(a_.kernel, a_.in_channels, a_.out_channels, y[2], y[3]));
+              cpu::conv_nhwc_prefers(a_.kernel, a_.in_channels, a_.out_channels, y[2], y[3]);
     if (direct_) return;
     if (training_) {
       fwd_ = cpu::dnnl_guard(describe("a convolution forward"), [&] {
