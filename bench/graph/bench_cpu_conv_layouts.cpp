@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "vision/cpu/conv_nhwc.h"
 #include "vision/cpu/dnnl_context.h"
 
 namespace {
@@ -61,7 +62,7 @@ memory filled(const memory::desc& md, std::mt19937& rng) {
 }
 
 struct Row {
-  double plain = 0, blocked = 0, blocked_reorders = 0, nhwc = 0, int8 = 0;
+  double plain = 0, blocked = 0, blocked_reorders = 0, nhwc = 0, nhwc_no_silu = 0, engine = 0, int8 = 0;
   std::string src_tag, nhwc_impl, int8_impl;
 };
 
@@ -75,12 +76,12 @@ Row run(const ConvShape& c, int64_t batch, int64_t side, int repeats, std::mt199
   po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
-  auto pd_for = [&](tag t_src, tag t_wei, tag t_dst) {
+  auto pd_for = [&](tag t_src, tag t_wei, tag t_dst, bool silu = true) {
     const memory::desc s(src, memory::data_type::f32, t_src), w(wei, memory::data_type::f32, t_wei),
         b(bias, memory::data_type::f32, tag::x), d(dst, memory::data_type::f32, t_dst);
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, s,
                                          w, b, d, {c.s, c.s}, {p, p}, {p, p});
-    return dnnl::convolution_forward::primitive_desc(desc, attr, eng);
+    return dnnl::convolution_forward::primitive_desc(desc, silu ? attr : dnnl::primitive_attr(), eng);
   };
   Row row;
   memory x = filled({src, memory::data_type::f32, tag::nchw}, rng);
@@ -128,6 +129,25 @@ Row run(const ConvShape& c, int64_t batch, int64_t side, int repeats, std::mt199
     strm.wait();
   }, repeats);
   row.nhwc_impl = nhwc_pd.impl_info_str();
+  // The same without the SiLU post-op (what oneDNN's swish costs), and the engine's own kernel with SiLU in registers
+  // (cpu/conv_nhwc.h; 0 where this CPU or the shape is not for it).
+  {
+    dnnl::convolution_forward bare(pd_for(tag::nhwc, tag::any, tag::nhwc, false));
+    row.nhwc_no_silu = median_ms([&] {
+      bare.execute(strm, {{DNNL_ARG_SRC, xn}, {DNNL_ARG_WEIGHTS, wn}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, yn}});
+      strm.wait();
+    }, repeats);
+  }
+  if (vision::cpu::conv_nhwc_available() && vision::cpu::conv_nhwc_supports(c.k, c.s, 1, 1)) {
+    const std::vector<float> packed =
+        vision::cpu::conv_nhwc_pack(static_cast<const float*>(w.get_data_handle()), c.cout, c.cin, c.k);
+    const vision::cpu::ConvNhwcShape shape{batch, side, side, c.cin, c.cout, c.k, c.s};
+    row.engine = median_ms([&] {
+      vision::cpu::conv_nhwc(static_cast<const float*>(xn.get_data_handle()), packed.data(),
+                             static_cast<const float*>(b.get_data_handle()), static_cast<float*>(yn.get_data_handle()),
+                             shape, true);
+    }, repeats);
+  }
 
   // int8 (what a post-training-quantised plan would run, issue #31): the f32 NHWC input quantised to s8 with one scale
   // (a reorder, timed), s8 weights with a scale per output channel (packed once), f32 NHWC output rescaled per channel
@@ -177,23 +197,26 @@ int main(int argc, char** argv) {
     std::printf("oneDNN %d.%d f32 convolution + SiLU, batch %lld, stack at %lldx%lld, median of %d runs (ms)\n",
                 dnnl_version()->major, dnnl_version()->minor, static_cast<long long>(batch),
                 static_cast<long long>(size), static_cast<long long>(size), repeats);
-    std::printf("%-14s %4s %4s %2s %2s %5s | %9s %9s %14s %9s %9s | %8s %8s  %s\n", "conv", "cin", "cout", "k", "s",
-                "side", "nchw", "blocked", "blocked+reord", "nhwc", "int8+q", "blk/nchw", "b+r/nchw",
-                "any picked / nhwc impl / int8 impl");
-    double t_plain = 0, t_blocked = 0, t_reorders = 0, t_nhwc = 0, t_int8 = 0;
+    std::printf("%-14s %4s %4s %2s %2s %5s | %9s %9s %14s %9s %9s %9s %9s | %8s %8s %8s  %s\n", "conv", "cin", "cout",
+                "k", "s", "side", "nchw", "blocked", "blocked+reord", "nhwc", "nhwc-bare", "engine", "int8+q",
+                "blk/nchw", "b+r/nchw", "nhwc/eng", "any picked / nhwc impl / int8 impl");
+    double t_plain = 0, t_blocked = 0, t_reorders = 0, t_nhwc = 0, t_bare = 0, t_engine = 0, t_int8 = 0;
     for (const ConvShape& c : kShapes) {
       const int64_t side = std::max<int64_t>(1, c.side * size / 640);
       const Row r = run(c, batch, side, repeats, rng);
       t_plain += r.plain, t_blocked += r.blocked, t_reorders += r.blocked_reorders, t_nhwc += r.nhwc,
-          t_int8 += r.int8;
-      std::printf("%-14s %4lld %4lld %2lld %2lld %5lld | %9.3f %9.3f %14.3f %9.3f %9.3f | %7.2fx %7.2fx  %s / %s / %s\n",
+          t_bare += r.nhwc_no_silu, t_engine += r.engine, t_int8 += r.int8;
+      std::printf("%-14s %4lld %4lld %2lld %2lld %5lld | %9.3f %9.3f %14.3f %9.3f %9.3f %9.3f %9.3f | %7.2fx %7.2fx "
+                  "%7.2fx  %s / %s / %s\n",
                   c.where, static_cast<long long>(c.cin), static_cast<long long>(c.cout),
                   static_cast<long long>(c.k), static_cast<long long>(c.s), static_cast<long long>(side), r.plain,
-                  r.blocked, r.blocked_reorders, r.nhwc, r.int8, r.plain / r.blocked, r.plain / r.blocked_reorders,
-                  r.src_tag.c_str(), r.nhwc_impl.c_str(), r.int8_impl.c_str());
+                  r.blocked, r.blocked_reorders, r.nhwc, r.nhwc_no_silu, r.engine, r.int8, r.plain / r.blocked,
+                  r.plain / r.blocked_reorders, r.engine > 0 ? r.nhwc / r.engine : 0.0, r.src_tag.c_str(),
+                  r.nhwc_impl.c_str(), r.int8_impl.c_str());
     }
-    std::printf("%-14s %27s | %9.3f %9.3f %14.3f %9.3f %9.3f | %7.2fx %7.2fx\n", "sum", "", t_plain, t_blocked,
-                t_reorders, t_nhwc, t_int8, t_plain / t_blocked, t_plain / t_reorders);
+    std::printf("%-14s %27s | %9.3f %9.3f %14.3f %9.3f %9.3f %9.3f %9.3f | %7.2fx %7.2fx %7.2fx\n", "sum", "",
+                t_plain, t_blocked, t_reorders, t_nhwc, t_bare, t_engine, t_int8, t_plain / t_blocked,
+                t_plain / t_reorders, t_engine > 0 ? t_nhwc / t_engine : 0.0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cpu_conv_layouts: %s\n", e.what());
     return 1;
