@@ -348,8 +348,9 @@ class ConvPrimitives {
   };
   std::optional<Blocked> blocked_;
   bool direct_ = false;                // the engine's own kernel runs this convolution (prepare)
-  std::vector<float> direct_weights_;  // its packed weights, from packed_from_
-  const float* packed_from_ = nullptr;    // the weights blocked_->wei holds (refreshed_: until weights_changed())
+  std::vector<float> direct_weights_;  // its packed weights
+  // The weights blocked_->wei or direct_weights_ holds (refreshed_: until weights_changed()).
+  const float* packed_from_ = nullptr;
   bool refreshed_ = false;
 
   Conv2dAttrs a_;

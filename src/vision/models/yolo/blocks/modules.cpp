@@ -55,13 +55,13 @@ graph::SymTensor c3k2(graph::SymTensor x, const C3k2Args& a, ConvNorm norm, cons
   auto _ = x.graph()->scope(name);
   // ultralytics' cv1(x).chunk(2) followed by cat(chunks + m's outputs): the two chunks, in order, are cv1's output
   // itself, so the concat takes that whole and only the second chunk (m's input) is copied out.
-  const graph::SymTensor y = conv(x, {.c2 = 2 * c}, norm, "cv1");
-  std::vector<graph::SymTensor> parts = {y, ops::channel_slice(y, c, c, "chunk")};
+  const graph::SymTensor cv1 = conv(x, {.c2 = 2 * c}, norm, "cv1");
+  std::vector<graph::SymTensor> parts = {cv1};
+  graph::SymTensor y = ops::channel_slice(cv1, c, c, "chunk");  // the second chunk: m's input
   {
     auto m = x.graph()->scope("m");
     for (int64_t i = 0; i < a.n; ++i) {
       const std::string index = std::to_string(i);
-      graph::SymTensor y = parts.back();
       if (a.attn) {
         auto block = x.graph()->scope(index);
         y = bottleneck(y, {.c2 = c, .shortcut = a.shortcut}, norm, "0");
@@ -74,7 +74,6 @@ graph::SymTensor c3k2(graph::SymTensor x, const C3k2Args& a, ConvNorm norm, cons
       parts.push_back(y);
     }
   }
-  parts.erase(parts.begin() + 1);  // the second chunk is inside cv1's output
   return conv(ops::concat(parts, "cat"), {.c2 = a.c2}, norm, "cv2");
 }
 
